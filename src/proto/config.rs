@@ -1,0 +1,84 @@
+//! Protocol configuration: plain structs with public fields and presets.
+
+use std::time::Duration;
+
+/// Tunables of the core. Start from a preset ([`Config::wan`], [`Config::lan`],
+/// [`Config::test`]) and change fields as needed.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// How often a root increments its serial and pushes it down its tree.
+    pub serial_period: Duration,
+    /// Adverts to candidates are batched: changed tree state is flushed at most this often.
+    pub advert_interval: Duration,
+    /// Every this many serial periods, a node re-sends its full tree state to each
+    /// candidate (anti-entropy against lost adverts).
+    pub full_advert_every: u32,
+    /// How often each watched peer is probed for RTT (jittered by up to a quarter).
+    pub probe_interval: Duration,
+    /// The shortcut rule: a switch that shortens dist by more than this is taken even if the
+    /// new parent is farther; and a switch under rules (1)-(4) may not lengthen dist by more.
+    pub shortcut_threshold: Duration,
+    /// How many of the lowest-RTT peers found so far are kept as candidates.
+    pub max_near: usize,
+    /// How many random peers are kept as explorers, one rotated every `explore_rotate`.
+    pub explorers: usize,
+    /// How often one explorer is replaced by a random member.
+    pub explore_rotate: Duration,
+    /// How many peers learnt through parent hints may be watched at once.
+    pub max_hinted: usize,
+    /// How many RTT samples the min-filter keeps per peer.
+    pub rtt_window: usize,
+    /// A root answers serial requests at most this often.
+    pub serial_request_gap: Duration,
+    /// A peer that has not probed us for this long stops receiving our adverts.
+    pub inbound_expiry: Duration,
+}
+
+impl Config {
+    /// Defaults for wide-area deployments.
+    pub fn wan() -> Self {
+        Config {
+            serial_period: Duration::from_secs(1),
+            advert_interval: Duration::from_millis(50),
+            full_advert_every: 5,
+            probe_interval: Duration::from_secs(1),
+            shortcut_threshold: Duration::from_millis(10),
+            max_near: 16,
+            explorers: 4,
+            explore_rotate: Duration::from_secs(2),
+            max_hinted: 8,
+            rtt_window: 8,
+            serial_request_gap: Duration::from_millis(20),
+            inbound_expiry: Duration::from_secs(5),
+        }
+    }
+
+    /// Defaults for a single data centre: faster periods, same rules.
+    pub fn lan() -> Self {
+        Config {
+            serial_period: Duration::from_millis(500),
+            advert_interval: Duration::from_millis(20),
+            probe_interval: Duration::from_millis(500),
+            explore_rotate: Duration::from_secs(1),
+            inbound_expiry: Duration::from_secs(3),
+            ..Self::wan()
+        }
+    }
+
+    /// Fast settings for tests.
+    pub fn test() -> Self {
+        Self::lan()
+    }
+
+    /// The size of the candidate set a node measures and advertises to: near peers plus
+    /// explorers plus hinted peers (tree neighbours and inbound probers come on top).
+    pub fn candidate_bound(&self) -> usize {
+        self.max_near + self.explorers + self.max_hinted
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::wan()
+    }
+}

@@ -1,0 +1,106 @@
+//! The wire format: every message two nodes exchange, as one serde enum encoded with
+//! postcard behind a version byte, with a size limit. Decoding never panics.
+
+use super::id::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// Version byte that starts every frame. Bumped on any incompatible change.
+pub const WIRE_VERSION: u8 = 1;
+
+/// Largest encoded control message accepted (version byte included).
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+/// One root's tree state as a node advertises it to its candidates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdvertEntry {
+    /// The root of the tree.
+    pub root: NodeId,
+    /// The largest serial of `root` the sender has received.
+    pub serial: u32,
+    /// The sender's distance to the root along the tree, in microseconds.
+    pub dist_us: u32,
+    /// Whether the sender has a path to the root.
+    pub connected: bool,
+}
+
+/// Every message of the protocol.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// RTT probe. `sent_us` is echoed back; `rtt_hint_us` is the sender's current RTT
+    /// estimate to the receiver (RTT is symmetric, so a peer that probes us lends us its
+    /// estimate until we measure our own).
+    Ping { sent_us: u64, rtt_hint_us: Option<u32> },
+    /// Answer to a [`Message::Ping`].
+    Pong { sent_us: u64 },
+    /// Tree state for some roots, batched; only roots that changed since the last advert
+    /// to this peer, except on periodic full refreshes.
+    Advert { entries: Vec<AdvertEntry> },
+    /// Pushed by a parent to its children when the serial or its dist changes.
+    TreeUpdate(AdvertEntry),
+    /// The sender chose the receiver as its parent in `root`'s tree.
+    Attach { root: NodeId },
+    /// The sender no longer has the receiver as its parent in `root`'s tree.
+    Detach { root: NodeId },
+    /// Ask `root` for a serial of at least `serial` (Babel's seqno request), sent by a
+    /// node that lost its parent so repair does not wait for the next periodic serial.
+    SerialRequest { root: NodeId, serial: u32 },
+    /// Ask a candidate who its parents are in these trees (to find a better entry point).
+    ParentQuery { roots: Vec<NodeId> },
+    /// Answer to [`Message::ParentQuery`]: `(root, parent)` pairs.
+    ParentHint { parents: Vec<(NodeId, NodeId)> },
+}
+
+/// Why bytes could not be decoded into a [`Message`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    /// Nothing to decode.
+    #[error("empty frame")]
+    Empty,
+    /// The frame is larger than [`MAX_MESSAGE_BYTES`].
+    #[error("frame of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { len: usize, limit: usize },
+    /// The first byte is not [`WIRE_VERSION`].
+    #[error("unsupported wire version {got} (expected {expected})")]
+    Version { got: u8, expected: u8 },
+    /// The payload is not a valid message.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// Decoding succeeded but bytes were left over.
+    #[error("{0} trailing bytes after the message")]
+    Trailing(usize),
+}
+
+impl Message {
+    /// Encodes the message as one frame: version byte, then postcard.
+    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+        let framed = postcard::to_extend(self, vec![WIRE_VERSION])
+            .map_err(|e| WireError::Malformed(e.to_string()))?;
+        if framed.len() > MAX_MESSAGE_BYTES {
+            return Err(WireError::TooLarge { len: framed.len(), limit: MAX_MESSAGE_BYTES });
+        }
+        Ok(framed)
+    }
+
+    /// Decodes one frame made by [`Message::encode`]. Any input, however malformed,
+    /// returns an error rather than panicking.
+    pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
+        let (&version, body) = bytes.split_first().ok_or(WireError::Empty)?;
+        if bytes.len() > MAX_MESSAGE_BYTES {
+            return Err(WireError::TooLarge { len: bytes.len(), limit: MAX_MESSAGE_BYTES });
+        }
+        if version != WIRE_VERSION {
+            return Err(WireError::Version { got: version, expected: WIRE_VERSION });
+        }
+        let (msg, rest) =
+            postcard::take_from_bytes::<Message>(body).map_err(|e| WireError::Malformed(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(WireError::Trailing(rest.len()));
+        }
+        Ok(msg)
+    }
+
+    /// The encoded size in bytes (what the simulator charges as control traffic).
+    pub fn encoded_len(&self) -> usize {
+        1 + postcard::to_allocvec(self).map(|v| v.len()).unwrap_or(0)
+    }
+}

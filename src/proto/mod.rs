@@ -1,0 +1,119 @@
+//! The sans-IO protocol core.
+//!
+//! No tokio, no sockets, no clock reads, no global RNG: a [`Core`] is a pure state machine
+//! driven by a network driver (`net`, later) or by the deterministic simulator ([`crate::sim`]).
+//!
+//! # The drain rule
+//!
+//! Inputs go in through [`Core::handle`]. After **every** call to `handle`, the driver
+//! drains [`Core::poll_transmit`] and [`Core::poll_event`] until both return `None`, then
+//! sleeps until [`Core::poll_timeout`] and calls `handle(now, Input::Timeout)` when it is
+//! reached (earlier inputs are fine; the core re-arms its deadline). Outputs that are not
+//! drained accumulate; they are never dropped.
+//!
+//! Where to find things:
+//! - the tree rules (conditions (1)-(4), shortcut, feasibility, oscillation guard): [`tree`];
+//! - the wire format: [`message`];
+//! - members: [`membership`]; RTT filter: [`rtt`]; candidate set: [`candidates`];
+//! - timers: [`timers`]; the state machine that ties them together: [`core`].
+
+pub mod candidates;
+pub mod config;
+pub mod core;
+pub mod id;
+pub mod membership;
+pub mod message;
+pub mod rng;
+pub mod rtt;
+pub mod time;
+pub mod timers;
+pub mod tree;
+
+pub use self::config::Config;
+pub use self::core::Core;
+pub use self::id::NodeId;
+pub use self::membership::MemberState;
+pub use self::message::{AdvertEntry, Message, WireError};
+pub use self::time::Time;
+
+use std::time::Duration;
+
+/// Everything that can happen to a core. One input type; see the drain rule above.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// A message arrived from an authenticated peer.
+    Received { from: NodeId, msg: Message },
+    /// The deadline returned by [`Core::poll_timeout`] was reached.
+    Timeout,
+    /// A member joined (or was learnt about).
+    MemberUp { id: NodeId },
+    /// A member left gracefully or was declared dead.
+    MemberDown { id: NodeId, reason: DownReason },
+    /// An RTT sample measured by the driver (e.g. from the QUIC connection).
+    RttSample { peer: NodeId, rtt: Duration },
+    /// A request from the application.
+    Command(Command),
+}
+
+/// Why a member went away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum DownReason {
+    /// It announced its departure.
+    Left,
+    /// It stopped answering and was declared dead.
+    Dead,
+}
+
+/// Application requests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Leave the overlay: detach from every tree and stop.
+    Leave,
+}
+
+/// A message to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination.
+    pub to: NodeId,
+    /// What to send.
+    pub msg: Message,
+}
+
+/// Things the core reports to its driver and application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// This node's parent in `root`'s tree changed (`None`: no parent).
+    ParentChanged { root: NodeId, old: Option<NodeId>, new: Option<NodeId> },
+    /// This node gained or lost its path to `root`.
+    ConnectedChanged { root: NodeId, connected: bool },
+    /// A new tree is tracked (a member appeared).
+    RootAdded { root: NodeId },
+    /// A tree was dropped (its root left or died).
+    RootRemoved { root: NodeId },
+    /// Membership changed.
+    MemberUp { id: NodeId },
+    /// A member left or died.
+    MemberDown { id: NodeId, reason: DownReason },
+    /// [`Command::Leave`] completed: the core has said goodbye and does nothing more.
+    Left,
+}
+
+/// A snapshot of this node's state in one tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeView {
+    /// The tree's root.
+    pub root: NodeId,
+    /// This node's parent (`None` at the root, or while disconnected with no parent).
+    pub parent: Option<NodeId>,
+    /// This node's children, sorted.
+    pub children: Vec<NodeId>,
+    /// The largest serial of `root` received.
+    pub serial: u32,
+    /// Distance to the root along the tree.
+    pub dist: Duration,
+    /// Feasibility distance for the current serial.
+    pub fd: Duration,
+    /// Whether this node has a path to the root.
+    pub connected: bool,
+}
