@@ -26,6 +26,10 @@ pub struct Config {
     pub explore_rotate: Duration,
     /// How many peers learnt through parent hints may be watched at once.
     pub max_hinted: usize,
+    /// How many not-yet-measured members are probed once per probe round, so every member
+    /// is measured once and the nearest ones are found quickly (then only the candidate
+    /// set is probed).
+    pub sweep_per_round: usize,
     /// How many RTT samples the min-filter keeps per peer.
     pub rtt_window: usize,
     /// A root answers serial requests at most this often.
@@ -40,13 +44,14 @@ impl Config {
         Config {
             serial_period: Duration::from_secs(1),
             advert_interval: Duration::from_millis(50),
-            full_advert_every: 5,
+            full_advert_every: 30,
             probe_interval: Duration::from_secs(1),
             shortcut_threshold: Duration::from_millis(10),
             max_near: 16,
             explorers: 4,
             explore_rotate: Duration::from_secs(2),
             max_hinted: 8,
+            sweep_per_round: 32,
             rtt_window: 8,
             serial_request_gap: Duration::from_millis(20),
             inbound_expiry: Duration::from_secs(5),

@@ -1,39 +1,803 @@
-//! (in progress) The state machine.
+//! The state machine of one node: inputs in through [`Core::handle`], outputs drained
+//! through `poll_*` (the drain rule is in the module docs of [`crate::proto`]).
+//!
+//! Per root, this ties the rules of [`super::tree`] to the messages of [`super::message`]:
+//! - parents push `(serial, dist, connected)` to their children on every change
+//!   ([`Message::TreeUpdate`]);
+//! - changed tree state is advertised to the candidate set in batches, without serial-only
+//!   changes (those would cost one entry per root per period per candidate); a node that
+//!   needs a candidate's current serial asks for it ([`Message::AdvertRequest`]) and gets
+//!   the answer as soon as the candidate has that serial;
+//! - a node whose parent is gone asks the root for a fresh serial
+//!   ([`Message::SerialRequest`]) so repair does not wait for the next period.
+
+use super::candidates::CandidateSet;
+use super::membership::MemberTable;
+use super::rng::SplitMix64;
+use super::rtt::RttEstimator;
+use super::timers::{Timer, TimerQueue};
+use super::tree::{self, CandidateView, INFINITE, Judgement, SwitchReason, TreeState};
 use super::*;
-use std::collections::VecDeque;
+use super::id::{IdMap as HashMap, IdSet as HashSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// What a peer last told us about one root.
+#[derive(Clone, Copy, Debug, Default)]
+struct Heard {
+    serial: u32,
+    dist_us: u32,
+    connected: bool,
+    known: bool,
+}
+
+/// Index of a root in this core's tables (never reused while the core lives).
+type RootIdx = usize;
 
 /// The protocol core of one node.
 pub struct Core {
     id: NodeId,
+    config: Config,
+    rng: SplitMix64,
+    now: Time,
+    members: MemberTable,
+    rtt: HashMap<NodeId, RttEstimator>,
+    cands: CandidateSet,
+    root_index: HashMap<NodeId, RootIdx>,
+    trees: Vec<Option<TreeState>>,
+    heard: HashMap<NodeId, Vec<Heard>>,
+    /// Roots whose advertised state is due to go out with the next flush.
+    dirty: BTreeSet<RootIdx>,
+    /// Peers owed a full advert (new candidates, new inbound probers, periodic refresh).
+    owed_full: BTreeSet<NodeId>,
+    /// Advert requests received that wait for our serial to reach the asked one.
+    waiting_asks: HashMap<RootIdx, Vec<(NodeId, u32, Time)>>,
+    /// Advert requests and parent queries sent, for rate limiting.
+    asked: HashMap<(NodeId, RootIdx), (u32, Time)>,
+    queried: HashMap<(NodeId, RootIdx), Time>,
+    serial_requested: HashMap<RootIdx, Time>,
+    /// Requests batched until the next flush.
+    out_asks: BTreeMap<NodeId, Vec<(NodeId, u32)>>,
+    out_queries: BTreeMap<NodeId, Vec<NodeId>>,
+    /// Members not measured yet, probed a few per round.
+    sweep: Vec<NodeId>,
+    last_bump: Time,
+    housekeeping_rounds: u64,
+    timers: TimerQueue,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
+    left: bool,
 }
 
+const OWN_ROOT: RootIdx = 0;
+
 impl Core {
-    /// A core for node `id`, with its own seeded RNG, started at `now`.
-    pub fn new(id: NodeId, _config: Config, _seed: u64, _now: Time) -> Self {
-        Core { id, transmits: VecDeque::new(), events: VecDeque::new() }
+    /// A core for node `id`, with its own RNG seeded by `seed`, started at `now`.
+    pub fn new(id: NodeId, config: Config, seed: u64, now: Time) -> Self {
+        let mut rng = SplitMix64::new(seed);
+        let mut timers = TimerQueue::default();
+        let phase = |rng: &mut SplitMix64, d: std::time::Duration| now + d.mul_f64(rng.unit());
+        timers.set(Timer::SerialTick, phase(&mut rng, config.serial_period));
+        timers.set(Timer::ProbeRound, phase(&mut rng, config.advert_interval));
+        timers.set(Timer::ExploreRotate, now + config.explore_rotate);
+        timers.set(Timer::Housekeeping, phase(&mut rng, config.serial_period) + config.serial_period);
+        let mut root_index = HashMap::default();
+        root_index.insert(id, OWN_ROOT);
+        Core {
+            id,
+            config,
+            rng,
+            now,
+            members: MemberTable::default(),
+            rtt: HashMap::default(),
+            cands: CandidateSet::default(),
+            root_index,
+            trees: vec![Some(TreeState::new_root(id, now))],
+            heard: HashMap::default(),
+            dirty: BTreeSet::new(),
+            owed_full: BTreeSet::new(),
+            waiting_asks: HashMap::default(),
+            asked: HashMap::default(),
+            queried: HashMap::default(),
+            serial_requested: HashMap::default(),
+            out_asks: BTreeMap::new(),
+            out_queries: BTreeMap::new(),
+            sweep: Vec::new(),
+            last_bump: now,
+            housekeeping_rounds: 0,
+            timers,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            left: false,
+        }
     }
+
     /// This node's id.
-    pub fn id(&self) -> NodeId { self.id }
-    /// Feeds one input.
-    pub fn handle(&mut self, _now: Time, _input: Input) {}
-    /// Next message to send.
-    pub fn poll_transmit(&mut self) -> Option<Transmit> { self.transmits.pop_front() }
-    /// Next event.
-    pub fn poll_event(&mut self) -> Option<Event> { self.events.pop_front() }
-    /// When to call `handle(now, Input::Timeout)` next.
-    pub fn poll_timeout(&self) -> Option<Time> { None }
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Feeds one input at time `now` (never earlier than a previous call's `now`).
+    pub fn handle(&mut self, now: Time, input: Input) {
+        if self.left {
+            return;
+        }
+        self.now = self.now.max(now);
+        match input {
+            Input::Received { from, msg } => self.handle_message(from, msg),
+            Input::Timeout => {}
+            Input::MemberUp { id } => self.handle_member_up(id),
+            Input::MemberDown { id, reason } => self.handle_member_down(id, reason),
+            Input::RttSample { peer, rtt } => {
+                if self.members.is_alive(&peer) {
+                    self.add_rtt_sample(peer, rtt.as_micros().min(u32::MAX as u128) as u32);
+                }
+            }
+            Input::Command(Command::Leave) => return self.leave(),
+        }
+        self.fire_due_timers();
+        if !self.dirty.is_empty() || !self.owed_full.is_empty() || !self.out_asks.is_empty() || !self.out_queries.is_empty() {
+            self.timers.set_if_idle(Timer::AdvertFlush, self.now + self.config.advert_interval);
+        }
+    }
+
+    /// Next message to send, if any.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// Next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When to call `handle(now, Input::Timeout)` next (`None` after leaving).
+    pub fn poll_timeout(&self) -> Option<Time> {
+        if self.left { None } else { self.timers.next_deadline() }
+    }
+
     /// This node's parent in `root`'s tree.
-    pub fn parent(&self, _root: NodeId) -> Option<NodeId> { None }
+    pub fn parent(&self, root: NodeId) -> Option<NodeId> {
+        self.tree_state(root).and_then(|t| t.parent)
+    }
+
     /// Whether this node has a path to `root`.
-    pub fn is_connected(&self, root: NodeId) -> bool { root == self.id }
-    /// Snapshot of this node's state in `root`'s tree.
-    pub fn tree(&self, _root: NodeId) -> Option<TreeView> { None }
-    /// Roots tracked.
-    pub fn roots(&self) -> Vec<NodeId> { vec![self.id] }
+    pub fn is_connected(&self, root: NodeId) -> bool {
+        self.tree_state(root).is_some_and(|t| t.connected)
+    }
+
+    /// A snapshot of this node's state in `root`'s tree.
+    pub fn tree(&self, root: NodeId) -> Option<TreeView> {
+        self.tree_state(root).map(|t| TreeView {
+            root,
+            parent: t.parent,
+            children: t.children.iter().copied().collect(),
+            serial: t.serial,
+            dist: std::time::Duration::from_micros(t.dist_us as u64),
+            fd: std::time::Duration::from_micros(t.fd_us as u64),
+            connected: t.connected,
+        })
+    }
+
+    /// Every root whose tree this node tracks (itself included).
+    pub fn roots(&self) -> Vec<NodeId> {
+        self.trees.iter().flatten().map(|t| t.root).collect()
+    }
+
     /// Filtered RTT estimate to `peer`.
-    pub fn rtt(&self, _peer: NodeId) -> Option<std::time::Duration> { None }
-    /// Known members and their state.
-    pub fn members(&self) -> Vec<(NodeId, MemberState)> { vec![] }
+    pub fn rtt(&self, peer: NodeId) -> Option<std::time::Duration> {
+        self.rtt.get(&peer).and_then(|e| e.rtt_us()).map(|us| std::time::Duration::from_micros(us as u64))
+    }
+
+    /// Every member heard of, with its state.
+    pub fn members(&self) -> Vec<(NodeId, MemberState)> {
+        self.members.sorted()
+    }
+
+    /// The peers this node currently watches (its candidate set).
+    pub fn candidates(&self) -> Vec<NodeId> {
+        self.cands.watched().collect()
+    }
+
+    fn tree_state(&self, root: NodeId) -> Option<&TreeState> {
+        self.root_index.get(&root).and_then(|&i| self.trees[i].as_ref())
+    }
+
+    // ---- inputs ---------------------------------------------------------------------
+
+    fn handle_member_up(&mut self, id: NodeId) {
+        if id == self.id || !self.members.up(id) {
+            return;
+        }
+        self.events.push_back(Event::MemberUp { id });
+        let idx = match self.root_index.get(&id) {
+            Some(&i) => i,
+            None => {
+                self.trees.push(None);
+                self.root_index.insert(id, self.trees.len() - 1);
+                self.trees.len() - 1
+            }
+        };
+        self.trees[idx] = Some(TreeState::new_detached(id, self.now));
+        self.events.push_back(Event::RootAdded { root: id });
+        if self.cands.watched_len() < self.config.max_near + self.config.explorers {
+            self.watch(id);
+        } else {
+            self.sweep.push(id);
+        }
+    }
+
+    fn handle_member_down(&mut self, id: NodeId, reason: DownReason) {
+        let state = match reason {
+            DownReason::Left => MemberState::Left,
+            DownReason::Dead => MemberState::Dead,
+        };
+        if id == self.id || !self.members.down(id, state) {
+            return;
+        }
+        self.events.push_back(Event::MemberDown { id, reason });
+        self.cands.remove(&id);
+        self.rtt.remove(&id);
+        self.heard.remove(&id);
+        self.owed_full.remove(&id);
+        self.out_asks.remove(&id);
+        self.out_queries.remove(&id);
+        if let Some(&ri) = self.root_index.get(&id)
+            && let Some(t) = self.trees[ri].take()
+        {
+            if t.parent.is_some() {
+                self.events.push_back(Event::ParentChanged { root: id, old: t.parent, new: None });
+            }
+            self.events.push_back(Event::RootRemoved { root: id });
+            self.waiting_asks.remove(&ri);
+            self.dirty.remove(&ri);
+        }
+        for ri in 0..self.trees.len() {
+            let Some(t) = self.trees[ri].as_mut() else { continue };
+            t.children.remove(&id);
+            if t.parent == Some(id) {
+                self.detach(ri);
+                self.evaluate_all(ri);
+            }
+        }
+        self.refill();
+    }
+
+    fn handle_message(&mut self, from: NodeId, msg: Message) {
+        if from == self.id || !self.members.is_alive(&from) {
+            return; // Only members take part; late messages of departed ones are dropped.
+        }
+        match msg {
+            Message::Ping { sent_us, rtt_hint_us, watch } => {
+                if watch && self.cands.note_inbound(from, self.now) && self.cands.role(&from).is_none() {
+                    self.owed_full.insert(from);
+                }
+                self.send(from, Message::Pong { sent_us });
+                if let Some(h) = rtt_hint_us {
+                    let e = self.rtt.entry(from).or_default();
+                    if !e.measured() {
+                        let before = e.rtt_us();
+                        e.set_hint(h);
+                        if before != e.rtt_us() {
+                            self.on_rtt_changed(from);
+                        }
+                    }
+                }
+            }
+            Message::Pong { sent_us } => {
+                if sent_us <= self.now.as_micros() {
+                    let rtt = (self.now.as_micros() - sent_us).min(u32::MAX as u64) as u32;
+                    self.add_rtt_sample(from, rtt);
+                }
+            }
+            Message::Advert { entries } => {
+                for e in entries {
+                    self.handle_entry(from, e, false);
+                }
+            }
+            Message::TreeUpdate(e) => self.handle_entry(from, e, true),
+            Message::Attach { root } => {
+                if let Some(ri) = self.live_root(root) {
+                    let t = self.trees[ri].as_mut().expect("live");
+                    t.children.insert(from);
+                    let e = entry_of(t);
+                    self.send(from, Message::TreeUpdate(e));
+                }
+            }
+            Message::Detach { root } => {
+                if let Some(ri) = self.live_root(root) {
+                    self.trees[ri].as_mut().expect("live").children.remove(&from);
+                }
+            }
+            Message::SerialRequest { root, serial } => {
+                if root == self.id && serial > self.trees[OWN_ROOT].as_ref().expect("own tree").serial {
+                    let at = self.now.max(self.last_bump + self.config.serial_request_gap);
+                    self.timers.set(Timer::SerialTick, at);
+                }
+            }
+            Message::AdvertRequest { roots } => {
+                let mut now_entries = Vec::new();
+                for (root, serial) in roots {
+                    let Some(ri) = self.live_root(root) else { continue };
+                    let t = self.trees[ri].as_ref().expect("live");
+                    if t.serial >= serial {
+                        now_entries.push(entry_of(t));
+                    } else {
+                        self.waiting_asks.entry(ri).or_default().push((from, serial, self.now));
+                    }
+                }
+                if !now_entries.is_empty() {
+                    self.send(from, Message::Advert { entries: now_entries });
+                }
+            }
+            Message::ParentQuery { roots } => {
+                let parents: Vec<(NodeId, NodeId)> =
+                    roots.into_iter().filter_map(|r| self.tree_state(r).and_then(|t| t.parent).map(|p| (r, p))).collect();
+                if !parents.is_empty() {
+                    self.send(from, Message::ParentHint { parents });
+                }
+            }
+            Message::ParentHint { parents } => {
+                for (_, q) in parents {
+                    if q != self.id && self.members.is_alive(&q) {
+                        let expires = self.now + self.config.serial_period * 3;
+                        if self.cands.add_hinted(q, expires, self.config.max_hinted) {
+                            self.owed_full.insert(q);
+                            self.ping(q, true);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One root's state from a peer: from our parent it sets our own state; from anyone
+    /// else it is a candidate to judge. `pushed` marks a [`Message::TreeUpdate`].
+    fn handle_entry(&mut self, from: NodeId, e: AdvertEntry, pushed: bool) {
+        let Some(ri) = self.live_root(e.root) else { return };
+        let slot = self.heard.entry(from).or_default();
+        if slot.len() <= ri {
+            slot.resize(ri + 1, Heard::default());
+        }
+        slot[ri] = Heard { serial: e.serial, dist_us: e.dist_us, connected: e.connected, known: true };
+        let t = self.trees[ri].as_ref().expect("live");
+        if t.parent == Some(from) {
+            self.apply_parent_state(ri, e);
+        } else if pushed {
+            // It thinks we are its child; we are not (any more).
+            self.send(from, Message::Detach { root: e.root });
+        } else {
+            self.consider(ri, from);
+        }
+    }
+
+    fn add_rtt_sample(&mut self, peer: NodeId, rtt_us: u32) {
+        let window = self.config.rtt_window;
+        let e = self.rtt.entry(peer).or_default();
+        let before = e.rtt_us();
+        e.push(rtt_us, window);
+        if before != e.rtt_us() {
+            self.on_rtt_changed(peer);
+        }
+    }
+
+    fn on_rtt_changed(&mut self, peer: NodeId) {
+        if self.cands.role(&peer).is_none() {
+            // A swept or inbound peer: watch it if it is nearer than our farthest near peer.
+            let rtt = &self.rtt;
+            let cutoff = self.cands.near_cutoff(|k| rtt.get(k).and_then(|e| e.rtt_us()), self.config.max_near);
+            let mine = rtt.get(&peer).and_then(|e| e.rtt_us());
+            match (mine, cutoff) {
+                (Some(m), Some(c)) if m < c => self.watch(peer),
+                (Some(_), None) => self.watch(peer),
+                _ => {}
+            }
+        }
+        let rtt = &self.rtt;
+        self.cands.rebalance(|k| rtt.get(k).and_then(|e| e.rtt_us()), self.config.max_near, self.config.explorers);
+        if !self.heard.contains_key(&peer) {
+            return; // Nothing heard from it yet: no tree to re-judge.
+        }
+        for ri in 0..self.trees.len() {
+            let Some(t) = self.trees[ri].as_ref() else { continue };
+            if t.parent == Some(peer) {
+                let e = AdvertEntry { root: t.root, serial: t.serial, dist_us: t.parent_dist_us, connected: t.connected };
+                self.apply_parent_state(ri, e);
+            } else {
+                self.consider(ri, peer);
+            }
+        }
+    }
+
+    // ---- tree maintenance -----------------------------------------------------------
+
+    fn lat_us(&self, peer: &NodeId) -> Option<u32> {
+        self.rtt.get(peer).and_then(|e| e.lat_us())
+    }
+
+    fn live_root(&self, root: NodeId) -> Option<RootIdx> {
+        self.root_index.get(&root).copied().filter(|&i| self.trees[i].is_some())
+    }
+
+    fn view(&self, ri: RootIdx, c: NodeId) -> Option<CandidateView> {
+        let h = *self.heard.get(&c)?.get(ri)?;
+        if !h.known || !self.members.is_alive(&c) {
+            return None;
+        }
+        Some(CandidateView { id: c, serial: h.serial, dist_us: h.dist_us, connected: h.connected, lat_us: self.lat_us(&c)? })
+    }
+
+    fn judge(&self, ri: RootIdx, view: &CandidateView) -> Judgement {
+        let t = self.trees[ri].as_ref().expect("live");
+        let parent_lat = t.parent.and_then(|p| self.lat_us(&p));
+        tree::judge(t, self.id, parent_lat, view, self.config.shortcut_threshold.as_micros() as u32)
+    }
+
+    /// Judges one candidate and acts on the verdict.
+    fn consider(&mut self, ri: RootIdx, c: NodeId) {
+        if ri == OWN_ROOT {
+            return;
+        }
+        let Some(view) = self.view(ri, c) else { return };
+        match self.judge(ri, &view) {
+            Judgement::Switch(_) => self.switch_to(ri, view),
+            Judgement::NeedFresh => self.ask(ri, &view),
+            Judgement::AskParent => self.query_parent(ri, c),
+            Judgement::No => {}
+        }
+    }
+
+    /// Judges every candidate heard of for this root and takes the best switch; a node
+    /// still without a path asks the root for a fresh serial.
+    fn evaluate_all(&mut self, ri: RootIdx) {
+        if ri == OWN_ROOT || self.trees[ri].is_none() {
+            return;
+        }
+        let peers: Vec<NodeId> = self.heard.keys().copied().collect();
+        let mut best: Option<((SwitchReason, u32, u32, NodeId), CandidateView)> = None;
+        for c in peers {
+            let Some(view) = self.view(ri, c) else { continue };
+            match self.judge(ri, &view) {
+                Judgement::Switch(why) => {
+                    let key = tree::preference(why, &view);
+                    if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                        best = Some((key, view));
+                    }
+                }
+                Judgement::NeedFresh => self.ask(ri, &view),
+                Judgement::AskParent => self.query_parent(ri, c),
+                Judgement::No => {}
+            }
+        }
+        if let Some((_, view)) = best {
+            self.switch_to(ri, view);
+        }
+        if !self.trees[ri].as_ref().expect("live").connected {
+            self.request_serial(ri);
+        }
+    }
+
+    fn switch_to(&mut self, ri: RootIdx, view: CandidateView) {
+        let now = self.now;
+        let t = self.trees[ri].as_mut().expect("live");
+        let old = t.parent;
+        let was_connected = t.connected;
+        let root = t.root;
+        t.parent = Some(view.id);
+        t.parent_dist_us = view.dist_us;
+        let advanced = t.adopt_serial(view.serial);
+        t.set_dist(view.dist_through());
+        t.connected = view.connected;
+        t.refreshed_at = now;
+        if let Some(o) = old {
+            self.send(o, Message::Detach { root });
+        }
+        self.send(view.id, Message::Attach { root });
+        self.events.push_back(Event::ParentChanged { root, old, new: Some(view.id) });
+        if !was_connected {
+            self.events.push_back(Event::ConnectedChanged { root, connected: true });
+        }
+        self.after_change(ri, advanced);
+    }
+
+    /// Our parent is gone: no path until repaired.
+    fn detach(&mut self, ri: RootIdx) {
+        let t = self.trees[ri].as_mut().expect("live");
+        let old = t.parent.take();
+        let root = t.root;
+        let was_connected = t.connected;
+        t.connected = false;
+        t.dist_us = INFINITE;
+        t.parent_dist_us = INFINITE;
+        self.events.push_back(Event::ParentChanged { root, old, new: None });
+        if was_connected {
+            self.events.push_back(Event::ConnectedChanged { root, connected: false });
+        }
+        self.after_change(ri, false);
+    }
+
+    /// Our parent told us its state (pushed, advertised, or our latency to it changed).
+    fn apply_parent_state(&mut self, ri: RootIdx, e: AdvertEntry) {
+        let lat = self.trees[ri].as_ref().and_then(|t| t.parent).and_then(|p| self.lat_us(&p));
+        let now = self.now;
+        let t = self.trees[ri].as_mut().expect("live");
+        if e.serial < t.serial {
+            return; // Reordered or stale.
+        }
+        let advanced = t.adopt_serial(e.serial);
+        let before = (t.dist_us, t.connected);
+        t.parent_dist_us = e.dist_us;
+        t.refreshed_at = now;
+        let dist = match (e.connected, lat) {
+            (true, Some(l)) => e.dist_us.saturating_add(l),
+            (true, None) => t.dist_us, // Latency unknown for a moment: keep the last figure.
+            (false, _) => INFINITE,
+        };
+        t.set_dist(dist);
+        t.connected = e.connected && dist != INFINITE;
+        let root = t.root;
+        if before.1 != t.connected {
+            self.events.push_back(Event::ConnectedChanged { root, connected: t.connected });
+        }
+        if advanced || before != (t.dist_us, t.connected) {
+            self.after_change(ri, advanced);
+        }
+        if !self.trees[ri].as_ref().expect("live").connected {
+            self.evaluate_all(ri);
+        }
+    }
+
+    /// After our state in a tree changed: push it to the children, schedule an advert if
+    /// it changed enough, and answer advert requests that waited for this serial.
+    fn after_change(&mut self, ri: RootIdx, serial_advanced: bool) {
+        let t = self.trees[ri].as_ref().expect("live");
+        let e = entry_of(t);
+        let children: Vec<NodeId> = t.children.iter().copied().collect();
+        if t.advert_due() {
+            self.dirty.insert(ri);
+        }
+        for c in children {
+            self.send(c, Message::TreeUpdate(e));
+        }
+        if serial_advanced && let Some(waiting) = self.waiting_asks.get_mut(&ri) {
+            let ready: Vec<NodeId> =
+                waiting.iter().filter(|(_, s, _)| *s <= e.serial).map(|(p, _, _)| *p).collect();
+            waiting.retain(|(_, s, _)| *s > e.serial);
+            for p in ready {
+                self.send(p, Message::Advert { entries: vec![e] });
+            }
+        }
+    }
+
+    /// Asks `view.id` for its state once its serial reaches ours (or the next one, if our
+    /// feasibility distance is what blocks it).
+    fn ask(&mut self, ri: RootIdx, view: &CandidateView) {
+        let t = self.trees[ri].as_ref().expect("live");
+        let want = if view.serial < t.serial { t.serial } else { t.serial + 1 };
+        let key = (view.id, ri);
+        if let Some(&(s, at)) = self.asked.get(&key)
+            && s >= want
+            && self.now.saturating_since(at) < self.config.serial_period
+        {
+            return;
+        }
+        self.asked.insert(key, (want, self.now));
+        let root = t.root;
+        self.out_asks.entry(view.id).or_default().push((root, want));
+    }
+
+    fn query_parent(&mut self, ri: RootIdx, c: NodeId) {
+        let key = (c, ri);
+        if self.queried.get(&key).is_some_and(|at| self.now.saturating_since(*at) < self.config.serial_period) {
+            return;
+        }
+        self.queried.insert(key, self.now);
+        let root = self.trees[ri].as_ref().expect("live").root;
+        self.out_queries.entry(c).or_default().push(root);
+    }
+
+    fn request_serial(&mut self, ri: RootIdx) {
+        let gap = self.config.serial_period / 4;
+        if self.serial_requested.get(&ri).is_some_and(|at| self.now.saturating_since(*at) < gap) {
+            return;
+        }
+        self.serial_requested.insert(ri, self.now);
+        let t = self.trees[ri].as_ref().expect("live");
+        let (root, serial) = (t.root, t.serial + 1);
+        self.send(root, Message::SerialRequest { root, serial });
+    }
+
+    // ---- timers ---------------------------------------------------------------------
+
+    fn fire_due_timers(&mut self) {
+        while let Some(timer) = self.timers.pop_due(self.now) {
+            match timer {
+                Timer::SerialTick => self.on_serial_tick(),
+                Timer::AdvertFlush => self.on_flush(),
+                Timer::ProbeRound => self.on_probe_round(),
+                Timer::ExploreRotate => self.on_explore_rotate(),
+                Timer::Housekeeping => self.on_housekeeping(),
+            }
+        }
+    }
+
+    fn on_serial_tick(&mut self) {
+        let t = self.trees[OWN_ROOT].as_mut().expect("own tree");
+        t.serial += 1;
+        t.refreshed_at = self.now;
+        self.last_bump = self.now;
+        self.after_change(OWN_ROOT, true);
+        self.timers.set(Timer::SerialTick, self.now + self.config.serial_period);
+    }
+
+    fn on_flush(&mut self) {
+        let mut entries = Vec::with_capacity(self.dirty.len());
+        for ri in std::mem::take(&mut self.dirty) {
+            if let Some(t) = self.trees[ri].as_mut() {
+                t.advertised = (t.dist_us, t.connected);
+                entries.push(entry_of(t));
+            }
+        }
+        let targets = self.cands.advert_targets();
+        let owed = std::mem::take(&mut self.owed_full);
+        for peer in targets {
+            if owed.contains(&peer) {
+                // Only trees we are connected to: an unknown entry already means "no path".
+                let all: Vec<AdvertEntry> =
+                    self.trees.iter().flatten().filter(|t| t.connected).map(entry_of).collect();
+                self.send(peer, Message::Advert { entries: all });
+            } else if !entries.is_empty() {
+                self.send(peer, Message::Advert { entries: entries.clone() });
+            }
+        }
+        for (peer, roots) in std::mem::take(&mut self.out_asks) {
+            self.send(peer, Message::AdvertRequest { roots });
+        }
+        for (peer, roots) in std::mem::take(&mut self.out_queries) {
+            self.send(peer, Message::ParentQuery { roots });
+        }
+    }
+
+    fn on_probe_round(&mut self) {
+        let mut targets: HashSet<NodeId> = self.cands.watched().collect();
+        targets.extend(self.trees.iter().flatten().filter_map(|t| t.parent));
+        let mut targets: Vec<NodeId> = targets.into_iter().collect();
+        targets.sort_unstable();
+        for peer in targets {
+            self.ping(peer, true);
+        }
+        for _ in 0..self.config.sweep_per_round {
+            if self.sweep.is_empty() {
+                break;
+            }
+            let i = self.rng.below(self.sweep.len() as u64) as usize;
+            let peer = self.sweep.swap_remove(i);
+            if self.members.is_alive(&peer) && self.cands.role(&peer).is_none() {
+                self.ping(peer, false);
+            }
+        }
+        let jitter = 0.75 + 0.5 * self.rng.unit();
+        self.timers.set(Timer::ProbeRound, self.now + self.config.probe_interval.mul_f64(jitter));
+    }
+
+    fn on_explore_rotate(&mut self) {
+        if let Some(peer) = self.random_unwatched() {
+            self.watch(peer);
+            let rtt = &self.rtt;
+            self.cands
+                .rebalance(|k| rtt.get(k).and_then(|e| e.rtt_us()), self.config.max_near, self.config.explorers + 1);
+        }
+        self.timers.set(Timer::ExploreRotate, self.now + self.config.explore_rotate);
+    }
+
+    fn on_housekeeping(&mut self) {
+        let now = self.now;
+        let period = self.config.serial_period;
+        self.housekeeping_rounds += 1;
+        let parents: HashSet<NodeId> = self.trees.iter().flatten().filter_map(|t| t.parent).collect();
+        self.cands.expire(now, self.config.inbound_expiry, |k| parents.contains(k));
+        // Forget what we heard from peers we no longer trade with.
+        let mut keep: HashSet<NodeId> = self.cands.advert_targets().into_iter().collect();
+        keep.extend(parents.iter().copied());
+        keep.extend(self.trees.iter().flatten().flat_map(|t| t.children.iter().copied()));
+        self.heard.retain(|k, _| keep.contains(k));
+        for list in self.waiting_asks.values_mut() {
+            list.retain(|(_, _, at)| now.saturating_since(*at) < period * 2);
+        }
+        self.asked.retain(|_, (_, at)| now.saturating_since(*at) < period);
+        self.queried.retain(|_, at| now.saturating_since(*at) < period);
+        // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds.
+        let every = self.config.full_advert_every.max(1) as u64;
+        for (i, peer) in self.cands.advert_targets().into_iter().enumerate() {
+            if (i as u64 + self.housekeeping_rounds) % every == 0 {
+                self.owed_full.insert(peer);
+            }
+        }
+        // Trees: re-attach where the parent went quiet, retry repair, and re-judge a rolling
+        // share of the connected ones (a candidate may have improved without a change of
+        // its own to advertise).
+        for ri in 1..self.trees.len() {
+            let Some(t) = self.trees[ri].as_ref() else { continue };
+            let quiet = now.saturating_since(t.refreshed_at);
+            if let Some(p) = t.parent {
+                if quiet > period * 6 {
+                    self.detach(ri);
+                } else if quiet > period * 3 {
+                    let root = t.root;
+                    self.send(p, Message::Attach { root });
+                }
+            }
+            let t = self.trees[ri].as_ref().expect("live");
+            if !t.connected || (ri as u64 + self.housekeeping_rounds) % 4 == 0 {
+                self.evaluate_all(ri);
+            }
+        }
+        self.refill();
+        self.timers.set(Timer::Housekeeping, now + period);
+    }
+
+    // ---- helpers --------------------------------------------------------------------
+
+    fn send(&mut self, to: NodeId, msg: Message) {
+        self.transmits.push_back(Transmit { to, msg });
+    }
+
+    /// Probes `peer`; `watch` subscribes us to its adverts (candidates and parents).
+    fn ping(&mut self, peer: NodeId, watch: bool) {
+        let rtt_hint_us = self.rtt.get(&peer).filter(|e| e.measured()).and_then(|e| e.rtt_us());
+        self.send(peer, Message::Ping { sent_us: self.now.as_micros(), rtt_hint_us, watch });
+    }
+
+    /// Starts watching `peer` as an explorer: probe it now and send it our full state.
+    fn watch(&mut self, peer: NodeId) {
+        if self.cands.add_explorer(peer) {
+            self.owed_full.insert(peer);
+            self.ping(peer, true);
+        }
+    }
+
+    /// Tops the candidate set up to its size with random members.
+    fn refill(&mut self) {
+        let want = self.config.max_near + self.config.explorers;
+        let mut tries = 0;
+        while self.cands.watched_len() < want && tries < want * 2 {
+            tries += 1;
+            match self.random_unwatched() {
+                Some(p) => self.watch(p),
+                None => break,
+            }
+        }
+    }
+
+    fn random_unwatched(&mut self) -> Option<NodeId> {
+        let alive = self.members.alive();
+        if alive.is_empty() {
+            return None;
+        }
+        for _ in 0..8 {
+            let p = alive[self.rng.below(alive.len() as u64) as usize];
+            if self.cands.role(&p).is_none() {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    fn leave(&mut self) {
+        let detaches: Vec<(NodeId, NodeId)> =
+            self.trees.iter().flatten().filter_map(|t| t.parent.map(|p| (p, t.root))).collect();
+        for (p, root) in detaches {
+            self.send(p, Message::Detach { root });
+        }
+        self.left = true;
+        self.events.push_back(Event::Left);
+    }
+}
+
+fn entry_of(t: &TreeState) -> AdvertEntry {
+    AdvertEntry { root: t.root, serial: t.serial, dist_us: t.dist_us, connected: t.connected }
 }

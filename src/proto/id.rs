@@ -6,8 +6,40 @@ use std::fmt;
 /// A node's identity: 16 bytes derived from its TLS public key by the network driver
 /// (and from a seed in the simulator). Ordered bytewise; the order breaks ties between
 /// equal distances in the tree rules, so it must be total and the same on every node.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeId(pub [u8; 16]);
+
+// Encoded as a byte string (one length byte + 16 bytes in postcard): one copy instead of
+// sixteen serde calls, which matters when adverts carry an entry per root.
+impl Serialize for NodeId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = NodeId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("16 bytes of node id")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<NodeId, E> {
+                let bytes: [u8; 16] = v.try_into().map_err(|_| E::invalid_length(v.len(), &self))?;
+                Ok(NodeId(bytes))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<NodeId, A::Error> {
+                let mut bytes = [0u8; 16];
+                for (i, b) in bytes.iter_mut().enumerate() {
+                    *b = seq.next_element()?.ok_or_else(|| serde::de::Error::invalid_length(i, &self))?;
+                }
+                Ok(NodeId(bytes))
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
 
 const BASE32: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 
@@ -67,3 +99,36 @@ mod tests {
         assert!(s.bytes().all(|c| BASE32.contains(&c)));
     }
 }
+
+/// A fast hasher for maps keyed by [`NodeId`] (and small tuples of ids and indices). Ids
+/// are already uniformly random bytes, so SipHash's protection buys nothing here and cost
+/// most of the simulator's time; this mixes 8-byte words FxHash-style.
+#[derive(Clone, Copy, Default)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// A `HashMap` with [`IdHasher`].
+pub type IdMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// A `HashSet` with [`IdHasher`].
+pub type IdSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<IdHasher>>;

@@ -28,8 +28,9 @@ pub struct AdvertEntry {
 pub enum Message {
     /// RTT probe. `sent_us` is echoed back; `rtt_hint_us` is the sender's current RTT
     /// estimate to the receiver (RTT is symmetric, so a peer that probes us lends us its
-    /// estimate until we measure our own).
-    Ping { sent_us: u64, rtt_hint_us: Option<u32> },
+    /// estimate until we measure our own). `watch` is set when the sender keeps us as a
+    /// candidate and wants our adverts; a one-off measurement leaves it unset.
+    Ping { sent_us: u64, rtt_hint_us: Option<u32>, watch: bool },
     /// Answer to a [`Message::Ping`].
     Pong { sent_us: u64 },
     /// Tree state for some roots, batched; only roots that changed since the last advert
@@ -44,6 +45,11 @@ pub enum Message {
     /// Ask `root` for a serial of at least `serial` (Babel's seqno request), sent by a
     /// node that lost its parent so repair does not wait for the next periodic serial.
     SerialRequest { root: NodeId, serial: u32 },
+    /// Ask a candidate for its current state in these trees, as soon as its serial for the
+    /// root reaches the given one (it answers with an [`Message::Advert`]). A node asks when
+    /// a candidate looks like a better parent but what it heard from it is older than its
+    /// own serial, so feasibility cannot be judged yet.
+    AdvertRequest { roots: Vec<(NodeId, u32)> },
     /// Ask a candidate who its parents are in these trees (to find a better entry point).
     ParentQuery { roots: Vec<NodeId> },
     /// Answer to [`Message::ParentQuery`]: `(root, parent)` pairs.

@@ -1,1 +1,69 @@
-//! (in progress)
+//! RTT estimation: a min filter over a window of recent samples.
+//!
+//! Queueing only ever adds delay, so the minimum of recent samples is a robust estimate of
+//! the path's propagation delay; the window lets it follow real route changes.
+
+use std::collections::VecDeque;
+
+/// Filtered RTT estimate to one peer, in microseconds.
+#[derive(Clone, Debug, Default)]
+pub struct RttEstimator {
+    samples: VecDeque<u32>,
+    hint_us: Option<u32>,
+}
+
+impl RttEstimator {
+    /// Records one measured sample; keeps the last `window` samples.
+    pub fn push(&mut self, rtt_us: u32, window: usize) {
+        if self.samples.len() >= window.max(1) {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(rtt_us.max(1));
+    }
+
+    /// Records the peer's own estimate of the (symmetric) RTT, used until we measure.
+    pub fn set_hint(&mut self, rtt_us: u32) {
+        self.hint_us = Some(rtt_us.max(1));
+    }
+
+    /// Whether any sample of our own was taken.
+    pub fn measured(&self) -> bool {
+        !self.samples.is_empty()
+    }
+
+    /// The current estimate: min of the window, else the peer's hint.
+    pub fn rtt_us(&self) -> Option<u32> {
+        self.samples.iter().copied().min().or(self.hint_us)
+    }
+
+    /// One-way latency estimate (RTT / 2), at least 1 µs so every tree hop has positive
+    /// length (the loop-freedom argument needs that).
+    pub fn lat_us(&self) -> Option<u32> {
+        self.rtt_us().map(|r| (r / 2).max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_filter_ignores_queueing_spikes_and_follows_the_window() {
+        let mut e = RttEstimator::default();
+        assert_eq!(e.lat_us(), None);
+        e.set_hint(900);
+        assert_eq!(e.rtt_us(), Some(900));
+        for s in [1000, 5000, 1200, 1000] {
+            e.push(s, 3);
+        }
+        assert!(e.measured());
+        assert_eq!(e.rtt_us(), Some(1000));
+        e.push(3000, 3);
+        e.push(3000, 3);
+        e.push(3000, 3);
+        assert_eq!(e.rtt_us(), Some(3000), "old samples leave the window");
+        assert_eq!(e.lat_us(), Some(1500));
+        e.push(0, 3);
+        assert_eq!(e.lat_us(), Some(1), "latency is never zero");
+    }
+}
