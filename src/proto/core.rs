@@ -30,6 +30,25 @@ struct Heard {
     known: bool,
 }
 
+/// Counters of what the core did, for diagnostics and the simulator's report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CoreStats {
+    /// Parent switches under conditions (1)-(4).
+    pub switches_rules: u64,
+    /// Parent switches by the shortcut rule.
+    pub switches_shortcut: u64,
+    /// Re-attachments of a node without a path.
+    pub switches_repair: u64,
+    /// Parents lost because they left or died.
+    pub parents_lost: u64,
+    /// Parents dropped because they went quiet for six serial periods.
+    pub parents_quiet: u64,
+    /// Advert requests and parent queries sent.
+    pub asks: u64,
+    /// Parent queries sent.
+    pub parent_queries: u64,
+}
+
 /// Index of a root in this core's tables (never reused while the core lives).
 type RootIdx = usize;
 
@@ -66,9 +85,13 @@ pub struct Core {
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     left: bool,
+    stats: CoreStats,
 }
 
 const OWN_ROOT: RootIdx = 0;
+
+/// Own RTT samples a peer needs before a connected node switches to it.
+const MIN_SAMPLES_TO_MOVE: usize = 3;
 
 impl Core {
     /// A core for node `id`, with its own RNG seeded by `seed`, started at `now`.
@@ -108,6 +131,7 @@ impl Core {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             left: false,
+            stats: CoreStats::default(),
         }
     }
 
@@ -198,6 +222,11 @@ impl Core {
         self.members.sorted()
     }
 
+    /// What the core has done so far.
+    pub fn stats(&self) -> CoreStats {
+        self.stats
+    }
+
     /// The peers this node currently watches (its candidate set).
     pub fn candidates(&self) -> Vec<NodeId> {
         self.cands.watched().collect()
@@ -260,6 +289,7 @@ impl Core {
             let Some(t) = self.trees[ri].as_mut() else { continue };
             t.children.remove(&id);
             if t.parent == Some(id) {
+                self.stats.parents_lost += 1;
                 self.detach(ri);
                 self.evaluate_all(ri);
             }
@@ -344,7 +374,7 @@ impl Core {
             Message::ParentHint { parents } => {
                 for (_, q) in parents {
                     if q != self.id && self.members.is_alive(&q) {
-                        let expires = self.now + self.config.serial_period * 3;
+                        let expires = self.now + self.config.serial_period * 6;
                         if self.cands.add_hinted(q, expires, self.config.max_hinted) {
                             self.owed_full.insert(q);
                             self.ping(q, true);
@@ -433,6 +463,11 @@ impl Core {
 
     fn judge(&self, ri: RootIdx, view: &CandidateView) -> Judgement {
         let t = self.trees[ri].as_ref().expect("live");
+        // A connected node only moves to a peer measured a few times: a first sample can
+        // be far off (queueing), and a move on noise is a move too many. Repair need not wait.
+        if t.connected && self.rtt.get(&view.id).is_none_or(|e| e.samples() < MIN_SAMPLES_TO_MOVE) {
+            return Judgement::No;
+        }
         let parent_lat = t.parent.and_then(|p| self.lat_us(&p));
         tree::judge(t, self.id, parent_lat, view, self.config.shortcut_threshold.as_micros() as u32)
     }
@@ -444,9 +479,14 @@ impl Core {
         }
         let Some(view) = self.view(ri, c) else { return };
         match self.judge(ri, &view) {
-            Judgement::Switch(_) => self.switch_to(ri, view),
+            Judgement::Switch(why) => self.switch_to(ri, view, why),
             Judgement::NeedFresh => self.ask(ri, &view),
-            Judgement::AskParent => self.query_parent(ri, c),
+            Judgement::AskParent => {
+                // What we heard may be stale by a little (small changes are not advertised):
+                // ask for its exact state too.
+                self.ask(ri, &view);
+                self.query_parent(ri, c);
+            }
             Judgement::No => {}
         }
     }
@@ -469,19 +509,27 @@ impl Core {
                     }
                 }
                 Judgement::NeedFresh => self.ask(ri, &view),
-                Judgement::AskParent => self.query_parent(ri, c),
+                Judgement::AskParent => {
+                    self.ask(ri, &view);
+                    self.query_parent(ri, c);
+                }
                 Judgement::No => {}
             }
         }
-        if let Some((_, view)) = best {
-            self.switch_to(ri, view);
+        if let Some(((why, ..), view)) = best {
+            self.switch_to(ri, view, why);
         }
         if !self.trees[ri].as_ref().expect("live").connected {
             self.request_serial(ri);
         }
     }
 
-    fn switch_to(&mut self, ri: RootIdx, view: CandidateView) {
+    fn switch_to(&mut self, ri: RootIdx, view: CandidateView, why: SwitchReason) {
+        match why {
+            SwitchReason::Rules => self.stats.switches_rules += 1,
+            SwitchReason::Shortcut => self.stats.switches_shortcut += 1,
+            SwitchReason::Repair => self.stats.switches_repair += 1,
+        }
         let now = self.now;
         let t = self.trees[ri].as_mut().expect("live");
         let old = t.parent;
@@ -554,14 +602,17 @@ impl Core {
     /// After our state in a tree changed: push it to the children, schedule an advert if
     /// it changed enough, and answer advert requests that waited for this serial.
     fn after_change(&mut self, ri: RootIdx, serial_advanced: bool) {
-        let t = self.trees[ri].as_ref().expect("live");
+        let t = self.trees[ri].as_mut().expect("live");
         let e = entry_of(t);
-        let children: Vec<NodeId> = t.children.iter().copied().collect();
         if t.advert_due() {
             self.dirty.insert(ri);
         }
-        for c in children {
-            self.send(c, Message::TreeUpdate(e));
+        if serial_advanced || t.push_due() {
+            t.pushed = (t.dist_us, t.connected);
+            let children: Vec<NodeId> = t.children.iter().copied().collect();
+            for c in children {
+                self.send(c, Message::TreeUpdate(e));
+            }
         }
         if serial_advanced && let Some(waiting) = self.waiting_asks.get_mut(&ri) {
             let ready: Vec<NodeId> =
@@ -586,6 +637,7 @@ impl Core {
             return;
         }
         self.asked.insert(key, (want, self.now));
+        self.stats.asks += 1;
         let root = t.root;
         self.out_asks.entry(view.id).or_default().push((root, want));
     }
@@ -596,6 +648,7 @@ impl Core {
             return;
         }
         self.queried.insert(key, self.now);
+        self.stats.parent_queries += 1;
         let root = self.trees[ri].as_ref().expect("live").root;
         self.out_queries.entry(c).or_default().push(root);
     }
@@ -725,6 +778,7 @@ impl Core {
             let quiet = now.saturating_since(t.refreshed_at);
             if let Some(p) = t.parent {
                 if quiet > period * 6 {
+                    self.stats.parents_quiet += 1;
                     self.detach(ri);
                 } else if quiet > period * 3 {
                     let root = t.root;

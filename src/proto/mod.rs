@@ -30,7 +30,7 @@ pub mod timers;
 pub mod tree;
 
 pub use self::config::Config;
-pub use self::core::Core;
+pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
 pub use self::message::{AdvertEntry, Message, WireError};

@@ -26,6 +26,11 @@ impl RttEstimator {
         self.hint_us = Some(rtt_us.max(1));
     }
 
+    /// How many of our own samples are in the window.
+    pub fn samples(&self) -> usize {
+        self.samples.len()
+    }
+
     /// Whether any sample of our own was taken.
     pub fn measured(&self) -> bool {
         !self.samples.is_empty()

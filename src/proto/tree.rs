@@ -55,6 +55,8 @@ pub struct TreeState {
     pub refreshed_at: Time,
     /// The `(dist, connected)` last put into adverts, to tell when a new advert is due.
     pub advertised: (u32, bool),
+    /// The `(dist, connected)` last pushed to the children.
+    pub pushed: (u32, bool),
 }
 
 impl TreeState {
@@ -71,6 +73,7 @@ impl TreeState {
             parent_dist_us: 0,
             refreshed_at: now,
             advertised: (0, true),
+            pushed: (0, true),
         }
     }
 
@@ -87,6 +90,7 @@ impl TreeState {
             parent_dist_us: INFINITE,
             refreshed_at: now,
             advertised: (INFINITE, false),
+            pushed: (INFINITE, false),
         }
     }
 
@@ -108,10 +112,20 @@ impl TreeState {
     }
 
     /// Whether the current state differs enough from the last advertised one to send it:
-    /// any change of connectivity, or of dist by more than 1% or 20 µs (RTT jitter must
-    /// not flood the candidates; not advertising a change is always safe).
+    /// any change of connectivity, or of dist by more than 0.1% and 20 µs (RTT jitter must
+    /// not flood the candidates; not advertising a change is always safe, and a node that
+    /// needs exact figures asks with an advert request).
     pub fn advert_due(&self) -> bool {
-        let (d, c) = self.advertised;
+        self.differs_from(self.advertised)
+    }
+
+    /// Whether the children should hear of the change (same test as [`Self::advert_due`],
+    /// against what was last pushed; a new serial is always pushed).
+    pub fn push_due(&self) -> bool {
+        self.differs_from(self.pushed)
+    }
+
+    fn differs_from(&self, (d, c): (u32, bool)) -> bool {
         if c != self.connected {
             return true;
         }
@@ -119,7 +133,7 @@ impl TreeState {
             return d != self.dist_us;
         }
         let delta = d.abs_diff(self.dist_us);
-        delta > 20 && delta as u64 * 100 > d as u64
+        delta > 20 && delta as u64 * 1000 > d as u64
     }
 }
 
@@ -216,7 +230,7 @@ pub fn judge(
         return verdict(true, SwitchReason::Shortcut);
     }
     // (2) closer, (3) nearer the root (ties by id), (4) via feasibility, and the guard.
-    let rules = c.lat_us < parent_lat
+    let rules = clearly_closer(c.lat_us, parent_lat)
         && (c.dist_us, c.id) < (me.dist_us, my_id)
         && through <= me.dist_us.saturating_add(threshold_us);
     let v = verdict(rules, SwitchReason::Rules);
@@ -229,6 +243,14 @@ pub fn judge(
         return Judgement::AskParent;
     }
     v
+}
+
+/// Condition (2) with hysteresis: the candidate must be closer than the parent by more
+/// than a quarter of the parent's latency plus 100 µs. Measured latencies jitter (queueing
+/// only ever adds delay); without a margin, nodes of one cluster (all about equally close)
+/// keep swapping parents and grow chains. Loop freedom rests on feasibility, not on this.
+pub fn clearly_closer(candidate_lat_us: u32, parent_lat_us: u32) -> bool {
+    candidate_lat_us.saturating_add(parent_lat_us / 4).saturating_add(100) < parent_lat_us
 }
 
 /// Among switchable candidates, the one to take: for repair and shortcuts the shortest
@@ -291,6 +313,17 @@ mod tests {
         // 25 ms away vs parent at 20 ms, dist through it 26 ms: gain 4 ms < threshold.
         let c = cand(9, 5, MS, 25 * MS);
         assert_eq!(judge(&me, id(ME), Some(20 * MS), &c, TH), Judgement::No);
+    }
+
+    #[test]
+    fn condition_2_needs_a_clear_margin_so_jitter_inside_a_cluster_does_not_move_parents() {
+        let me = attached(30 * MS, 30 * MS);
+        // 160 µs vs 250 µs: the same cluster, measured with jitter.
+        let c = cand(9, 5, 25 * MS, 160);
+        assert_eq!(judge(&me, id(ME), Some(250), &c, TH), Judgement::No);
+        assert!(clearly_closer(100, 15 * MS));
+        assert!(!clearly_closer(12 * MS, 15 * MS));
+        assert!(clearly_closer(15 * MS, 25 * MS));
     }
 
     #[test]
@@ -406,7 +439,7 @@ mod tests {
     fn advert_due_ignores_jitter_but_not_connectivity() {
         let mut t = attached(30 * MS, 30 * MS);
         t.advertised = (30 * MS, true);
-        t.dist_us = 30 * MS + 100;
+        t.dist_us = 30 * MS + 25;
         assert!(!t.advert_due());
         t.dist_us = 31 * MS;
         assert!(t.advert_due());
