@@ -3,9 +3,9 @@
 //! rotated to discover better ones, and a few "hinted" peers learnt from parent queries.
 //! Peers that probe us ("inbound") receive our adverts too, so the relation is symmetric.
 
+use super::id::IdMap as HashMap;
 use super::id::NodeId;
 use super::time::Time;
-use super::id::IdMap as HashMap;
 use std::collections::BTreeMap;
 
 /// Why a peer is watched.
@@ -50,7 +50,12 @@ impl CandidateSet {
 
     /// Everyone who gets our adverts: watched and inbound peers, sorted, no duplicates.
     pub fn advert_targets(&self) -> Vec<NodeId> {
-        let mut v: Vec<NodeId> = self.watched.keys().copied().chain(self.inbound.keys().copied()).collect();
+        let mut v: Vec<NodeId> = self
+            .watched
+            .keys()
+            .copied()
+            .chain(self.inbound.keys().copied())
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -58,10 +63,22 @@ impl CandidateSet {
 
     /// The largest RTT among near peers, if `max_near` of them are known (a peer measured
     /// below it deserves a place).
-    pub fn near_cutoff(&self, rtt_us: impl Fn(&NodeId) -> Option<u32>, max_near: usize) -> Option<u32> {
-        let near: Vec<u32> =
-            self.watched.iter().filter(|(_, r)| **r == Role::Near).filter_map(|(k, _)| rtt_us(k)).collect();
-        if near.len() < max_near { None } else { near.into_iter().max() }
+    pub fn near_cutoff(
+        &self,
+        rtt_us: impl Fn(&NodeId) -> Option<u32>,
+        max_near: usize,
+    ) -> Option<u32> {
+        let near: Vec<u32> = self
+            .watched
+            .iter()
+            .filter(|(_, r)| **r == Role::Near)
+            .filter_map(|(k, _)| rtt_us(k))
+            .collect();
+        if near.len() < max_near {
+            None
+        } else {
+            near.into_iter().max()
+        }
     }
 
     /// Starts watching `id` as an explorer; false if already watched.
@@ -120,7 +137,12 @@ impl CandidateSet {
     /// Re-sorts near and explorers by RTT: the `max_near` lowest measured RTTs are near,
     /// the rest explorers; explorers beyond `explorers` are dropped, oldest first.
     /// Returns the peers no longer watched.
-    pub fn rebalance(&mut self, rtt_us: impl Fn(&NodeId) -> Option<u32>, max_near: usize, explorers: usize) -> Vec<NodeId> {
+    pub fn rebalance(
+        &mut self,
+        rtt_us: impl Fn(&NodeId) -> Option<u32>,
+        max_near: usize,
+        explorers: usize,
+    ) -> Vec<NodeId> {
         let mut measured: Vec<(u32, NodeId)> = self
             .watched
             .iter()
@@ -156,8 +178,14 @@ impl CandidateSet {
 
     /// Drops inbound peers silent since `now - inbound_expiry` and hinted peers past their
     /// expiry unless `keep` says they are still needed (e.g. they are a parent).
-    pub fn expire(&mut self, now: Time, inbound_expiry: std::time::Duration, keep: impl Fn(&NodeId) -> bool) -> Vec<NodeId> {
-        self.inbound.retain(|_, seen| now.saturating_since(*seen) < inbound_expiry);
+    pub fn expire(
+        &mut self,
+        now: Time,
+        inbound_expiry: std::time::Duration,
+        keep: impl Fn(&NodeId) -> bool,
+    ) -> Vec<NodeId> {
+        self.inbound
+            .retain(|_, seen| now.saturating_since(*seen) < inbound_expiry);
         let gone: Vec<NodeId> = self
             .watched
             .iter()

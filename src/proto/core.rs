@@ -12,13 +12,13 @@
 //!   ([`Message::SerialRequest`]) so repair does not wait for the next period.
 
 use super::candidates::CandidateSet;
+use super::id::{IdMap as HashMap, IdSet as HashSet};
 use super::membership::MemberTable;
 use super::rng::SplitMix64;
 use super::rtt::RttEstimator;
 use super::timers::{Timer, TimerQueue};
 use super::tree::{self, CandidateView, INFINITE, Judgement, SwitchReason, TreeState};
 use super::*;
-use super::id::{IdMap as HashMap, IdSet as HashSet};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// What a peer last told us about one root.
@@ -102,7 +102,10 @@ impl Core {
         timers.set(Timer::SerialTick, phase(&mut rng, config.serial_period));
         timers.set(Timer::ProbeRound, phase(&mut rng, config.advert_interval));
         timers.set(Timer::ExploreRotate, now + config.explore_rotate);
-        timers.set(Timer::Housekeeping, phase(&mut rng, config.serial_period) + config.serial_period);
+        timers.set(
+            Timer::Housekeeping,
+            phase(&mut rng, config.serial_period) + config.serial_period,
+        );
         let mut root_index = HashMap::default();
         root_index.insert(id, OWN_ROOT);
         Core {
@@ -164,8 +167,13 @@ impl Core {
             Input::Command(Command::Leave) => return self.leave(),
         }
         self.fire_due_timers();
-        if !self.dirty.is_empty() || !self.owed_full.is_empty() || !self.out_asks.is_empty() || !self.out_queries.is_empty() {
-            self.timers.set_if_idle(Timer::AdvertFlush, self.now + self.config.advert_interval);
+        if !self.dirty.is_empty()
+            || !self.owed_full.is_empty()
+            || !self.out_asks.is_empty()
+            || !self.out_queries.is_empty()
+        {
+            self.timers
+                .set_if_idle(Timer::AdvertFlush, self.now + self.config.advert_interval);
         }
     }
 
@@ -181,7 +189,11 @@ impl Core {
 
     /// When to call `handle(now, Input::Timeout)` next (`None` after leaving).
     pub fn poll_timeout(&self) -> Option<Time> {
-        if self.left { None } else { self.timers.next_deadline() }
+        if self.left {
+            None
+        } else {
+            self.timers.next_deadline()
+        }
     }
 
     /// This node's parent in `root`'s tree.
@@ -214,7 +226,10 @@ impl Core {
 
     /// Filtered RTT estimate to `peer`.
     pub fn rtt(&self, peer: NodeId) -> Option<std::time::Duration> {
-        self.rtt.get(&peer).and_then(|e| e.rtt_us()).map(|us| std::time::Duration::from_micros(us as u64))
+        self.rtt
+            .get(&peer)
+            .and_then(|e| e.rtt_us())
+            .map(|us| std::time::Duration::from_micros(us as u64))
     }
 
     /// Every member heard of, with its state.
@@ -233,7 +248,9 @@ impl Core {
     }
 
     fn tree_state(&self, root: NodeId) -> Option<&TreeState> {
-        self.root_index.get(&root).and_then(|&i| self.trees[i].as_ref())
+        self.root_index
+            .get(&root)
+            .and_then(|&i| self.trees[i].as_ref())
     }
 
     // ---- inputs ---------------------------------------------------------------------
@@ -279,14 +296,20 @@ impl Core {
             && let Some(t) = self.trees[ri].take()
         {
             if t.parent.is_some() {
-                self.events.push_back(Event::ParentChanged { root: id, old: t.parent, new: None });
+                self.events.push_back(Event::ParentChanged {
+                    root: id,
+                    old: t.parent,
+                    new: None,
+                });
             }
             self.events.push_back(Event::RootRemoved { root: id });
             self.waiting_asks.remove(&ri);
             self.dirty.remove(&ri);
         }
         for ri in 0..self.trees.len() {
-            let Some(t) = self.trees[ri].as_mut() else { continue };
+            let Some(t) = self.trees[ri].as_mut() else {
+                continue;
+            };
             t.children.remove(&id);
             if t.parent == Some(id) {
                 self.stats.parents_lost += 1;
@@ -302,8 +325,15 @@ impl Core {
             return; // Only members take part; late messages of departed ones are dropped.
         }
         match msg {
-            Message::Ping { sent_us, rtt_hint_us, watch } => {
-                if watch && self.cands.note_inbound(from, self.now) && self.cands.role(&from).is_none() {
+            Message::Ping {
+                sent_us,
+                rtt_hint_us,
+                watch,
+            } => {
+                if watch
+                    && self.cands.note_inbound(from, self.now)
+                    && self.cands.role(&from).is_none()
+                {
                     self.owed_full.insert(from);
                 }
                 self.send(from, Message::Pong { sent_us });
@@ -340,33 +370,53 @@ impl Core {
             }
             Message::Detach { root } => {
                 if let Some(ri) = self.live_root(root) {
-                    self.trees[ri].as_mut().expect("live").children.remove(&from);
+                    self.trees[ri]
+                        .as_mut()
+                        .expect("live")
+                        .children
+                        .remove(&from);
                 }
             }
             Message::SerialRequest { root, serial } => {
-                if root == self.id && serial > self.trees[OWN_ROOT].as_ref().expect("own tree").serial {
-                    let at = self.now.max(self.last_bump + self.config.serial_request_gap);
+                if root == self.id
+                    && serial > self.trees[OWN_ROOT].as_ref().expect("own tree").serial
+                {
+                    let at = self
+                        .now
+                        .max(self.last_bump + self.config.serial_request_gap);
                     self.timers.set(Timer::SerialTick, at);
                 }
             }
             Message::AdvertRequest { roots } => {
                 let mut now_entries = Vec::new();
                 for (root, serial) in roots {
-                    let Some(ri) = self.live_root(root) else { continue };
+                    let Some(ri) = self.live_root(root) else {
+                        continue;
+                    };
                     let t = self.trees[ri].as_ref().expect("live");
                     if t.serial >= serial {
                         now_entries.push(entry_of(t));
                     } else {
-                        self.waiting_asks.entry(ri).or_default().push((from, serial, self.now));
+                        self.waiting_asks
+                            .entry(ri)
+                            .or_default()
+                            .push((from, serial, self.now));
                     }
                 }
                 if !now_entries.is_empty() {
-                    self.send(from, Message::Advert { entries: now_entries });
+                    self.send(
+                        from,
+                        Message::Advert {
+                            entries: now_entries,
+                        },
+                    );
                 }
             }
             Message::ParentQuery { roots } => {
-                let parents: Vec<(NodeId, NodeId)> =
-                    roots.into_iter().filter_map(|r| self.tree_state(r).and_then(|t| t.parent).map(|p| (r, p))).collect();
+                let parents: Vec<(NodeId, NodeId)> = roots
+                    .into_iter()
+                    .filter_map(|r| self.tree_state(r).and_then(|t| t.parent).map(|p| (r, p)))
+                    .collect();
                 if !parents.is_empty() {
                     self.send(from, Message::ParentHint { parents });
                 }
@@ -388,12 +438,19 @@ impl Core {
     /// One root's state from a peer: from our parent it sets our own state; from anyone
     /// else it is a candidate to judge. `pushed` marks a [`Message::TreeUpdate`].
     fn handle_entry(&mut self, from: NodeId, e: AdvertEntry, pushed: bool) {
-        let Some(ri) = self.live_root(e.root) else { return };
+        let Some(ri) = self.live_root(e.root) else {
+            return;
+        };
         let slot = self.heard.entry(from).or_default();
         if slot.len() <= ri {
             slot.resize(ri + 1, Heard::default());
         }
-        slot[ri] = Heard { serial: e.serial, dist_us: e.dist_us, connected: e.connected, known: true };
+        slot[ri] = Heard {
+            serial: e.serial,
+            dist_us: e.dist_us,
+            connected: e.connected,
+            known: true,
+        };
         let t = self.trees[ri].as_ref().expect("live");
         if t.parent == Some(from) {
             self.apply_parent_state(ri, e);
@@ -419,7 +476,10 @@ impl Core {
         if self.cands.role(&peer).is_none() {
             // A swept or inbound peer: watch it if it is nearer than our farthest near peer.
             let rtt = &self.rtt;
-            let cutoff = self.cands.near_cutoff(|k| rtt.get(k).and_then(|e| e.rtt_us()), self.config.max_near);
+            let cutoff = self.cands.near_cutoff(
+                |k| rtt.get(k).and_then(|e| e.rtt_us()),
+                self.config.max_near,
+            );
             let mine = rtt.get(&peer).and_then(|e| e.rtt_us());
             match (mine, cutoff) {
                 (Some(m), Some(c)) if m < c => self.watch(peer),
@@ -428,14 +488,25 @@ impl Core {
             }
         }
         let rtt = &self.rtt;
-        self.cands.rebalance(|k| rtt.get(k).and_then(|e| e.rtt_us()), self.config.max_near, self.config.explorers);
+        self.cands.rebalance(
+            |k| rtt.get(k).and_then(|e| e.rtt_us()),
+            self.config.max_near,
+            self.config.explorers,
+        );
         if !self.heard.contains_key(&peer) {
             return; // Nothing heard from it yet: no tree to re-judge.
         }
         for ri in 0..self.trees.len() {
-            let Some(t) = self.trees[ri].as_ref() else { continue };
+            let Some(t) = self.trees[ri].as_ref() else {
+                continue;
+            };
             if t.parent == Some(peer) {
-                let e = AdvertEntry { root: t.root, serial: t.serial, dist_us: t.parent_dist_us, connected: t.connected };
+                let e = AdvertEntry {
+                    root: t.root,
+                    serial: t.serial,
+                    dist_us: t.parent_dist_us,
+                    connected: t.connected,
+                };
                 self.apply_parent_state(ri, e);
             } else {
                 self.consider(ri, peer);
@@ -450,7 +521,10 @@ impl Core {
     }
 
     fn live_root(&self, root: NodeId) -> Option<RootIdx> {
-        self.root_index.get(&root).copied().filter(|&i| self.trees[i].is_some())
+        self.root_index
+            .get(&root)
+            .copied()
+            .filter(|&i| self.trees[i].is_some())
     }
 
     fn view(&self, ri: RootIdx, c: NodeId) -> Option<CandidateView> {
@@ -458,18 +532,35 @@ impl Core {
         if !h.known || !self.members.is_alive(&c) {
             return None;
         }
-        Some(CandidateView { id: c, serial: h.serial, dist_us: h.dist_us, connected: h.connected, lat_us: self.lat_us(&c)? })
+        Some(CandidateView {
+            id: c,
+            serial: h.serial,
+            dist_us: h.dist_us,
+            connected: h.connected,
+            lat_us: self.lat_us(&c)?,
+        })
     }
 
     fn judge(&self, ri: RootIdx, view: &CandidateView) -> Judgement {
         let t = self.trees[ri].as_ref().expect("live");
         // A connected node only moves to a peer measured a few times: a first sample can
         // be far off (queueing), and a move on noise is a move too many. Repair need not wait.
-        if t.connected && self.rtt.get(&view.id).is_none_or(|e| e.samples() < MIN_SAMPLES_TO_MOVE) {
+        if t.connected
+            && self
+                .rtt
+                .get(&view.id)
+                .is_none_or(|e| e.samples() < MIN_SAMPLES_TO_MOVE)
+        {
             return Judgement::No;
         }
         let parent_lat = t.parent.and_then(|p| self.lat_us(&p));
-        tree::judge(t, self.id, parent_lat, view, self.config.shortcut_threshold.as_micros() as u32)
+        tree::judge(
+            t,
+            self.id,
+            parent_lat,
+            view,
+            self.config.shortcut_threshold.as_micros() as u32,
+        )
     }
 
     /// Judges one candidate and acts on the verdict.
@@ -500,7 +591,9 @@ impl Core {
         let peers: Vec<NodeId> = self.heard.keys().copied().collect();
         let mut best: Option<((SwitchReason, u32, u32, NodeId), CandidateView)> = None;
         for c in peers {
-            let Some(view) = self.view(ri, c) else { continue };
+            let Some(view) = self.view(ri, c) else {
+                continue;
+            };
             match self.judge(ri, &view) {
                 Judgement::Switch(why) => {
                     let key = tree::preference(why, &view);
@@ -545,9 +638,16 @@ impl Core {
             self.send(o, Message::Detach { root });
         }
         self.send(view.id, Message::Attach { root });
-        self.events.push_back(Event::ParentChanged { root, old, new: Some(view.id) });
+        self.events.push_back(Event::ParentChanged {
+            root,
+            old,
+            new: Some(view.id),
+        });
         if !was_connected {
-            self.events.push_back(Event::ConnectedChanged { root, connected: true });
+            self.events.push_back(Event::ConnectedChanged {
+                root,
+                connected: true,
+            });
         }
         self.after_change(ri, advanced);
     }
@@ -561,16 +661,26 @@ impl Core {
         t.connected = false;
         t.dist_us = INFINITE;
         t.parent_dist_us = INFINITE;
-        self.events.push_back(Event::ParentChanged { root, old, new: None });
+        self.events.push_back(Event::ParentChanged {
+            root,
+            old,
+            new: None,
+        });
         if was_connected {
-            self.events.push_back(Event::ConnectedChanged { root, connected: false });
+            self.events.push_back(Event::ConnectedChanged {
+                root,
+                connected: false,
+            });
         }
         self.after_change(ri, false);
     }
 
     /// Our parent told us its state (pushed, advertised, or our latency to it changed).
     fn apply_parent_state(&mut self, ri: RootIdx, e: AdvertEntry) {
-        let lat = self.trees[ri].as_ref().and_then(|t| t.parent).and_then(|p| self.lat_us(&p));
+        let lat = self.trees[ri]
+            .as_ref()
+            .and_then(|t| t.parent)
+            .and_then(|p| self.lat_us(&p));
         let now = self.now;
         let t = self.trees[ri].as_mut().expect("live");
         if e.serial < t.serial {
@@ -589,7 +699,10 @@ impl Core {
         t.connected = e.connected && dist != INFINITE;
         let root = t.root;
         if before.1 != t.connected {
-            self.events.push_back(Event::ConnectedChanged { root, connected: t.connected });
+            self.events.push_back(Event::ConnectedChanged {
+                root,
+                connected: t.connected,
+            });
         }
         if advanced || before != (t.dist_us, t.connected) {
             self.after_change(ri, advanced);
@@ -615,8 +728,11 @@ impl Core {
             }
         }
         if serial_advanced && let Some(waiting) = self.waiting_asks.get_mut(&ri) {
-            let ready: Vec<NodeId> =
-                waiting.iter().filter(|(_, s, _)| *s <= e.serial).map(|(p, _, _)| *p).collect();
+            let ready: Vec<NodeId> = waiting
+                .iter()
+                .filter(|(_, s, _)| *s <= e.serial)
+                .map(|(p, _, _)| *p)
+                .collect();
             waiting.retain(|(_, s, _)| *s > e.serial);
             for p in ready {
                 self.send(p, Message::Advert { entries: vec![e] });
@@ -628,7 +744,11 @@ impl Core {
     /// feasibility distance is what blocks it).
     fn ask(&mut self, ri: RootIdx, view: &CandidateView) {
         let t = self.trees[ri].as_ref().expect("live");
-        let want = if view.serial < t.serial { t.serial } else { t.serial + 1 };
+        let want = if view.serial < t.serial {
+            t.serial
+        } else {
+            t.serial + 1
+        };
         let key = (view.id, ri);
         if let Some(&(s, at)) = self.asked.get(&key)
             && s >= want
@@ -644,7 +764,11 @@ impl Core {
 
     fn query_parent(&mut self, ri: RootIdx, c: NodeId) {
         let key = (c, ri);
-        if self.queried.get(&key).is_some_and(|at| self.now.saturating_since(*at) < self.config.serial_period) {
+        if self
+            .queried
+            .get(&key)
+            .is_some_and(|at| self.now.saturating_since(*at) < self.config.serial_period)
+        {
             return;
         }
         self.queried.insert(key, self.now);
@@ -655,7 +779,11 @@ impl Core {
 
     fn request_serial(&mut self, ri: RootIdx) {
         let gap = self.config.serial_period / 4;
-        if self.serial_requested.get(&ri).is_some_and(|at| self.now.saturating_since(*at) < gap) {
+        if self
+            .serial_requested
+            .get(&ri)
+            .is_some_and(|at| self.now.saturating_since(*at) < gap)
+        {
             return;
         }
         self.serial_requested.insert(ri, self.now);
@@ -684,7 +812,8 @@ impl Core {
         t.refreshed_at = self.now;
         self.last_bump = self.now;
         self.after_change(OWN_ROOT, true);
-        self.timers.set(Timer::SerialTick, self.now + self.config.serial_period);
+        self.timers
+            .set(Timer::SerialTick, self.now + self.config.serial_period);
     }
 
     fn on_flush(&mut self) {
@@ -700,11 +829,21 @@ impl Core {
         for peer in targets {
             if owed.contains(&peer) {
                 // Only trees we are connected to: an unknown entry already means "no path".
-                let all: Vec<AdvertEntry> =
-                    self.trees.iter().flatten().filter(|t| t.connected).map(entry_of).collect();
+                let all: Vec<AdvertEntry> = self
+                    .trees
+                    .iter()
+                    .flatten()
+                    .filter(|t| t.connected)
+                    .map(entry_of)
+                    .collect();
                 self.send(peer, Message::Advert { entries: all });
             } else if !entries.is_empty() {
-                self.send(peer, Message::Advert { entries: entries.clone() });
+                self.send(
+                    peer,
+                    Message::Advert {
+                        entries: entries.clone(),
+                    },
+                );
             }
         }
         for (peer, roots) in std::mem::take(&mut self.out_asks) {
@@ -734,35 +873,55 @@ impl Core {
             }
         }
         let jitter = 0.75 + 0.5 * self.rng.unit();
-        self.timers.set(Timer::ProbeRound, self.now + self.config.probe_interval.mul_f64(jitter));
+        self.timers.set(
+            Timer::ProbeRound,
+            self.now + self.config.probe_interval.mul_f64(jitter),
+        );
     }
 
     fn on_explore_rotate(&mut self) {
         if let Some(peer) = self.random_unwatched() {
             self.watch(peer);
             let rtt = &self.rtt;
-            self.cands
-                .rebalance(|k| rtt.get(k).and_then(|e| e.rtt_us()), self.config.max_near, self.config.explorers + 1);
+            self.cands.rebalance(
+                |k| rtt.get(k).and_then(|e| e.rtt_us()),
+                self.config.max_near,
+                self.config.explorers + 1,
+            );
         }
-        self.timers.set(Timer::ExploreRotate, self.now + self.config.explore_rotate);
+        self.timers
+            .set(Timer::ExploreRotate, self.now + self.config.explore_rotate);
     }
 
     fn on_housekeeping(&mut self) {
         let now = self.now;
         let period = self.config.serial_period;
         self.housekeeping_rounds += 1;
-        let parents: HashSet<NodeId> = self.trees.iter().flatten().filter_map(|t| t.parent).collect();
-        self.cands.expire(now, self.config.inbound_expiry, |k| parents.contains(k));
+        let parents: HashSet<NodeId> = self
+            .trees
+            .iter()
+            .flatten()
+            .filter_map(|t| t.parent)
+            .collect();
+        self.cands
+            .expire(now, self.config.inbound_expiry, |k| parents.contains(k));
         // Forget what we heard from peers we no longer trade with.
         let mut keep: HashSet<NodeId> = self.cands.advert_targets().into_iter().collect();
         keep.extend(parents.iter().copied());
-        keep.extend(self.trees.iter().flatten().flat_map(|t| t.children.iter().copied()));
+        keep.extend(
+            self.trees
+                .iter()
+                .flatten()
+                .flat_map(|t| t.children.iter().copied()),
+        );
         self.heard.retain(|k, _| keep.contains(k));
         for list in self.waiting_asks.values_mut() {
             list.retain(|(_, _, at)| now.saturating_since(*at) < period * 2);
         }
-        self.asked.retain(|_, (_, at)| now.saturating_since(*at) < period);
-        self.queried.retain(|_, at| now.saturating_since(*at) < period);
+        self.asked
+            .retain(|_, (_, at)| now.saturating_since(*at) < period);
+        self.queried
+            .retain(|_, at| now.saturating_since(*at) < period);
         // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds.
         let every = self.config.full_advert_every.max(1) as u64;
         for (i, peer) in self.cands.advert_targets().into_iter().enumerate() {
@@ -774,7 +933,9 @@ impl Core {
         // share of the connected ones (a candidate may have improved without a change of
         // its own to advertise).
         for ri in 1..self.trees.len() {
-            let Some(t) = self.trees[ri].as_ref() else { continue };
+            let Some(t) = self.trees[ri].as_ref() else {
+                continue;
+            };
             let quiet = now.saturating_since(t.refreshed_at);
             if let Some(p) = t.parent {
                 if quiet > period * 6 {
@@ -802,8 +963,19 @@ impl Core {
 
     /// Probes `peer`; `watch` subscribes us to its adverts (candidates and parents).
     fn ping(&mut self, peer: NodeId, watch: bool) {
-        let rtt_hint_us = self.rtt.get(&peer).filter(|e| e.measured()).and_then(|e| e.rtt_us());
-        self.send(peer, Message::Ping { sent_us: self.now.as_micros(), rtt_hint_us, watch });
+        let rtt_hint_us = self
+            .rtt
+            .get(&peer)
+            .filter(|e| e.measured())
+            .and_then(|e| e.rtt_us());
+        self.send(
+            peer,
+            Message::Ping {
+                sent_us: self.now.as_micros(),
+                rtt_hint_us,
+                watch,
+            },
+        );
     }
 
     /// Starts watching `peer` as an explorer: probe it now and send it our full state.
@@ -842,8 +1014,12 @@ impl Core {
     }
 
     fn leave(&mut self) {
-        let detaches: Vec<(NodeId, NodeId)> =
-            self.trees.iter().flatten().filter_map(|t| t.parent.map(|p| (p, t.root))).collect();
+        let detaches: Vec<(NodeId, NodeId)> = self
+            .trees
+            .iter()
+            .flatten()
+            .filter_map(|t| t.parent.map(|p| (p, t.root)))
+            .collect();
         for (p, root) in detaches {
             self.send(p, Message::Detach { root });
         }
@@ -853,5 +1029,10 @@ impl Core {
 }
 
 fn entry_of(t: &TreeState) -> AdvertEntry {
-    AdvertEntry { root: t.root, serial: t.serial, dist_us: t.dist_us, connected: t.connected }
+    AdvertEntry {
+        root: t.root,
+        serial: t.serial,
+        dist_us: t.dist_us,
+        connected: t.connected,
+    }
 }

@@ -26,13 +26,20 @@ impl<'de> Deserialize<'de> for NodeId {
                 f.write_str("16 bytes of node id")
             }
             fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<NodeId, E> {
-                let bytes: [u8; 16] = v.try_into().map_err(|_| E::invalid_length(v.len(), &self))?;
+                let bytes: [u8; 16] = v
+                    .try_into()
+                    .map_err(|_| E::invalid_length(v.len(), &self))?;
                 Ok(NodeId(bytes))
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<NodeId, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<NodeId, A::Error> {
                 let mut bytes = [0u8; 16];
                 for (i, b) in bytes.iter_mut().enumerate() {
-                    *b = seq.next_element()?.ok_or_else(|| serde::de::Error::invalid_length(i, &self))?;
+                    *b = seq
+                        .next_element()?
+                        .ok_or_else(|| serde::de::Error::invalid_length(i, &self))?;
                 }
                 Ok(NodeId(bytes))
             }
@@ -51,7 +58,8 @@ impl NodeId {
 
     /// A deterministic, well-spread id for simulations and tests: node `n` of seed `seed`.
     pub fn from_seed(seed: u64, n: u64) -> Self {
-        let mut s = crate::proto::rng::SplitMix64::new(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut s =
+            crate::proto::rng::SplitMix64::new(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let a = s.next_u64().to_be_bytes();
         let b = s.next_u64().to_be_bytes();
         let mut bytes = [0u8; 16];

@@ -2,8 +2,8 @@
 //! and failure detector produce them); the table remembers departures so that late
 //! messages from departed members are ignored.
 
-use super::id::NodeId;
 use super::id::IdMap;
+use super::id::NodeId;
 
 /// State of a member as this node knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -59,7 +59,8 @@ impl MemberTable {
 
     /// Every member ever seen, with its state, sorted by id.
     pub fn sorted(&self) -> Vec<(NodeId, MemberState)> {
-        let mut v: Vec<(NodeId, MemberState)> = self.members.iter().map(|(k, v)| (*k, *v)).collect();
+        let mut v: Vec<(NodeId, MemberState)> =
+            self.members.iter().map(|(k, v)| (*k, *v)).collect();
         v.sort_unstable_by_key(|(k, _)| *k);
         v
     }

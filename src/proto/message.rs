@@ -30,7 +30,11 @@ pub enum Message {
     /// estimate to the receiver (RTT is symmetric, so a peer that probes us lends us its
     /// estimate until we measure our own). `watch` is set when the sender keeps us as a
     /// candidate and wants our adverts; a one-off measurement leaves it unset.
-    Ping { sent_us: u64, rtt_hint_us: Option<u32>, watch: bool },
+    Ping {
+        sent_us: u64,
+        rtt_hint_us: Option<u32>,
+        watch: bool,
+    },
     /// Answer to a [`Message::Ping`].
     Pong { sent_us: u64 },
     /// Tree state for some roots, batched; only roots that changed since the last advert
@@ -82,7 +86,10 @@ impl Message {
         let framed = postcard::to_extend(self, vec![WIRE_VERSION])
             .map_err(|e| WireError::Malformed(e.to_string()))?;
         if framed.len() > MAX_MESSAGE_BYTES {
-            return Err(WireError::TooLarge { len: framed.len(), limit: MAX_MESSAGE_BYTES });
+            return Err(WireError::TooLarge {
+                len: framed.len(),
+                limit: MAX_MESSAGE_BYTES,
+            });
         }
         Ok(framed)
     }
@@ -92,13 +99,19 @@ impl Message {
     pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         let (&version, body) = bytes.split_first().ok_or(WireError::Empty)?;
         if bytes.len() > MAX_MESSAGE_BYTES {
-            return Err(WireError::TooLarge { len: bytes.len(), limit: MAX_MESSAGE_BYTES });
+            return Err(WireError::TooLarge {
+                len: bytes.len(),
+                limit: MAX_MESSAGE_BYTES,
+            });
         }
         if version != WIRE_VERSION {
-            return Err(WireError::Version { got: version, expected: WIRE_VERSION });
+            return Err(WireError::Version {
+                got: version,
+                expected: WIRE_VERSION,
+            });
         }
-        let (msg, rest) =
-            postcard::take_from_bytes::<Message>(body).map_err(|e| WireError::Malformed(e.to_string()))?;
+        let (msg, rest) = postcard::take_from_bytes::<Message>(body)
+            .map_err(|e| WireError::Malformed(e.to_string()))?;
         if !rest.is_empty() {
             return Err(WireError::Trailing(rest.len()));
         }

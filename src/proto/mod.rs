@@ -84,7 +84,11 @@ pub struct Transmit {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// This node's parent in `root`'s tree changed (`None`: no parent).
-    ParentChanged { root: NodeId, old: Option<NodeId>, new: Option<NodeId> },
+    ParentChanged {
+        root: NodeId,
+        old: Option<NodeId>,
+        new: Option<NodeId>,
+    },
     /// This node gained or lost its path to `root`.
     ConnectedChanged { root: NodeId, connected: bool },
     /// A new tree is tracked (a member appeared).

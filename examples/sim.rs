@@ -1,0 +1,288 @@
+//! Runs the deterministic simulator on a topology and reports how the trees form.
+//!
+//! ```text
+//! cargo run --release --example sim -- --topology topologies/phoenix-168.toml --seed 1
+//! cargo run --release --example sim -- --topology phoenix-27 --json
+//! cargo run --release --example sim -- --topology topologies/das-4.toml --dot 0
+//! cargo run --release --example sim -- --topology topologies/phoenix-27.toml --churn 20
+//! ```
+//!
+//! The run lasts until every tree is spanning and wide-area optimal (site optimal on
+//! topologies with sites) and has stayed so, unchanged, for `--stable-seconds`; or until
+//! `--max-seconds` of simulated time. With `--churn`, random joins, leaves and crashes
+//! (that share of the nodes) follow over `--churn-window-seconds`, then the run continues
+//! until it is converged again, and the repair figures are reported.
+
+use anyhow::{Context, Result, bail, ensure};
+use clap::Parser;
+use overlay::proto::rng::SplitMix64;
+use overlay::proto::{Config, Time};
+use overlay::sim::{Report, Sim, SimConfig};
+use overlay::topology::Topology;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Simulate the overlay on a topology in virtual time and report convergence figures.
+#[derive(Parser, Debug)]
+#[command(about, long_about = None, allow_negative_numbers = true)]
+struct Args {
+    /// Topology file (see topologies/README.md), or the name of a shipped one (e.g. phoenix-27).
+    #[arg(long)]
+    topology: String,
+    /// Seed of the run: the same seed gives the same run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of the readable summary.
+    #[arg(long)]
+    json: bool,
+    /// Write the tree of this root as Graphviz dot: a node index (0-based, nodes numbered
+    /// cluster by cluster in file order) or a node's short id (or a unique prefix of it).
+    #[arg(long, value_name = "ROOT")]
+    dot: Option<String>,
+    /// Where to write the dot file (default: <topology name>-root<N>.dot).
+    #[arg(long, value_name = "PATH", requires = "dot")]
+    dot_out: Option<PathBuf>,
+    /// After convergence, joins, leaves and crashes of this percentage of the nodes.
+    #[arg(long, value_name = "PERCENT")]
+    churn: Option<f64>,
+    /// Simulated seconds over which the churn is spread.
+    #[arg(long, default_value_t = 5.0)]
+    churn_window_seconds: f64,
+    /// Simulated seconds to run at most (per phase: initial convergence, then churn).
+    #[arg(long, default_value_t = 120.0)]
+    max_seconds: f64,
+    /// Probability that a message is lost.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// How long the trees must stay optimal and unchanged to call the run converged.
+    #[arg(long, default_value_t = 5.0)]
+    stable_seconds: f64,
+    /// Core presets: wan, lan or test.
+    #[arg(long, default_value = "wan")]
+    preset: String,
+}
+
+/// Figures of the churn phase.
+#[derive(serde::Serialize)]
+struct ChurnOut {
+    percent: f64,
+    actions: usize,
+    started_ms: f64,
+    last_action_ms: f64,
+    /// Start of the stable period after the churn (ms since t = 0).
+    reconverged_ms: Option<f64>,
+    /// How long after the last action the trees were optimal again for good.
+    reconverged_after_last_action_ms: Option<f64>,
+    repair_ms_max: Option<f64>,
+    repair_ms_mean: Option<f64>,
+    unrepaired: usize,
+}
+
+/// The JSON object printed with `--json`.
+#[derive(serde::Serialize)]
+struct Output {
+    #[serde(flatten)]
+    report: Report,
+    converged: bool,
+    wall_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    churn: Option<ChurnOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dot_file: Option<String>,
+}
+
+fn seconds(name: &str, v: f64) -> Result<Duration> {
+    ensure!(
+        v.is_finite() && v > 0.0,
+        "--{name} must be a positive number of seconds, got {v}"
+    );
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn load_topology(arg: &str) -> Result<Topology> {
+    match Topology::load(arg) {
+        Ok(t) => Ok(t),
+        Err(e) => {
+            let is_path =
+                arg.contains('/') || arg.ends_with(".toml") || std::path::Path::new(arg).exists();
+            if let Some(t) = Topology::builtin(arg).filter(|_| !is_path) {
+                return Ok(t);
+            }
+            Err(e).with_context(|| {
+                let names: Vec<&str> = Topology::builtin_names().collect();
+                format!(
+                    "cannot load topology {arg:?} (shipped topologies: {})",
+                    names.join(", ")
+                )
+            })
+        }
+    }
+}
+
+fn resolve_root(sim: &Sim, arg: &str) -> Result<usize> {
+    if let Ok(i) = arg.parse::<usize>() {
+        ensure!(
+            i < sim.total_nodes(),
+            "--dot {i}: there are only {} nodes (0..{})",
+            sim.total_nodes(),
+            sim.total_nodes()
+        );
+        return Ok(i);
+    }
+    let want = arg.to_ascii_lowercase();
+    let hits: Vec<usize> = (0..sim.total_nodes())
+        .filter(|&i| sim.id(i).short().starts_with(&want))
+        .collect();
+    match hits.as_slice() {
+        [i] => Ok(*i),
+        [] => bail!("--dot {arg:?}: no node index or short id matches"),
+        _ => bail!(
+            "--dot {arg:?}: the prefix matches {} nodes; give more characters",
+            hits.len()
+        ),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let max = seconds("max-seconds", args.max_seconds)?;
+    let stable_for = seconds("stable-seconds", args.stable_seconds)?;
+    ensure!(
+        (0.0..=1.0).contains(&args.loss),
+        "--loss must be between 0 and 1, got {}",
+        args.loss
+    );
+    if let Some(p) = args.churn {
+        ensure!(
+            p.is_finite() && (0.0..=100.0).contains(&p),
+            "--churn must be a percentage (0 to 100), got {p}"
+        );
+    }
+    let window = seconds("churn-window-seconds", args.churn_window_seconds)?;
+    let core = match args.preset.as_str() {
+        "wan" => Config::wan(),
+        "lan" => Config::lan(),
+        "test" => Config::test(),
+        other => bail!("--preset must be wan, lan or test, got {other:?}"),
+    };
+    let topo = load_topology(&args.topology)?;
+
+    let wall = Instant::now();
+    let cfg = SimConfig {
+        seed: args.seed,
+        core,
+        loss: args.loss,
+        stable_for,
+        ..SimConfig::default()
+    };
+    let mut sim = Sim::new(&topo, cfg);
+    let dot_root = args
+        .dot
+        .as_deref()
+        .map(|a| resolve_root(&sim, a))
+        .transpose()?;
+    let converged = sim.run_until_converged(max).is_some();
+
+    let churn = match args.churn {
+        None => None,
+        Some(percent) => {
+            if !converged && !args.json {
+                eprintln!(
+                    "warning: not converged after {:.0} s; starting the churn anyway",
+                    max.as_secs_f64()
+                );
+            }
+            sim.set_check_interval(Duration::from_millis(10));
+            let start = sim.now() + Duration::from_millis(100);
+            let mut rng = SplitMix64::new(args.seed ^ 0xC4_u64.rotate_left(56));
+            let plan = sim.schedule_churn(percent, start..start + window, &mut rng);
+            let last = plan.last().map_or(start, |p| p.0);
+            let again = sim.run_until_converged(max);
+            let r = sim.report();
+            let ms = |t: Time| t.as_micros() as f64 / 1e3;
+            Some(ChurnOut {
+                percent,
+                actions: plan.len(),
+                started_ms: ms(start),
+                last_action_ms: ms(last),
+                reconverged_ms: again.map(|d| d.as_secs_f64() * 1e3),
+                reconverged_after_last_action_ms: again
+                    .map(|d| (d.as_secs_f64() * 1e3 - ms(last)).max(0.0)),
+                repair_ms_max: r.repair_ms_max,
+                repair_ms_mean: r.repair_ms_mean,
+                unrepaired: r.unrepaired,
+            })
+        }
+    };
+
+    let dot_file = match dot_root {
+        None => None,
+        Some(root) => {
+            ensure!(
+                sim.is_alive(root),
+                "--dot {root}: that node left or crashed during the churn"
+            );
+            let path = args
+                .dot_out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{}-root{root}.dot", topo.name)));
+            std::fs::write(&path, sim.dot(root))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Some(path.display().to_string())
+        }
+    };
+    let wall_ms = wall.elapsed().as_secs_f64() * 1e3;
+    let report = sim.report();
+
+    if args.json {
+        let out = Output {
+            report,
+            converged,
+            wall_ms,
+            churn,
+            dot_file,
+        };
+        println!("{}", serde_json::to_string(&out)?);
+        return Ok(());
+    }
+    println!("{report}");
+    println!("wall time           {wall_ms:.0} ms");
+    if !converged {
+        println!("NOT converged within {:.0} simulated s", max.as_secs_f64());
+        let why = sim.explain(3);
+        if !why.is_empty() {
+            println!("{why}");
+        }
+    }
+    if let Some(c) = &churn {
+        let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.1} ms"));
+        println!(
+            "churn {:.0}%: {} actions from {:.0} ms to {:.0} ms; re-converged at {} ({} after the last action)",
+            c.percent,
+            c.actions,
+            c.started_ms,
+            c.last_action_ms,
+            opt(c.reconverged_ms),
+            opt(c.reconverged_after_last_action_ms)
+        );
+        println!(
+            "repair (until every tree spans every live node again): max {}, mean {}, {} unrepaired",
+            opt(c.repair_ms_max),
+            opt(c.repair_ms_mean),
+            c.unrepaired
+        );
+    }
+    if let (Some(root), Some(path)) = (dot_root, &dot_file) {
+        println!("tree of root {root} ({}) written to {path}", sim.id(root));
+    }
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! Simulator settings.
+
+use crate::proto;
+use std::time::Duration;
+
+/// Settings of one simulation run. Plain public fields; start from [`Default`].
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Seed of the simulator's RNG; node ids, node seeds, loss and churn derive from it.
+    pub seed: u64,
+    /// Configuration handed to every core.
+    pub core: proto::Config,
+    /// CPU time a node spends on every message it sends.
+    pub cpu_send: Duration,
+    /// CPU time a node spends on every message it receives.
+    pub cpu_recv: Duration,
+    /// Probability that any one message is lost (0.0 to 1.0).
+    pub loss: f64,
+    /// How long until the other nodes learn of a join or a graceful leave.
+    pub membership_delay: Duration,
+    /// How long until the live nodes are told that a crashed node is dead.
+    pub failure_detection: Duration,
+    /// How often invariant and metric snapshots are taken.
+    pub check_interval: Duration,
+    /// How long every tree must stay spanning, optimal and unchanged to call the run converged.
+    pub stable_for: Duration,
+    /// How many (node, root) pairs each snapshot compares between the global parent view and
+    /// the cores' own [`parent`](crate::proto::Core::parent) answers (a rotating sample; 0
+    /// turns the sampled check off). [`Sim::cross_check_all`](super::Sim::cross_check_all)
+    /// checks every pair.
+    pub cross_check_budget: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            core: proto::Config::wan(),
+            cpu_send: Duration::from_micros(20),
+            cpu_recv: Duration::from_micros(20),
+            loss: 0.0,
+            membership_delay: Duration::from_millis(100),
+            failure_detection: Duration::from_millis(300),
+            check_interval: Duration::from_millis(50),
+            stable_for: Duration::from_secs(5),
+            cross_check_budget: 20_000,
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The network model: clusters, sites, a one-way latency matrix and partitions.
+
+use crate::topology::Topology;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The simulated network: a dense latency matrix between clusters (O(1) lookups), the site
+/// of every cluster, the clusters of the initial nodes, and the partitioned cluster pairs.
+#[derive(Clone, Debug)]
+pub struct NetModel {
+    name: String,
+    cluster_names: Vec<String>,
+    /// Row-major `k x k` one-way latencies, `latency[from * k + to]`.
+    latency: Vec<Duration>,
+    site_of: Vec<usize>,
+    site_names: Vec<String>,
+    has_sites: bool,
+    initial: Vec<usize>,
+    partitioned: BTreeSet<(usize, usize)>,
+}
+
+impl NetModel {
+    /// Builds the model of a topology file: its latency matrix, sites and initial nodes.
+    pub fn from_topology(topo: &Topology) -> Self {
+        let k = topo.clusters.len();
+        let mut latency = Vec::with_capacity(k * k);
+        for from in 0..k {
+            for to in 0..k {
+                latency.push(topo.latency(from, to));
+            }
+        }
+        let site_of: Vec<usize> = (0..k).map(|c| topo.site_of(c)).collect();
+        let sites = site_of.iter().copied().max().map_or(0, |m| m + 1);
+        let mut site_names = vec![String::new(); sites];
+        for (c, &s) in site_of.iter().enumerate() {
+            if site_names[s].is_empty() {
+                site_names[s] = topo.clusters[c]
+                    .site
+                    .clone()
+                    .unwrap_or_else(|| topo.clusters[c].name.clone());
+            }
+        }
+        NetModel {
+            name: topo.name.clone(),
+            cluster_names: topo.clusters.iter().map(|c| c.name.clone()).collect(),
+            latency,
+            site_of,
+            site_names,
+            has_sites: topo.has_sites(),
+            initial: topo.node_clusters(),
+            partitioned: BTreeSet::new(),
+        }
+    }
+
+    /// Builds a model by hand (for tests): `latency[from][to]` is the one-way latency between
+    /// clusters, `sites` gives each cluster's site (`None`: no sites, each cluster is its own),
+    /// `initial` the cluster of every node started at t = 0.
+    ///
+    /// # Panics
+    /// If the matrix is not square, `sites` has the wrong length, or an initial node names a
+    /// cluster that does not exist.
+    pub fn new(
+        name: &str,
+        cluster_names: &[&str],
+        latency: &[Vec<Duration>],
+        sites: Option<&[usize]>,
+        initial: &[usize],
+    ) -> Self {
+        let k = cluster_names.len();
+        assert_eq!(latency.len(), k, "latency matrix needs one row per cluster");
+        assert!(
+            latency.iter().all(|r| r.len() == k),
+            "latency matrix must be square"
+        );
+        assert!(
+            initial.iter().all(|&c| c < k),
+            "initial node in an unknown cluster"
+        );
+        let site_of: Vec<usize> = match sites {
+            Some(s) => {
+                assert_eq!(s.len(), k, "one site per cluster");
+                s.to_vec()
+            }
+            None => (0..k).collect(),
+        };
+        let n_sites = site_of.iter().copied().max().map_or(0, |m| m + 1);
+        NetModel {
+            name: name.to_string(),
+            cluster_names: cluster_names.iter().map(|s| s.to_string()).collect(),
+            latency: latency.iter().flatten().copied().collect(),
+            site_of,
+            site_names: (0..n_sites).map(|s| format!("site{s}")).collect(),
+            has_sites: sites.is_some(),
+            initial: initial.to_vec(),
+            partitioned: BTreeSet::new(),
+        }
+    }
+
+    /// The topology's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Number of clusters.
+    pub fn clusters(&self) -> usize {
+        self.cluster_names.len()
+    }
+
+    /// Name of cluster `c`.
+    pub fn cluster_name(&self, c: usize) -> &str {
+        &self.cluster_names[c]
+    }
+
+    /// Index of the cluster named `name`.
+    pub fn cluster_index(&self, name: &str) -> Option<usize> {
+        self.cluster_names.iter().position(|n| n == name)
+    }
+
+    /// One-way latency from a node of cluster `from` to a node of cluster `to`.
+    pub fn latency(&self, from: usize, to: usize) -> Duration {
+        self.latency[from * self.clusters() + to]
+    }
+
+    /// Whether the topology has a second (site) level.
+    pub fn has_sites(&self) -> bool {
+        self.has_sites
+    }
+
+    /// Site of cluster `c` (each cluster is its own site when there are no sites).
+    pub fn site_of(&self, c: usize) -> usize {
+        self.site_of[c]
+    }
+
+    /// Number of sites.
+    pub fn sites(&self) -> usize {
+        self.site_names.len()
+    }
+
+    /// Name of site `s`.
+    pub fn site_name(&self, s: usize) -> &str {
+        &self.site_names[s]
+    }
+
+    /// Cluster of every node started at t = 0, in node-index order.
+    pub fn initial_clusters(&self) -> &[usize] {
+        &self.initial
+    }
+
+    /// Cuts all traffic between clusters `a` and `b` (both directions; `a == b` cuts the
+    /// cluster's internal traffic).
+    pub fn partition(&mut self, a: usize, b: usize) {
+        self.partitioned.insert(pair(a, b));
+    }
+
+    /// Restores the traffic between clusters `a` and `b`.
+    pub fn heal(&mut self, a: usize, b: usize) {
+        self.partitioned.remove(&pair(a, b));
+    }
+
+    /// Whether traffic between clusters `a` and `b` is currently cut.
+    pub fn is_partitioned(&self, a: usize, b: usize) -> bool {
+        !self.partitioned.is_empty() && self.partitioned.contains(&pair(a, b))
+    }
+}
+
+fn pair(a: usize, b: usize) -> (usize, usize) {
+    (a.min(b), a.max(b))
+}

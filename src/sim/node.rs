@@ -1,0 +1,51 @@
+//! What the simulator needs from a node: the core's driver-facing API.
+
+use crate::proto::{Core, Event, Input, NodeId, Time, Transmit};
+
+/// The part of the core's API the simulator drives. Implemented by [`Core`]; the
+/// simulator's own tests implement it with small scripted fakes.
+pub trait SimNode {
+    /// Feeds one input (see [`Core::handle`]).
+    fn handle(&mut self, now: Time, input: Input);
+    /// Next message to send (see [`Core::poll_transmit`]).
+    fn poll_transmit(&mut self) -> Option<Transmit>;
+    /// Next event (see [`Core::poll_event`]).
+    fn poll_event(&mut self) -> Option<Event>;
+    /// Next deadline (see [`Core::poll_timeout`]).
+    fn poll_timeout(&mut self) -> Option<Time>;
+    /// This node's parent in `root`'s tree (see [`Core::parent`]).
+    fn parent(&self, root: NodeId) -> Option<NodeId>;
+}
+
+impl SimNode for Core {
+    fn handle(&mut self, now: Time, input: Input) {
+        Core::handle(self, now, input)
+    }
+    fn poll_transmit(&mut self) -> Option<Transmit> {
+        Core::poll_transmit(self)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Core::poll_event(self)
+    }
+    fn poll_timeout(&mut self) -> Option<Time> {
+        Core::poll_timeout(self)
+    }
+    fn parent(&self, root: NodeId) -> Option<NodeId> {
+        Core::parent(self, root)
+    }
+}
+
+/// Everything known about a node when the simulator creates it.
+#[derive(Clone, Copy, Debug)]
+pub struct Spawn {
+    /// Its id (`NodeId::from_seed(sim seed, index)`).
+    pub id: NodeId,
+    /// Its index in the simulator (dense, in creation order).
+    pub index: usize,
+    /// Its cluster (index into the topology's clusters).
+    pub cluster: usize,
+    /// Its own RNG seed, derived from the simulator's seed.
+    pub seed: u64,
+    /// When it starts.
+    pub now: Time,
+}

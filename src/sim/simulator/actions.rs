@@ -1,0 +1,212 @@
+//! Scenario actions: scheduling, churn, joins, leaves, crashes, partitions.
+
+use super::*;
+
+impl<N: SimNode> Sim<N> {
+    /// Schedules `action` at `at` (not before now).
+    pub fn schedule(&mut self, at: Time, action: Action) {
+        if let Action::Leave { node } | Action::Crash { node } = action
+            && let Some(d) = self.doomed.get_mut(node)
+        {
+            *d = true;
+        }
+        self.queue.push(at.max(self.now), Pending::Action(action));
+    }
+
+    /// Schedules random churn: joins, leaves and crashes (roughly a third each) totalling
+    /// `percent` % of the initial node count, at random times in `window`. Never removes the
+    /// same node twice (nor one already scheduled to go) and always leaves at least one of
+    /// the current live nodes. Returns what was scheduled.
+    pub fn schedule_churn(
+        &mut self,
+        percent: f64,
+        window: Range<Time>,
+        rng: &mut SplitMix64,
+    ) -> Vec<(Time, Action)> {
+        let initial = self.net.initial_clusters();
+        let count = (percent.max(0.0) / 100.0 * initial.len() as f64).round() as usize;
+        let candidates: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.alive[i] && !self.doomed[i])
+            .collect();
+        let doomed_live = (0..self.nodes.len())
+            .filter(|&i| self.alive[i] && self.doomed[i])
+            .count();
+        let keep = if doomed_live < self.live {
+            1
+        } else {
+            candidates.len()
+        };
+        let join_clusters = initial.to_vec();
+        let plan = scenario::plan_churn(count, &candidates, keep, &join_clusters, window, rng);
+        for (at, a) in &plan {
+            self.schedule(*at, a.clone());
+        }
+        plan
+    }
+
+    /// Applies `action` now. Returns the new node's index for a join.
+    pub fn apply(&mut self, action: Action) -> Option<usize> {
+        match action {
+            Action::Join { cluster } => return Some(self.join(cluster)),
+            Action::Leave { node } => self.leave(node),
+            Action::Crash { node } => self.crash(node),
+            Action::Partition { a, b } => {
+                self.net.partition(a, b);
+                self.good_since = None;
+            }
+            Action::Heal { a, b } => {
+                self.net.heal(a, b);
+                self.good_since = None;
+                self.repairs.push(Repair {
+                    kind: "heal",
+                    at: self.now,
+                    done: None,
+                });
+            }
+        }
+        None
+    }
+
+    pub(super) fn join(&mut self, cluster: usize) -> usize {
+        assert!(
+            cluster < self.net.clusters(),
+            "join into unknown cluster {cluster}"
+        );
+        self.good_since = None;
+        let idx = self.spawn(cluster);
+        let live: Vec<usize> = (0..idx).filter(|&i| self.alive[i]).collect();
+        for &b in &live {
+            let id = self.ids[b];
+            self.feed(idx, Input::MemberUp { id }, false);
+        }
+        let at = self.now + self.cfg.membership_delay;
+        for &b in &live {
+            self.queue.push(
+                at,
+                Pending::Member {
+                    to: b,
+                    subject: idx,
+                    down: None,
+                },
+            );
+        }
+        self.stats.joins += 1;
+        self.repairs.push(Repair {
+            kind: "join",
+            at: self.now,
+            done: None,
+        });
+        idx
+    }
+
+    pub(super) fn leave(&mut self, node: usize) {
+        if !self.is_alive(node) {
+            self.stats.ignored_actions += 1;
+            return;
+        }
+        self.good_since = None;
+        self.feed(node, Input::Command(Command::Leave), false);
+        self.remove(node);
+        self.notify_down(node, DownReason::Left, self.cfg.membership_delay);
+        self.stats.leaves += 1;
+        self.repairs.push(Repair {
+            kind: "leave",
+            at: self.now,
+            done: None,
+        });
+    }
+
+    pub(super) fn crash(&mut self, node: usize) {
+        if !self.is_alive(node) {
+            self.stats.ignored_actions += 1;
+            return;
+        }
+        self.good_since = None;
+        self.remove(node);
+        self.notify_down(node, DownReason::Dead, self.cfg.failure_detection);
+        self.stats.crashes += 1;
+        self.repairs.push(Repair {
+            kind: "crash",
+            at: self.now,
+            done: None,
+        });
+    }
+
+    pub(super) fn notify_down(&mut self, node: usize, reason: DownReason, delay: Duration) {
+        let at = self.now + delay;
+        for b in 0..self.nodes.len() {
+            if self.alive[b] {
+                self.queue.push(
+                    at,
+                    Pending::Member {
+                        to: b,
+                        subject: node,
+                        down: Some(reason),
+                    },
+                );
+            }
+        }
+    }
+
+    pub(super) fn spawn(&mut self, cluster: usize) -> usize {
+        let index = self.nodes.len();
+        let id = NodeId::from_seed(self.cfg.seed, index as u64);
+        assert!(
+            !self.index.contains_key(&id),
+            "node id collision at index {index}"
+        );
+        let seed =
+            SplitMix64::new(self.cfg.seed ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03))
+                .next_u64();
+        let node = (self.factory)(Spawn {
+            id,
+            index,
+            cluster,
+            seed,
+            now: self.now,
+        });
+        self.integrate();
+        self.nodes.push(node);
+        self.ids.push(id);
+        self.index.insert(id, index);
+        self.cluster_of.push(cluster);
+        self.alive.push(true);
+        self.doomed.push(false);
+        self.busy_until.push(self.now);
+        self.timer.push(None);
+        self.same_instant.push((Time::ZERO, 0));
+        self.view.add_node();
+        self.tree_cache.push(None);
+        self.dirty.push(true);
+        self.dirty_all = true;
+        self.live += 1;
+        self.live_per_cluster[cluster] += 1;
+        self.live_per_site[self.net.site_of(cluster)] += 1;
+        let end = self.drain(index, self.now);
+        self.busy_until[index] = end;
+        self.rearm(index);
+        index
+    }
+
+    pub(super) fn remove(&mut self, node: usize) {
+        self.integrate();
+        self.alive[node] = false;
+        self.timer[node] = None;
+        self.live -= 1;
+        let c = self.cluster_of[node];
+        self.live_per_cluster[c] -= 1;
+        self.live_per_site[self.net.site_of(c)] -= 1;
+        self.dirty_all = true;
+    }
+
+    /// Adds live-node time up to now (for bytes per node per second).
+    pub(super) fn integrate(&mut self) {
+        let dt = (self.now - self.node_us_at).as_micros();
+        self.node_us += self.live as u128 * dt;
+        self.node_us_at = self.now;
+    }
+
+    pub(super) fn node_us_now(&self) -> u128 {
+        self.node_us + self.live as u128 * (self.now - self.node_us_at).as_micros()
+    }
+}

@@ -1,0 +1,250 @@
+//! Snapshots, the parent-view cross-check, convergence, repair and the report.
+
+use super::*;
+
+impl<N: SimNode> Sim<N> {
+    pub(super) fn layout(&self) -> Layout<'_> {
+        Layout {
+            alive: &self.alive,
+            cluster_of: &self.cluster_of,
+            net: &self.net,
+            live_per_cluster: &self.live_per_cluster,
+            live_per_site: &self.live_per_site,
+            live: self.live,
+        }
+    }
+
+    pub(super) fn take_snapshot(&mut self) {
+        let lay = Layout {
+            alive: &self.alive,
+            cluster_of: &self.cluster_of,
+            net: &self.net,
+            live_per_cluster: &self.live_per_cluster,
+            live_per_site: &self.live_per_site,
+            live: self.live,
+        };
+        for r in 0..self.nodes.len() {
+            if self.alive[r] && (self.dirty_all || self.dirty[r]) {
+                self.tree_cache[r] = Some(metrics::tree_metrics(
+                    r,
+                    self.view.row(r),
+                    &lay,
+                    &mut self.scratch,
+                ));
+            }
+            self.dirty[r] = false;
+        }
+        self.dirty_all = false;
+        let trees = (0..self.nodes.len())
+            .filter(|&r| self.alive[r])
+            .filter_map(|r| self.tree_cache[r].as_ref());
+        self.snap = Snapshot::from_trees(self.snap.seq + 1, self.now, self.live, trees);
+        for v in 0..self.nodes.len() {
+            if self.alive[v] {
+                let backlog = self.busy_until[v] - self.now;
+                if backlog > self.stats.max_backlog {
+                    self.stats.max_backlog = backlog;
+                    self.stats.max_backlog_at = self.now;
+                }
+            }
+        }
+        self.cross_check_sample();
+
+        if self.snap.trees > 0 && self.snap.all_optimal(self.net.has_sites()) {
+            if self.good_since.is_none() {
+                self.good_since = Some(self.now);
+                self.good_mark = (self.stats.bytes, self.node_us_now());
+            }
+        } else {
+            self.good_since = None;
+        }
+        if self.snap.all_spanning() {
+            for r in self.repairs.iter_mut().filter(|r| r.done.is_none()) {
+                r.done = Some(self.now);
+            }
+        }
+        if self.first_converged.is_none() && self.is_converged() {
+            self.first_converged = self.good_since;
+        }
+    }
+
+    /// Compares a rotating sample of (node, root) pairs of the parent view with the cores.
+    pub(super) fn cross_check_sample(&mut self) {
+        let n = self.nodes.len();
+        if self.cfg.cross_check_budget == 0 || self.live == 0 {
+            return;
+        }
+        let (mut used, mut visited) = (0, 0);
+        while used < self.cfg.cross_check_budget && visited < n {
+            let v = self.cross_cursor % n;
+            self.cross_cursor = self.cross_cursor.wrapping_add(1);
+            visited += 1;
+            if self.alive[v] {
+                self.cross_check_node(v);
+                used += self.live;
+            }
+        }
+    }
+
+    pub(super) fn cross_check_node(&self, v: usize) {
+        for r in 0..self.nodes.len() {
+            if !self.alive[r] {
+                continue;
+            }
+            let core = self.nodes[v].parent(self.ids[r]);
+            let view = self.view.parent(r, v).map(|i| self.ids[i]);
+            assert!(
+                core == view,
+                "parent view out of sync at {:?}: node {v} ({}) in the tree of node {r} ({}): \
+                 its ParentChanged events say {view:?}, core.parent() says {core:?}",
+                self.now,
+                self.ids[v],
+                self.ids[r],
+            );
+        }
+    }
+
+    /// Checks that the global parent view equals every live node's `parent()` for every
+    /// live root.
+    ///
+    /// # Panics
+    /// With a message naming the node, the root and both answers, on the first difference.
+    pub fn cross_check_all(&self) {
+        for v in 0..self.nodes.len() {
+            if self.alive[v] {
+                self.cross_check_node(v);
+            }
+        }
+    }
+
+    /// Metrics of `root`'s tree, computed now.
+    pub fn tree_metrics(&self, root: usize) -> TreeMetrics {
+        metrics::tree_metrics(
+            root,
+            self.view.row(root),
+            &self.layout(),
+            &mut Scratch::default(),
+        )
+    }
+
+    /// What is wrong with `root`'s tree, computed now.
+    pub fn diagnose(&self, root: usize) -> TreeDiagnosis {
+        metrics::diagnose(
+            root,
+            self.view.row(root),
+            &self.layout(),
+            &mut Scratch::default(),
+        )
+    }
+
+    /// A readable account of up to `max_trees` live trees that are not spanning and optimal:
+    /// unreached nodes, clusters and sites entered by the wrong number of edges (with the
+    /// edges), the first cycles seen, and, when the run is not converged, the latest parent
+    /// changes. Empty when everything is fine.
+    pub fn explain(&self, max_trees: usize) -> String {
+        crate::sim::dot::explain(self, max_trees)
+    }
+
+    /// Graphviz DOT of `root`'s tree (live nodes, grouped by site and cluster; the root is
+    /// highlighted, wide-area edges are drawn bold, unreached nodes dashed).
+    pub fn dot(&self, root: usize) -> String {
+        crate::sim::dot::render(self, root)
+    }
+
+    // ----- convergence and figures -----------------------------------------------------
+
+    /// Whether the run is converged: every snapshot since [`Sim::converged_at`] showed every
+    /// live tree spanning and wide-area optimal (and site optimal with sites), no parent
+    /// changed since, that has lasted `stable_for`, and no scenario action or membership
+    /// notice is still pending.
+    pub fn is_converged(&self) -> bool {
+        self.queue.external() == 0
+            && self
+                .good_since
+                .is_some_and(|g| self.now - g >= self.cfg.stable_for)
+    }
+
+    /// The start of the current stable period, when [`Sim::is_converged`].
+    pub fn converged_at(&self) -> Option<Time> {
+        if self.is_converged() {
+            self.good_since
+        } else {
+            None
+        }
+    }
+
+    /// The start of the first stable period that lasted `stable_for`.
+    pub fn first_converged_at(&self) -> Option<Time> {
+        self.first_converged
+    }
+
+    /// Repair measurements of the joins, leaves, crashes and heals executed so far.
+    pub fn repairs(&self) -> Vec<RepairRecord> {
+        self.repairs
+            .iter()
+            .map(|r| RepairRecord {
+                kind: r.kind,
+                at_ms: ms(r.at - Time::ZERO),
+                repair_ms: r.done.map(|d| ms(d - r.at)),
+            })
+            .collect()
+    }
+
+    /// The figures of the run so far.
+    pub fn report(&self) -> Report {
+        let s = &self.snap;
+        let node_us = self.node_us_now();
+        let per_node_s = |bytes: u64, us: u128| {
+            if us == 0 {
+                0.0
+            } else {
+                bytes as f64 / (us as f64 / 1e6)
+            }
+        };
+        let steady = self.converged_at().map(|_| {
+            let (b0, us0) = self.good_mark;
+            per_node_s(self.stats.bytes - b0, node_us - us0)
+        });
+        let repairs = self.repairs();
+        let done: Vec<f64> = repairs.iter().filter_map(|r| r.repair_ms).collect();
+        Report {
+            topology: self.net.name().to_string(),
+            seed: self.cfg.seed,
+            nodes: self.live,
+            trees: s.trees,
+            spanning: s.spanning,
+            wide_area_optimal: s.wide_area_optimal,
+            site_optimal: s.site_optimal,
+            has_sites: self.net.has_sites(),
+            cycles_seen: self.cycles_seen,
+            converged_ms: self.first_converged.map(|t| ms(t - Time::ZERO)),
+            last_converged_ms: self.converged_at().map(|t| ms(t - Time::ZERO)),
+            control_bytes_per_node_per_s: per_node_s(self.stats.bytes, node_us),
+            steady_control_bytes_per_node_per_s: steady,
+            max_depth: s.max_depth,
+            mean_depth: s.mean_depth,
+            mean_hops: s.mean_hops,
+            max_fanout: s.max_fanout,
+            sim_ms: ms(self.now - Time::ZERO),
+            messages: self.stats.messages,
+            control_bytes: self.stats.bytes,
+            dropped: self.messages_dropped(),
+            parent_changes: self.stats.parent_changes,
+            joins: self.stats.joins,
+            leaves: self.stats.leaves,
+            crashes: self.stats.crashes,
+            repairs: repairs.len(),
+            unrepaired: repairs.len() - done.len(),
+            repair_ms_max: done.iter().copied().reduce(f64::max),
+            repair_ms_mean: (!done.is_empty())
+                .then(|| done.iter().sum::<f64>() / done.len() as f64),
+            cpu_utilization: if node_us == 0 {
+                0.0
+            } else {
+                self.stats.cpu_us as f64 / node_us as f64
+            },
+            max_backlog_ms: ms(self.stats.max_backlog),
+            max_backlog_at_ms: ms(self.stats.max_backlog_at - Time::ZERO),
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Driving the cores: inputs, the drain rule, the CPU and network models, the event loop.
+
+use super::*;
+
+impl<N: SimNode> Sim<N> {
+    /// Hands `input` to node `idx` at `max(now, busy_until) (+ cpu_recv)`, drains it and
+    /// re-arms its timer.
+    pub(super) fn feed(&mut self, idx: usize, input: Input, recv: bool) {
+        let start = self.now.max(self.busy_until[idx]);
+        let t = if recv {
+            start + self.cfg.cpu_recv
+        } else {
+            start
+        };
+        self.nodes[idx].handle(t, input);
+        let end = self.drain(idx, t);
+        self.busy_until[idx] = end;
+        self.rearm(idx);
+    }
+
+    /// Drains transmits and events of node `idx` handled at `t`; returns the CPU cursor after
+    /// the sends.
+    pub(super) fn drain(&mut self, idx: usize, t: Time) -> Time {
+        let mut cursor = t;
+        loop {
+            let mut progressed = false;
+            while let Some(tx) = self.nodes[idx].poll_transmit() {
+                progressed = true;
+                cursor = cursor + self.cfg.cpu_send;
+                self.stats.cpu_us += self.cfg.cpu_send.as_micros();
+                self.send(idx, tx, cursor);
+            }
+            while let Some(ev) = self.nodes[idx].poll_event() {
+                progressed = true;
+                self.on_event(idx, t, ev);
+            }
+            if !progressed {
+                return cursor;
+            }
+        }
+    }
+
+    pub(super) fn rearm(&mut self, idx: usize) {
+        if !self.alive[idx] {
+            self.timer[idx] = None;
+            return;
+        }
+        let next = self.nodes[idx].poll_timeout();
+        if next != self.timer[idx] {
+            self.timer[idx] = next;
+            if let Some(deadline) = next {
+                self.queue.push(
+                    deadline.max(self.now),
+                    Pending::Timer {
+                        node: idx,
+                        deadline,
+                    },
+                );
+            }
+        }
+    }
+
+    pub(super) fn send(&mut self, from: usize, tx: Transmit, depart: Time) {
+        self.stats.messages += 1;
+        self.stats.bytes += tx.msg.encoded_len() as u64;
+        let Some(&to) = self.index.get(&tx.to) else {
+            self.stats.dropped_unknown += 1;
+            return;
+        };
+        let (cf, ct) = (self.cluster_of[from], self.cluster_of[to]);
+        if self.net.is_partitioned(cf, ct) {
+            self.stats.dropped_partition += 1;
+            return;
+        }
+        if self.cfg.loss > 0.0 && self.rng.unit() < self.cfg.loss {
+            self.stats.dropped_loss += 1;
+            return;
+        }
+        let at = depart + self.net.latency(cf, ct);
+        self.queue.push(
+            at,
+            Pending::Deliver {
+                from,
+                to,
+                msg: tx.msg,
+            },
+        );
+    }
+
+    pub(super) fn on_event(&mut self, idx: usize, t: Time, ev: Event) {
+        match &ev {
+            Event::ParentChanged { root, old, new } => {
+                self.on_parent_changed(idx, t, *root, *old, *new)
+            }
+            Event::RootRemoved { root } => {
+                let tracked = self.index.get(root).copied();
+                if let Some(r) = tracked.filter(|&r| self.view.parent(r, idx).is_some()) {
+                    self.view.clear(r, idx);
+                    self.dirty[r] = true;
+                }
+            }
+            _ => {}
+        }
+        if let Some(log) = &mut self.log {
+            log.push((t, idx, ev));
+        }
+    }
+
+    pub(super) fn on_parent_changed(
+        &mut self,
+        idx: usize,
+        t: Time,
+        root: NodeId,
+        old: Option<NodeId>,
+        new: Option<NodeId>,
+    ) {
+        let Some(&r) = self.index.get(&root) else {
+            self.stats.unknown_ids += 1;
+            return;
+        };
+        let new_idx = match new {
+            None => None,
+            Some(p) => match self.index.get(&p) {
+                Some(&i) => Some(i),
+                None => {
+                    self.stats.unknown_ids += 1;
+                    return;
+                }
+            },
+        };
+        let prev = self.view.set(r, idx, new_idx);
+        if prev.map(|i| self.ids[i]) != old {
+            self.stats.event_mismatches += 1;
+        }
+        self.stats.parent_changes += 1;
+        if self.recent.len() == RECENT_CHANGES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(ParentChange {
+            at: t,
+            root: r,
+            node: idx,
+            old: prev,
+            new: new_idx,
+        });
+        self.good_since = None;
+        self.dirty[r] = true;
+        let cycle = new_idx.and_then(|_| self.view.find_cycle(r, idx, &self.alive));
+        if let Some(cycle) = cycle {
+            self.cycles_seen += 1;
+            if self.cycles.len() < MAX_CYCLE_RECORDS {
+                let nodes = cycle.iter().map(|&i| self.ids[i]).collect();
+                self.cycles.push(CycleRecord { at: t, root, nodes });
+            }
+        }
+    }
+
+    pub(super) fn process(&mut self, what: Pending) {
+        match what {
+            Pending::Deliver { from, to, msg } => {
+                if !self.alive[to] {
+                    self.stats.dropped_dead += 1;
+                    return;
+                }
+                self.stats.delivered += 1;
+                let from = self.ids[from];
+                self.feed(to, Input::Received { from, msg }, true);
+            }
+            Pending::Timer { node, deadline } => {
+                if !self.alive[node] || self.timer[node] != Some(deadline) {
+                    return;
+                }
+                self.timer[node] = None;
+                let t = self.now.max(self.busy_until[node]);
+                let (last, count) = &mut self.same_instant[node];
+                if *last == t {
+                    *count += 1;
+                    assert!(
+                        *count < MAX_SAME_INSTANT_TIMEOUTS,
+                        "node {node} ({}) asked for {count} timeouts at {t:?} without time advancing",
+                        self.ids[node]
+                    );
+                } else {
+                    *last = t;
+                    *count = 0;
+                }
+                self.feed(node, Input::Timeout, false);
+            }
+            Pending::Member { to, subject, down } => {
+                if !self.alive[to] {
+                    return;
+                }
+                let id = self.ids[subject];
+                match down {
+                    // A node that is already gone again is not announced as up.
+                    None if !self.alive[subject] => {}
+                    None => self.feed(to, Input::MemberUp { id }, false),
+                    Some(reason) => self.feed(to, Input::MemberDown { id, reason }, false),
+                }
+            }
+            Pending::Action(a) => {
+                self.apply(a);
+            }
+        }
+    }
+
+    // ----- running ---------------------------------------------------------------------
+
+    /// Runs until virtual time `t` (events at exactly `t` included).
+    pub fn run_until(&mut self, t: Time) {
+        self.run_inner(t, |_| false);
+    }
+
+    /// Runs for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        self.run_until(self.now + d);
+    }
+
+    /// Runs until the run is converged (see [`Sim::is_converged`]) or `max` more virtual time
+    /// has passed. Returns the convergence time (since t = 0), or `None` if `max` ran out.
+    /// On success every (node, root) pair of the parent view is cross-checked against the
+    /// cores.
+    pub fn run_until_converged(&mut self, max: Duration) -> Option<Duration> {
+        let deadline = self.now + max;
+        if !self.is_converged() && !self.run_inner(deadline, |s| s.is_converged()) {
+            return None;
+        }
+        self.cross_check_all();
+        self.converged_at()
+            .map(|t| Duration::from_micros(t.as_micros()))
+    }
+
+    /// Runs until a snapshot taken after this call shows every live tree spanning every live
+    /// node, or `max` has passed. Returns the time from the call to that snapshot.
+    pub fn run_until_spanning(&mut self, max: Duration) -> Option<Duration> {
+        let start = self.now;
+        let seq = self.snap.seq;
+        let ok = self.run_inner(start + max, |s| s.snap.seq > seq && s.snap.all_spanning());
+        ok.then(|| self.snap.at - start)
+    }
+
+    /// Crashes `node` now and measures the repair: the time until the first snapshot at which
+    /// every live root's tree spans every live node again (`None` if not within `max`).
+    /// Resolution is the check interval (see [`Sim::set_check_interval`]).
+    pub fn measure_repair(&mut self, node: usize, max: Duration) -> Option<Duration> {
+        self.crash(node);
+        self.run_until_spanning(max)
+    }
+
+    /// Runs events and snapshots up to `until`; stops early (returning true) as soon as
+    /// `stop` holds after a snapshot.
+    pub(super) fn run_inner(&mut self, until: Time, mut stop: impl FnMut(&Self) -> bool) -> bool {
+        loop {
+            let next = self.queue.peek_time().filter(|&t| t <= until);
+            if self.next_check <= until && next.is_none_or(|e| self.next_check < e) {
+                self.now = self.now.max(self.next_check);
+                self.take_snapshot();
+                self.next_check = self.next_check + self.check_interval;
+                if stop(self) {
+                    return true;
+                }
+                continue;
+            }
+            if next.is_none() {
+                break;
+            }
+            let (at, what) = self.queue.pop().expect("peeked");
+            self.now = self.now.max(at);
+            self.process(what);
+        }
+        self.now = self.now.max(until);
+        false
+    }
+}

@@ -1,0 +1,363 @@
+//! The simulator proper: the node table and its accessors. The event loop is in [`drive`],
+//! scenario actions in [`actions`], snapshots, convergence and figures in [`checks`].
+
+mod actions;
+mod checks;
+mod drive;
+
+use super::config::SimConfig;
+use super::invariants::{CycleRecord, ParentView};
+use super::metrics::{self, Layout, Scratch, Snapshot, TreeDiagnosis, TreeMetrics};
+use super::network::NetModel;
+use super::node::{SimNode, Spawn};
+use super::queue::{EventQueue, Pending};
+use super::report::{RepairRecord, Report};
+use super::scenario::{self, Action};
+use crate::proto::rng::SplitMix64;
+use crate::proto::{Command, Core, DownReason, Event, Input, NodeId, Time, Transmit};
+use crate::topology::Topology;
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::time::Duration;
+
+/// How many cycles are kept for diagnostics (all are counted).
+const MAX_CYCLE_RECORDS: usize = 8;
+
+/// How many recent parent changes are kept for diagnostics.
+const RECENT_CHANGES: usize = 32;
+
+/// After this many timeouts of one node at the same instant, the core is considered stuck.
+const MAX_SAME_INSTANT_TIMEOUTS: u32 = 100_000;
+
+/// Counters of a run.
+#[derive(Clone, Debug, Default)]
+struct Stats {
+    messages: u64,
+    bytes: u64,
+    delivered: u64,
+    dropped_loss: u64,
+    dropped_partition: u64,
+    dropped_dead: u64,
+    dropped_unknown: u64,
+    parent_changes: u64,
+    event_mismatches: u64,
+    unknown_ids: u64,
+    joins: u64,
+    leaves: u64,
+    crashes: u64,
+    ignored_actions: u64,
+    cpu_us: u128,
+    max_backlog: Duration,
+    max_backlog_at: Time,
+}
+
+/// A repair being measured: an action and when the trees spanned again.
+struct Repair {
+    kind: &'static str,
+    at: Time,
+    done: Option<Time>,
+}
+
+/// A seeded discrete-event simulation of one [`Core`] (or any [`SimNode`]) per node.
+///
+/// Nodes are named by their index (dense, in creation order; the initial nodes of a topology
+/// come first, cluster by cluster). Indices stay valid after a node leaves or crashes.
+pub struct Sim<N: SimNode = Core> {
+    cfg: SimConfig,
+    net: NetModel,
+    rng: SplitMix64,
+    factory: Box<dyn FnMut(Spawn) -> N>,
+    now: Time,
+    nodes: Vec<N>,
+    ids: Vec<NodeId>,
+    index: HashMap<NodeId, usize>,
+    cluster_of: Vec<usize>,
+    alive: Vec<bool>,
+    doomed: Vec<bool>,
+    busy_until: Vec<Time>,
+    timer: Vec<Option<Time>>,
+    same_instant: Vec<(Time, u32)>,
+    queue: EventQueue,
+    view: ParentView,
+    cycles_seen: u64,
+    cycles: Vec<CycleRecord>,
+    live: usize,
+    live_per_cluster: Vec<usize>,
+    live_per_site: Vec<usize>,
+    node_us: u128,
+    node_us_at: Time,
+    tree_cache: Vec<Option<TreeMetrics>>,
+    dirty: Vec<bool>,
+    dirty_all: bool,
+    scratch: Scratch,
+    check_interval: Duration,
+    next_check: Time,
+    snap: Snapshot,
+    cross_cursor: usize,
+    good_since: Option<Time>,
+    good_mark: (u64, u128),
+    first_converged: Option<Time>,
+    stats: Stats,
+    repairs: Vec<Repair>,
+    log: Option<Vec<(Time, usize, Event)>>,
+    recent: VecDeque<ParentChange>,
+}
+
+/// One parent change, by node index, as kept for diagnostics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParentChange {
+    /// When the node handled the input that caused it.
+    pub at: Time,
+    /// The tree's root.
+    pub root: usize,
+    /// The node that changed its parent.
+    pub node: usize,
+    /// Its previous parent.
+    pub old: Option<usize>,
+    /// Its new parent.
+    pub new: Option<usize>,
+}
+
+impl Sim<Core> {
+    /// A simulation of `topology` with one [`Core`] per node: every node of the topology
+    /// starts at t = 0 and learns of every other initial node at once.
+    pub fn new(topology: &Topology, config: SimConfig) -> Self {
+        let core_cfg = config.core.clone();
+        Self::with_nodes(
+            NetModel::from_topology(topology),
+            config,
+            Box::new(move |s: Spawn| Core::new(s.id, core_cfg.clone(), s.seed, s.now)),
+        )
+    }
+
+    /// The core of node `i`.
+    pub fn core(&self, i: usize) -> &Core {
+        &self.nodes[i]
+    }
+}
+
+impl<N: SimNode> Sim<N> {
+    /// A simulation over `net` whose nodes are made by `factory` (used by the simulator's
+    /// tests with scripted nodes; [`Sim::new`] is the usual constructor).
+    pub fn with_nodes(
+        net: NetModel,
+        config: SimConfig,
+        factory: Box<dyn FnMut(Spawn) -> N>,
+    ) -> Self {
+        let check_interval = config.check_interval.max(Duration::from_micros(1));
+        let mut sim = Sim {
+            rng: SplitMix64::new(config.seed ^ 0x5151_7E57_0000_0001),
+            live_per_cluster: vec![0; net.clusters()],
+            live_per_site: vec![0; net.sites()],
+            net,
+            factory,
+            now: Time::ZERO,
+            nodes: Vec::new(),
+            ids: Vec::new(),
+            index: HashMap::new(),
+            cluster_of: Vec::new(),
+            alive: Vec::new(),
+            doomed: Vec::new(),
+            busy_until: Vec::new(),
+            timer: Vec::new(),
+            same_instant: Vec::new(),
+            queue: EventQueue::default(),
+            view: ParentView::new(),
+            cycles_seen: 0,
+            cycles: Vec::new(),
+            live: 0,
+            node_us: 0,
+            node_us_at: Time::ZERO,
+            tree_cache: Vec::new(),
+            dirty: Vec::new(),
+            dirty_all: true,
+            scratch: Scratch::default(),
+            check_interval,
+            next_check: Time::ZERO + check_interval,
+            snap: Snapshot::default(),
+            cross_cursor: 0,
+            good_since: None,
+            good_mark: (0, 0),
+            first_converged: None,
+            stats: Stats::default(),
+            repairs: Vec::new(),
+            log: None,
+            recent: VecDeque::with_capacity(RECENT_CHANGES),
+            cfg: config,
+        };
+        let initial = sim.net.initial_clusters().to_vec();
+        for &c in &initial {
+            sim.spawn(c);
+        }
+        for a in 0..sim.nodes.len() {
+            for b in 0..sim.nodes.len() {
+                if a != b {
+                    let id = sim.ids[b];
+                    sim.feed(a, Input::MemberUp { id }, false);
+                }
+            }
+        }
+        sim
+    }
+
+    // ----- accessors -------------------------------------------------------------------
+
+    /// The settings.
+    pub fn config(&self) -> &SimConfig {
+        &self.cfg
+    }
+
+    /// The network model (clusters, sites, latencies, partitions).
+    pub fn net(&self) -> &NetModel {
+        &self.net
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// How many nodes were ever created (indices run `0..total_nodes()`).
+    pub fn total_nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Number of live nodes.
+    pub fn live_count(&self) -> usize {
+        self.live
+    }
+
+    /// Indices of the live nodes, ascending.
+    pub fn live_nodes(&self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.alive[i]).collect()
+    }
+
+    /// Whether node `i` is live.
+    pub fn is_alive(&self, i: usize) -> bool {
+        self.alive.get(i).copied().unwrap_or(false)
+    }
+
+    /// Id of node `i`.
+    pub fn id(&self, i: usize) -> NodeId {
+        self.ids[i]
+    }
+
+    /// Ids of all nodes ever created, by index.
+    pub fn ids(&self) -> &[NodeId] {
+        &self.ids
+    }
+
+    /// Index of the node with id `id`.
+    pub fn index_of(&self, id: NodeId) -> Option<usize> {
+        self.index.get(&id).copied()
+    }
+
+    /// Cluster of node `i`.
+    pub fn cluster_of(&self, i: usize) -> usize {
+        self.cluster_of[i]
+    }
+
+    /// Indices of the nodes (live or not) of the cluster named `name`.
+    pub fn nodes_in_cluster(&self, name: &str) -> Vec<usize> {
+        let Some(c) = self.net.cluster_index(name) else {
+            return Vec::new();
+        };
+        (0..self.nodes.len())
+            .filter(|&i| self.cluster_of[i] == c)
+            .collect()
+    }
+
+    /// Node `i` itself (its core).
+    pub fn node(&self, i: usize) -> &N {
+        &self.nodes[i]
+    }
+
+    /// The global parent view built from `ParentChanged` events.
+    pub fn view(&self) -> &ParentView {
+        &self.view
+    }
+
+    /// `node`'s parent in `root`'s tree according to the global view.
+    pub fn parent_of(&self, root: usize, node: usize) -> Option<usize> {
+        self.view.parent(root, node)
+    }
+
+    /// How many times `node` changed its parent in `root`'s tree.
+    pub fn parent_changes(&self, root: usize, node: usize) -> u32 {
+        self.view.changes(root, node)
+    }
+
+    /// The most recent parent changes (up to 32), oldest first.
+    pub fn recent_parent_changes(&self) -> impl Iterator<Item = &ParentChange> {
+        self.recent.iter()
+    }
+
+    /// Parent changes that closed a cycle, over the whole run (must stay 0).
+    pub fn cycles_seen(&self) -> u64 {
+        self.cycles_seen
+    }
+
+    /// The first few cycles seen, for diagnostics.
+    pub fn cycles(&self) -> &[CycleRecord] {
+        &self.cycles
+    }
+
+    /// The most recent snapshot.
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snap
+    }
+
+    /// Messages sent so far.
+    pub fn messages_sent(&self) -> u64 {
+        self.stats.messages
+    }
+
+    /// Control bytes sent so far (sum of `Message::encoded_len`).
+    pub fn control_bytes(&self) -> u64 {
+        self.stats.bytes
+    }
+
+    /// Messages dropped so far (loss, partition, dead or unknown destination).
+    pub fn messages_dropped(&self) -> u64 {
+        let s = &self.stats;
+        s.dropped_loss + s.dropped_partition + s.dropped_dead + s.dropped_unknown
+    }
+
+    /// `ParentChanged` events whose `old` did not match the global view, and events naming
+    /// ids the simulator does not know (both should be 0; a debugging aid).
+    pub fn event_anomalies(&self) -> (u64, u64) {
+        (self.stats.event_mismatches, self.stats.unknown_ids)
+    }
+
+    /// Entries in the event queue (messages in flight, timers, notices, actions).
+    pub fn pending_events(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The current check interval.
+    pub fn check_interval(&self) -> Duration {
+        self.check_interval
+    }
+
+    /// Changes how often snapshots are taken (e.g. 10 ms around churn, for finer repair
+    /// figures); the next snapshot is one interval from now.
+    pub fn set_check_interval(&mut self, interval: Duration) {
+        self.check_interval = interval.max(Duration::from_micros(1));
+        self.next_check = self.now + self.check_interval;
+    }
+
+    /// Starts (or stops) recording every event of every node, for tests.
+    pub fn record_events(&mut self, on: bool) {
+        self.log = on.then(Vec::new);
+    }
+
+    /// Takes the recorded events: (time the node handled the input, node index, event).
+    pub fn take_events(&mut self) -> Vec<(Time, usize, Event)> {
+        self.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+}
+
+/// A duration in milliseconds as a float.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

@@ -1,0 +1,5 @@
+//! Tests of the simulator's mechanics with scripted nodes (no real core needed).
+
+mod checks;
+mod fakes;
+mod mechanics;
