@@ -123,3 +123,99 @@ impl Message {
         1 + postcard::to_allocvec(self).map(|v| v.len()).unwrap_or(0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::rng::SplitMix64;
+
+    fn sample() -> Vec<Message> {
+        let a = NodeId::from_seed(1, 1);
+        let b = NodeId::from_seed(1, 2);
+        let e = AdvertEntry {
+            root: a,
+            serial: 7,
+            dist_us: 15_100,
+            connected: true,
+        };
+        vec![
+            Message::Ping {
+                sent_us: 42,
+                rtt_hint_us: Some(300),
+                watch: true,
+            },
+            Message::Pong { sent_us: 42 },
+            Message::Advert {
+                entries: vec![e, e],
+            },
+            Message::TreeUpdate(e),
+            Message::Attach { root: a },
+            Message::Detach { root: b },
+            Message::SerialRequest { root: a, serial: 8 },
+            Message::AdvertRequest {
+                roots: vec![(a, 3)],
+            },
+            Message::ParentQuery { roots: vec![a, b] },
+            Message::ParentHint {
+                parents: vec![(a, b)],
+            },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips_and_reports_its_size() {
+        for m in sample() {
+            let bytes = m.encode().expect("encodes");
+            assert_eq!(bytes[0], WIRE_VERSION);
+            assert_eq!(bytes.len(), m.encoded_len());
+            assert_eq!(Message::decode(&bytes), Ok(m));
+        }
+    }
+
+    #[test]
+    fn bad_frames_are_errors_never_panics() {
+        assert_eq!(Message::decode(&[]), Err(WireError::Empty));
+        assert!(matches!(
+            Message::decode(&[9, 0]),
+            Err(WireError::Version { got: 9, .. })
+        ));
+        let big = vec![WIRE_VERSION; MAX_MESSAGE_BYTES + 1];
+        assert!(matches!(
+            Message::decode(&big),
+            Err(WireError::TooLarge { .. })
+        ));
+        let mut good = Message::Pong { sent_us: 1 }.encode().unwrap();
+        good.push(0);
+        assert_eq!(Message::decode(&good), Err(WireError::Trailing(1)));
+        // Truncations of every message, and random bytes: errors, no panic.
+        for m in sample() {
+            let bytes = m.encode().unwrap();
+            for cut in 1..bytes.len() {
+                assert!(Message::decode(&bytes[..cut]).is_err());
+            }
+        }
+        let mut rng = SplitMix64::new(5);
+        for _ in 0..20_000 {
+            let len = rng.below(64) as usize;
+            let mut bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+            if let Some(b) = bytes.first_mut() {
+                *b = WIRE_VERSION;
+            }
+            let _ = Message::decode(&bytes);
+        }
+    }
+
+    #[test]
+    fn an_oversized_message_is_refused_at_encoding() {
+        let e = AdvertEntry {
+            root: NodeId::from_seed(0, 0),
+            serial: u32::MAX,
+            dist_us: u32::MAX,
+            connected: true,
+        };
+        let m = Message::Advert {
+            entries: vec![e; MAX_MESSAGE_BYTES / 20],
+        };
+        assert!(matches!(m.encode(), Err(WireError::TooLarge { .. })));
+    }
+}
