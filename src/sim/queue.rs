@@ -1,7 +1,7 @@
 //! The event queue: a min-heap on (time, insertion order), so equal times pop in FIFO order.
 
 use crate::proto::{DownReason, Message, Time};
-use std::cmp::Ordering;
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::scenario::Action;
@@ -34,34 +34,16 @@ impl Pending {
     }
 }
 
-struct Entry {
-    at: Time,
-    seq: u64,
-    what: Pending,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.at == other.at && self.seq == other.seq
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> Ordering {
-        // Reversed: BinaryHeap is a max-heap and we want the earliest first.
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
-}
+/// Heap key: (time µs, insertion order, slot of the payload). Small, so heap moves are cheap;
+/// the payloads stay put in a slab.
+type Key = Reverse<(u64, u64, u32)>;
 
 /// Time-ordered queue of pending happenings; ties break by insertion order.
 #[derive(Default)]
 pub(crate) struct EventQueue {
-    heap: BinaryHeap<Entry>,
+    heap: BinaryHeap<Key>,
+    slots: Vec<Option<Pending>>,
+    free: Vec<u32>,
     seq: u64,
     external: usize,
 }
@@ -73,25 +55,37 @@ impl EventQueue {
             self.external += 1;
         }
         self.seq += 1;
-        self.heap.push(Entry {
-            at,
-            seq: self.seq,
-            what,
-        });
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(what);
+                i
+            }
+            None => {
+                self.slots.push(Some(what));
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 pending events")
+            }
+        };
+        self.heap.push(Reverse((at.as_micros(), self.seq, slot)));
     }
 
     /// Time of the earliest entry.
     pub(crate) fn peek_time(&self) -> Option<Time> {
-        self.heap.peek().map(|e| e.at)
+        self.heap
+            .peek()
+            .map(|Reverse((t, _, _))| Time::from_micros(*t))
     }
 
     /// Removes and returns the earliest entry.
     pub(crate) fn pop(&mut self) -> Option<(Time, Pending)> {
-        let e = self.heap.pop()?;
-        if e.what.is_external() {
+        let Reverse((t, _, slot)) = self.heap.pop()?;
+        let what = self.slots[slot as usize]
+            .take()
+            .expect("a queued slot holds its payload");
+        self.free.push(slot);
+        if what.is_external() {
             self.external -= 1;
         }
-        Some((e.at, e.what))
+        Some((Time::from_micros(t), what))
     }
 
     /// How many scenario actions and membership notices are still queued.

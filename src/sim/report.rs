@@ -63,6 +63,9 @@ pub struct Report {
     pub dropped: u64,
     /// ParentChanged events seen.
     pub parent_changes: u64,
+    /// Of those, changes from one parent in the node's own cluster to another one there
+    /// (they do not affect wide-area optimality but do delay convergence).
+    pub parent_changes_intra_cluster: u64,
     /// Joins, leaves and crashes executed.
     pub joins: u64,
     /// Graceful leaves executed.
@@ -85,6 +88,8 @@ pub struct Report {
     pub max_backlog_ms: f64,
     /// When that backlog was seen, ms.
     pub max_backlog_at_ms: f64,
+    /// The node (index) that had that backlog.
+    pub max_backlog_node: usize,
 }
 
 fn opt_ms(v: Option<f64>) -> String {
@@ -131,15 +136,16 @@ impl fmt::Display for Report {
         writeln!(f, "max fan-out         {}", self.max_fanout)?;
         writeln!(
             f,
-            "cpu                 {:.1}% busy on average, max backlog {:.1} ms (at {:.0} ms)",
+            "cpu                 {:.1}% busy on average, max backlog {:.1} ms (node {} at {:.0} ms)",
             self.cpu_utilization * 100.0,
             self.max_backlog_ms,
+            self.max_backlog_node,
             self.max_backlog_at_ms
         )?;
         writeln!(
             f,
-            "messages            {} sent, {} dropped, {} parent changes",
-            self.messages, self.dropped, self.parent_changes
+            "messages            {} sent, {} dropped, {} parent changes ({} inside a cluster)",
+            self.messages, self.dropped, self.parent_changes, self.parent_changes_intra_cluster
         )?;
         if self.repairs > 0 {
             writeln!(

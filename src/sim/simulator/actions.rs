@@ -174,6 +174,7 @@ impl<N: SimNode> Sim<N> {
         self.doomed.push(false);
         self.busy_until.push(self.now);
         self.timer.push(None);
+        self.timer_queued.push(None);
         self.same_instant.push((Time::ZERO, 0));
         self.view.add_node();
         self.tree_cache.push(None);

@@ -45,6 +45,7 @@ impl<N: SimNode> Sim<N> {
                 if backlog > self.stats.max_backlog {
                     self.stats.max_backlog = backlog;
                     self.stats.max_backlog_at = self.now;
+                    self.stats.max_backlog_node = v;
                 }
             }
         }
@@ -230,6 +231,7 @@ impl<N: SimNode> Sim<N> {
             control_bytes: self.stats.bytes,
             dropped: self.messages_dropped(),
             parent_changes: self.stats.parent_changes,
+            parent_changes_intra_cluster: self.stats.parent_changes_intra,
             joins: self.stats.joins,
             leaves: self.stats.leaves,
             crashes: self.stats.crashes,
@@ -245,6 +247,7 @@ impl<N: SimNode> Sim<N> {
             },
             max_backlog_ms: ms(self.stats.max_backlog),
             max_backlog_at_ms: ms(self.stats.max_backlog_at - Time::ZERO),
+            max_backlog_node: self.stats.max_backlog_node,
         }
     }
 }

@@ -40,24 +40,27 @@ impl<N: SimNode> Sim<N> {
         }
     }
 
+    /// Records the node's current deadline. A queue entry is added only when the deadline
+    /// moved earlier than the one already queued; a later deadline is picked up lazily when
+    /// the queued entry comes due (so re-arming after every input does not flood the queue).
     pub(super) fn rearm(&mut self, idx: usize) {
         if !self.alive[idx] {
             self.timer[idx] = None;
             return;
         }
         let next = self.nodes[idx].poll_timeout();
-        if next != self.timer[idx] {
-            self.timer[idx] = next;
-            if let Some(deadline) = next {
-                self.queue.push(
-                    deadline.max(self.now),
-                    Pending::Timer {
-                        node: idx,
-                        deadline,
-                    },
-                );
-            }
+        self.timer[idx] = next;
+        if let Some(deadline) = next
+            && self.timer_queued[idx].is_none_or(|q| deadline < q)
+        {
+            self.push_timer(idx, deadline);
         }
+    }
+
+    fn push_timer(&mut self, node: usize, deadline: Time) {
+        self.timer_queued[node] = Some(deadline);
+        self.queue
+            .push(deadline.max(self.now), Pending::Timer { node, deadline });
     }
 
     pub(super) fn send(&mut self, from: usize, tx: Transmit, depart: Time) {
@@ -133,6 +136,12 @@ impl<N: SimNode> Sim<N> {
             self.stats.event_mismatches += 1;
         }
         self.stats.parent_changes += 1;
+        let own = self.cluster_of[idx];
+        if prev.is_some_and(|p| self.cluster_of[p] == own)
+            && new_idx.is_some_and(|p| self.cluster_of[p] == own)
+        {
+            self.stats.parent_changes_intra += 1;
+        }
         if self.recent.len() == RECENT_CHANGES {
             self.recent.pop_front();
         }
@@ -167,10 +176,18 @@ impl<N: SimNode> Sim<N> {
                 self.feed(to, Input::Received { from, msg }, true);
             }
             Pending::Timer { node, deadline } => {
-                if !self.alive[node] || self.timer[node] != Some(deadline) {
+                if !self.alive[node] || self.timer_queued[node] != Some(deadline) {
                     return;
                 }
-                self.timer[node] = None;
+                self.timer_queued[node] = None;
+                match self.timer[node] {
+                    None => return,
+                    Some(want) if want > self.now => {
+                        self.push_timer(node, want);
+                        return;
+                    }
+                    Some(_) => self.timer[node] = None,
+                }
                 let t = self.now.max(self.busy_until[node]);
                 let (last, count) = &mut self.same_instant[node];
                 if *last == t {

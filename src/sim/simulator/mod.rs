@@ -40,6 +40,7 @@ struct Stats {
     dropped_dead: u64,
     dropped_unknown: u64,
     parent_changes: u64,
+    parent_changes_intra: u64,
     event_mismatches: u64,
     unknown_ids: u64,
     joins: u64,
@@ -49,6 +50,7 @@ struct Stats {
     cpu_us: u128,
     max_backlog: Duration,
     max_backlog_at: Time,
+    max_backlog_node: usize,
 }
 
 /// A repair being measured: an action and when the trees spanned again.
@@ -75,7 +77,10 @@ pub struct Sim<N: SimNode = Core> {
     alive: Vec<bool>,
     doomed: Vec<bool>,
     busy_until: Vec<Time>,
+    /// The deadline each node asked for last.
     timer: Vec<Option<Time>>,
+    /// The deadline of each node's live queue entry (stale entries are skipped).
+    timer_queued: Vec<Option<Time>>,
     same_instant: Vec<(Time, u32)>,
     queue: EventQueue,
     view: ParentView,
@@ -160,6 +165,7 @@ impl<N: SimNode> Sim<N> {
             doomed: Vec::new(),
             busy_until: Vec::new(),
             timer: Vec::new(),
+            timer_queued: Vec::new(),
             same_instant: Vec::new(),
             queue: EventQueue::default(),
             view: ParentView::new(),

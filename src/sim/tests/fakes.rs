@@ -32,8 +32,11 @@ pub struct Behaviour {
     /// Timer deadlines (µs) at which the node emits a scripted parent change
     /// `(root index, parent index)` or nothing.
     pub script: Vec<Step>,
-    /// A Ping re-arms the timer to `Time(sent_us)` (dropping earlier deadlines).
+    /// A Ping re-arms the timer to `Time(sent_us + rearm_offset_us)` (dropping the other
+    /// deadlines).
     pub rearm_on_ping: bool,
+    /// See `rearm_on_ping`.
+    pub rearm_offset_us: u64,
 }
 
 /// A scripted node: pings, pongs, timers and parent changes as told by its [`Behaviour`].
@@ -129,7 +132,8 @@ impl SimNode for Fake {
                     }
                     if self.b.rearm_on_ping {
                         self.timeouts.clear();
-                        self.timeouts.insert(Time::from_micros(sent_us));
+                        self.timeouts
+                            .insert(Time::from_micros(sent_us + self.b.rearm_offset_us));
                     }
                 }
                 Message::Pong { .. } => self.note(now, format!("pong from {from}")),

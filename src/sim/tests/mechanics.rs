@@ -145,6 +145,35 @@ fn rearmed_deadline_replaces_the_old_one() {
 }
 
 #[test]
+fn a_deadline_moved_later_fires_only_at_the_new_time() {
+    let (mut sim, log) = sim_with(SimConfig::default(), &[0], |i| {
+        if i == 0 {
+            Behaviour {
+                script: vec![(3_000, None)],
+                rearm_on_ping: true,
+                rearm_offset_us: 7_000,
+                ..Default::default()
+            }
+        } else {
+            Behaviour {
+                pings_on_up: 1,
+                ..Default::default()
+            }
+        }
+    });
+    sim.run_until(Time::from_micros(1_000));
+    let _ = sim.apply(Action::Join { cluster: 0 });
+    sim.run_until(Time::from_micros(100_000));
+    let t0: Vec<u64> = entries(&log, 0)
+        .iter()
+        .filter(|e| e.1 == "timeout")
+        .map(|e| e.0)
+        .collect();
+    // The ping (sent at 1 000) arrives at 1 120 and moves the 3 ms deadline to 8 ms.
+    assert_eq!(t0, vec![8_000]);
+}
+
+#[test]
 fn loss_drops_about_the_configured_share() {
     let cfg = SimConfig {
         loss: 0.3,
