@@ -571,14 +571,22 @@ impl Core {
         let Some(view) = self.view(ri, c) else { return };
         match self.judge(ri, &view) {
             Judgement::Switch(why) => self.switch_to(ri, view, why),
-            Judgement::NeedFresh => self.ask(ri, &view),
+            other => self.follow_up(ri, &view, other),
+        }
+    }
+
+    /// Acts on a verdict that is not a switch: ask for fresher state, or for the
+    /// candidate's parent.
+    fn follow_up(&mut self, ri: RootIdx, view: &CandidateView, verdict: Judgement) {
+        match verdict {
+            Judgement::NeedFresh => self.ask(ri, view),
             Judgement::AskParent => {
                 // What we heard may be stale by a little (small changes are not advertised):
                 // ask for its exact state too.
-                self.ask(ri, &view);
-                self.query_parent(ri, c);
+                self.ask(ri, view);
+                self.query_parent(ri, view.id);
             }
-            Judgement::No => {}
+            Judgement::Switch(_) | Judgement::No => {}
         }
     }
 
@@ -601,12 +609,7 @@ impl Core {
                         best = Some((key, view));
                     }
                 }
-                Judgement::NeedFresh => self.ask(ri, &view),
-                Judgement::AskParent => {
-                    self.ask(ri, &view);
-                    self.query_parent(ri, c);
-                }
-                Judgement::No => {}
+                other => self.follow_up(ri, &view, other),
             }
         }
         if let Some(((why, ..), view)) = best {
@@ -906,7 +909,8 @@ impl Core {
         self.cands
             .expire(now, self.config.inbound_expiry, |k| parents.contains(k));
         // Forget what we heard from peers we no longer trade with.
-        let mut keep: HashSet<NodeId> = self.cands.advert_targets().into_iter().collect();
+        let targets = self.cands.advert_targets();
+        let mut keep: HashSet<NodeId> = targets.iter().copied().collect();
         keep.extend(parents.iter().copied());
         keep.extend(
             self.trees
@@ -924,7 +928,7 @@ impl Core {
             .retain(|_, at| now.saturating_since(*at) < period);
         // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds.
         let every = self.config.full_advert_every.max(1) as u64;
-        for (i, peer) in self.cands.advert_targets().into_iter().enumerate() {
+        for (i, peer) in targets.into_iter().enumerate() {
             if (i as u64 + self.housekeeping_rounds) % every == 0 {
                 self.owed_full.insert(peer);
             }
