@@ -80,47 +80,141 @@ pub enum WireError {
     Trailing(usize),
 }
 
+/// Encodes any wire value as one frame: version byte, then postcard, within the size limit.
+fn encode_frame<T: Serialize>(value: &T) -> Result<Vec<u8>, WireError> {
+    let framed = postcard::to_extend(value, vec![WIRE_VERSION])
+        .map_err(|e| WireError::Malformed(e.to_string()))?;
+    if framed.len() > MAX_MESSAGE_BYTES {
+        return Err(WireError::TooLarge {
+            len: framed.len(),
+            limit: MAX_MESSAGE_BYTES,
+        });
+    }
+    Ok(framed)
+}
+
+/// Decodes one frame made by [`encode_frame`]; never panics, whatever the bytes.
+fn decode_frame<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, WireError> {
+    let (&version, body) = bytes.split_first().ok_or(WireError::Empty)?;
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(WireError::TooLarge {
+            len: bytes.len(),
+            limit: MAX_MESSAGE_BYTES,
+        });
+    }
+    if version != WIRE_VERSION {
+        return Err(WireError::Version {
+            got: version,
+            expected: WIRE_VERSION,
+        });
+    }
+    let (value, rest) =
+        postcard::take_from_bytes::<T>(body).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(WireError::Trailing(rest.len()));
+    }
+    Ok(value)
+}
+
 impl Message {
     /// Encodes the message as one frame: version byte, then postcard.
     pub fn encode(&self) -> Result<Vec<u8>, WireError> {
-        let framed = postcard::to_extend(self, vec![WIRE_VERSION])
-            .map_err(|e| WireError::Malformed(e.to_string()))?;
-        if framed.len() > MAX_MESSAGE_BYTES {
-            return Err(WireError::TooLarge {
-                len: framed.len(),
-                limit: MAX_MESSAGE_BYTES,
-            });
-        }
-        Ok(framed)
+        encode_frame(self)
     }
 
     /// Decodes one frame made by [`Message::encode`]. Any input, however malformed,
     /// returns an error rather than panicking.
     pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
-        let (&version, body) = bytes.split_first().ok_or(WireError::Empty)?;
-        if bytes.len() > MAX_MESSAGE_BYTES {
-            return Err(WireError::TooLarge {
-                len: bytes.len(),
-                limit: MAX_MESSAGE_BYTES,
-            });
-        }
-        if version != WIRE_VERSION {
-            return Err(WireError::Version {
-                got: version,
-                expected: WIRE_VERSION,
-            });
-        }
-        let (msg, rest) = postcard::take_from_bytes::<Message>(body)
-            .map_err(|e| WireError::Malformed(e.to_string()))?;
-        if !rest.is_empty() {
-            return Err(WireError::Trailing(rest.len()));
-        }
-        Ok(msg)
+        decode_frame(bytes)
     }
 
     /// The encoded size in bytes (what the simulator charges as control traffic).
     pub fn encoded_len(&self) -> usize {
         1 + postcard::to_allocvec(self).map(|v| v.len()).unwrap_or(0)
+    }
+}
+
+/// Whether a member is reachable, as membership gossip spreads it. At equal incarnation a
+/// later state in this order wins (`Alive < Suspect < Dead < Left`); a higher incarnation
+/// always wins, which is how a member refutes a suspicion or comes back after a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Liveness {
+    /// Answering probes.
+    Alive,
+    /// A probe went unanswered; declared dead unless it refutes in time.
+    Suspect,
+    /// Declared dead after a suspicion timed out.
+    Dead,
+    /// Announced its departure.
+    Left,
+}
+
+/// What gossip knows about one member.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    /// The member's id (bound to its TLS key by the network driver).
+    pub id: NodeId,
+    /// A readable name chosen by the member (may be empty).
+    pub name: String,
+    /// The address its QUIC endpoint listens on.
+    pub addr: std::net::SocketAddr,
+    /// Bumped by the member itself to refute suspicion; starts high after a restart.
+    pub incarnation: u64,
+    /// Its state at this incarnation.
+    pub state: Liveness,
+}
+
+/// Membership messages (SWIM-style: probes with piggybacked updates, indirect probes,
+/// push-pull anti-entropy). They travel next to the tree protocol's [`Message`]s in a
+/// [`Packet`] and are handled by [`crate::proto::gossip`], not by the tree core.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GossipMessage {
+    /// A new node asks a member to admit it; answered with [`GossipMessage::Sync`].
+    Join { me: MemberRecord },
+    /// Every record the sender knows; `reply` asks the receiver to answer with its own.
+    Sync {
+        members: Vec<MemberRecord>,
+        reply: bool,
+    },
+    /// Liveness probe; answered with [`GossipMessage::Ack`] carrying the same `seq`.
+    Probe {
+        seq: u64,
+        updates: Vec<MemberRecord>,
+    },
+    /// Answer to a probe. `target` is the member that was probed (differs from the sender
+    /// when it relays an indirect probe).
+    Ack {
+        seq: u64,
+        target: NodeId,
+        updates: Vec<MemberRecord>,
+    },
+    /// Ask the receiver to probe `target` on the sender's behalf (the sender's own probe
+    /// went unanswered) and relay the ack.
+    ProbeRequest {
+        seq: u64,
+        target: NodeId,
+        updates: Vec<MemberRecord>,
+    },
+}
+
+/// What travels in one frame between two connected nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Packet {
+    /// Tree protocol, handled by the [`crate::proto::Core`].
+    Overlay(Message),
+    /// Membership, handled by [`crate::proto::gossip::Gossip`].
+    Gossip(GossipMessage),
+}
+
+impl Packet {
+    /// Encodes the packet as one frame: version byte, then postcard.
+    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+        encode_frame(self)
+    }
+
+    /// Decodes one frame made by [`Packet::encode`]; never panics.
+    pub fn decode(bytes: &[u8]) -> Result<Packet, WireError> {
+        decode_frame(bytes)
     }
 }
 

@@ -20,6 +20,7 @@
 pub mod candidates;
 pub mod config;
 pub mod core;
+pub mod gossip;
 pub mod id;
 pub mod membership;
 pub mod message;
@@ -33,7 +34,9 @@ pub use self::config::Config;
 pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
-pub use self::message::{AdvertEntry, Message, WireError};
+pub use self::message::{
+    AdvertEntry, GossipMessage, Liveness, MemberRecord, Message, Packet, WireError,
+};
 pub use self::time::Time;
 
 use std::time::Duration;

@@ -1,0 +1,656 @@
+//! Membership over the network, SWIM style: who is in the overlay, where they listen, and
+//! whether they are alive. A pure state machine like [`crate::proto::Core`]: inputs through
+//! `handle_*`, outputs drained with [`Gossip::poll_transmit`] and [`Gossip::poll_event`],
+//! deadline from [`Gossip::poll_timeout`]; the drain rule of [`crate::proto`] applies.
+//!
+//! - Join: a new node sends [`GossipMessage::Join`] to any member, which admits it and
+//!   answers with every record it knows ([`GossipMessage::Sync`]).
+//! - Failure detection: every probe period one member (round robin over a shuffled list)
+//!   gets a probe; if no ack arrives within the probe timeout, a few others are asked to
+//!   probe it; if the period ends without an ack the member becomes *suspect*, and only
+//!   dead when the suspicion times out without a refutation (a suspect member refutes by
+//!   bumping its incarnation). One slow probe therefore never kills a member.
+//! - Dissemination: updates ride on probes and acks, each sent a bounded number of times;
+//!   a periodic push-pull [`GossipMessage::Sync`] with a random member repairs anything
+//!   piggybacking missed (anti-entropy).
+//! - Leave: the leaving member tells every member directly.
+//! - Restart: a restarted node starts with a higher incarnation (the driver passes one
+//!   derived from the wall clock), which overrides its old `Dead` record.
+
+use super::id::{IdMap, NodeId};
+use super::message::{GossipMessage, Liveness, MemberRecord};
+use super::rng::SplitMix64;
+use super::time::Time;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Timing and fan-out of the membership protocol.
+#[derive(Clone, Debug)]
+pub struct GossipConfig {
+    /// One member is probed per period.
+    pub probe_interval: Duration,
+    /// Wait this long for a direct ack before asking others to probe.
+    pub probe_timeout: Duration,
+    /// How many members are asked to probe indirectly.
+    pub indirect_probes: usize,
+    /// Minimum time a member stays suspect before it is declared dead; grows with the
+    /// logarithm of the member count (Lifeguard).
+    pub suspicion_timeout: Duration,
+    /// Period of the push-pull [`GossipMessage::Sync`] with one random member.
+    pub anti_entropy_interval: Duration,
+    /// Each update is piggybacked `retransmit_factor * ceil(log2(n + 1))` times.
+    pub retransmit_factor: usize,
+    /// At most this many updates ride on one probe or ack.
+    pub max_piggyback: usize,
+    /// How long records of dead and departed members are kept (so late gossip about
+    /// them cannot bring them back).
+    pub tombstone_ttl: Duration,
+    /// A join not answered within this time is sent again.
+    pub join_retry: Duration,
+}
+
+impl Default for GossipConfig {
+    fn default() -> Self {
+        GossipConfig {
+            probe_interval: Duration::from_millis(1000),
+            probe_timeout: Duration::from_millis(500),
+            indirect_probes: 3,
+            suspicion_timeout: Duration::from_secs(3),
+            anti_entropy_interval: Duration::from_secs(5),
+            retransmit_factor: 4,
+            max_piggyback: 16,
+            tombstone_ttl: Duration::from_secs(300),
+            join_retry: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the driver learns from gossip.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GossipEvent {
+    /// A member is alive (new, back after a restart, or its record changed).
+    Up(MemberRecord),
+    /// A member is suspected; it is still a member.
+    Suspect(NodeId),
+    /// A member is gone: `state` is [`Liveness::Dead`] or [`Liveness::Left`].
+    Down { id: NodeId, state: Liveness },
+    /// A join was answered: this node is part of the overlay.
+    Joined { via: NodeId },
+}
+
+/// A membership message to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GossipTransmit {
+    /// Destination.
+    pub to: NodeId,
+    /// What to send.
+    pub msg: GossipMessage,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    /// Start the next probe period.
+    ProbeTick,
+    /// The direct probe `seq` got no ack in time: go indirect.
+    ProbeTimeout(u64),
+    /// The period of probe `seq` ended: suspect its target if still no ack.
+    ProbeDeadline(u64),
+    /// Declare `id` dead unless it refuted (its incarnation is still the given one).
+    Suspicion(NodeId, u64),
+    /// Push-pull with a random member.
+    AntiEntropy,
+    /// Send the join again.
+    JoinRetry,
+    /// Drop old tombstones.
+    Prune,
+}
+
+/// One member as this node tracks it.
+#[derive(Clone, Debug)]
+struct Entry {
+    record: MemberRecord,
+    /// When the record last changed (tombstone expiry).
+    changed: Time,
+}
+
+/// An outstanding probe of ours.
+#[derive(Clone, Copy, Debug)]
+struct Probe {
+    seq: u64,
+    target: NodeId,
+    acked: bool,
+}
+
+/// A probe we relay for another member.
+#[derive(Clone, Copy, Debug)]
+struct Relay {
+    our_seq: u64,
+    requester: NodeId,
+    their_seq: u64,
+    target: NodeId,
+}
+
+/// The membership state machine of one node.
+pub struct Gossip {
+    config: GossipConfig,
+    me: MemberRecord,
+    members: IdMap<NodeId, Entry>,
+    rng: SplitMix64,
+    /// Updates to piggyback, with how many times each was sent.
+    outbox: VecDeque<(MemberRecord, usize)>,
+    probe_order: Vec<NodeId>,
+    probe: Option<Probe>,
+    relays: Vec<Relay>,
+    next_seq: u64,
+    timers: BinaryHeap<Reverse<(Time, Timer)>>,
+    /// The member we sent our join to, until it answers.
+    joining: Option<NodeId>,
+    left: bool,
+    transmits: VecDeque<GossipTransmit>,
+    events: VecDeque<GossipEvent>,
+}
+
+impl Gossip {
+    /// A node that knows only itself. `incarnation` must grow across restarts of the same
+    /// node (e.g. milliseconds since the Unix epoch at start).
+    pub fn new(
+        id: NodeId,
+        name: String,
+        addr: SocketAddr,
+        incarnation: u64,
+        config: GossipConfig,
+        seed: u64,
+        now: Time,
+    ) -> Self {
+        let mut g = Gossip {
+            config,
+            me: MemberRecord {
+                id,
+                name,
+                addr,
+                incarnation,
+                state: Liveness::Alive,
+            },
+            members: IdMap::default(),
+            rng: SplitMix64::new(seed),
+            outbox: VecDeque::new(),
+            probe_order: Vec::new(),
+            probe: None,
+            relays: Vec::new(),
+            next_seq: 1,
+            timers: BinaryHeap::new(),
+            joining: None,
+            left: false,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+        };
+        let first = now + g.jitter(g.config.probe_interval);
+        g.arm(first, Timer::ProbeTick);
+        g.arm(now + g.config.anti_entropy_interval, Timer::AntiEntropy);
+        g.arm(now + g.config.tombstone_ttl, Timer::Prune);
+        g
+    }
+
+    /// This node's own record.
+    pub fn me(&self) -> &MemberRecord {
+        &self.me
+    }
+
+    /// Every member this node knows, itself included, dead and departed ones too (until
+    /// their tombstones expire), sorted by id.
+    pub fn records(&self) -> Vec<MemberRecord> {
+        let mut all: Vec<MemberRecord> = self.members.values().map(|e| e.record.clone()).collect();
+        all.push(self.me.clone());
+        all.sort_by_key(|r| r.id);
+        all
+    }
+
+    /// The record of `id`, if known.
+    pub fn record(&self, id: &NodeId) -> Option<&MemberRecord> {
+        if *id == self.me.id {
+            return Some(&self.me);
+        }
+        self.members.get(id).map(|e| &e.record)
+    }
+
+    /// Members currently alive or suspect (not this node).
+    pub fn live_members(&self) -> impl Iterator<Item = &MemberRecord> {
+        self.members
+            .values()
+            .map(|e| &e.record)
+            .filter(|r| matches!(r.state, Liveness::Alive | Liveness::Suspect))
+    }
+
+    /// Asks `via`, a member reached through its address, to admit this node. Repeated
+    /// every [`GossipConfig::join_retry`] until answered.
+    pub fn join(&mut self, now: Time, via: NodeId) {
+        if via == self.me.id {
+            return;
+        }
+        self.joining = Some(via);
+        self.send(
+            via,
+            GossipMessage::Join {
+                me: self.me.clone(),
+            },
+        );
+        self.arm(now + self.config.join_retry, Timer::JoinRetry);
+    }
+
+    /// Whether a join is still waiting for its answer.
+    pub fn is_joining(&self) -> bool {
+        self.joining.is_some()
+    }
+
+    /// Announces this node's departure to every live member; afterwards it does nothing.
+    pub fn leave(&mut self, _now: Time) {
+        if self.left {
+            return;
+        }
+        self.me.incarnation += 1;
+        self.me.state = Liveness::Left;
+        let targets: Vec<NodeId> = self.live_members().map(|r| r.id).collect();
+        for to in targets {
+            self.send(
+                to,
+                GossipMessage::Sync {
+                    members: vec![self.me.clone()],
+                    reply: false,
+                },
+            );
+        }
+        self.left = true;
+        self.timers.clear();
+    }
+
+    /// The driver could not reach `peer` (connection failed or was lost with an error):
+    /// treated like an unanswered probe period, so it becomes suspect, not dead.
+    pub fn handle_unreachable(&mut self, now: Time, peer: NodeId) {
+        if self.left {
+            return;
+        }
+        if let Some(e) = self.members.get(&peer)
+            && e.record.state == Liveness::Alive
+        {
+            let mut r = e.record.clone();
+            r.state = Liveness::Suspect;
+            self.apply(now, r);
+        }
+    }
+
+    /// A membership message arrived from the authenticated member `from`.
+    pub fn handle_message(&mut self, now: Time, from: NodeId, msg: GossipMessage) {
+        if self.left {
+            return;
+        }
+        match msg {
+            GossipMessage::Join { me } => {
+                if me.id != from {
+                    return; // a node can only join as itself
+                }
+                self.apply(now, me);
+                let members = self.records();
+                self.send(
+                    from,
+                    GossipMessage::Sync {
+                        members,
+                        reply: false,
+                    },
+                );
+            }
+            GossipMessage::Sync { members, reply } => {
+                for r in members {
+                    self.apply(now, r);
+                }
+                if self.joining == Some(from) {
+                    self.joining = None;
+                    self.events.push_back(GossipEvent::Joined { via: from });
+                }
+                if reply {
+                    let members = self.records();
+                    self.send(
+                        from,
+                        GossipMessage::Sync {
+                            members,
+                            reply: false,
+                        },
+                    );
+                }
+            }
+            GossipMessage::Probe { seq, updates } => {
+                self.apply_all(now, updates);
+                let updates = self.piggyback();
+                self.send(
+                    from,
+                    GossipMessage::Ack {
+                        seq,
+                        target: self.me.id,
+                        updates,
+                    },
+                );
+            }
+            GossipMessage::Ack {
+                seq,
+                target,
+                updates,
+            } => {
+                self.apply_all(now, updates);
+                self.handle_ack(seq, target);
+            }
+            GossipMessage::ProbeRequest {
+                seq,
+                target,
+                updates,
+            } => {
+                self.apply_all(now, updates);
+                if target == self.me.id {
+                    return;
+                }
+                let our_seq = self.next_seq();
+                self.relays.push(Relay {
+                    our_seq,
+                    requester: from,
+                    their_seq: seq,
+                    target,
+                });
+                if self.relays.len() > 64 {
+                    self.relays.remove(0);
+                }
+                let updates = self.piggyback();
+                self.send(
+                    target,
+                    GossipMessage::Probe {
+                        seq: our_seq,
+                        updates,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some(Reverse((at, timer))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            self.on_timer(now, timer);
+        }
+    }
+
+    /// The next membership message to send.
+    pub fn poll_transmit(&mut self) -> Option<GossipTransmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next membership event.
+    pub fn poll_event(&mut self) -> Option<GossipEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`Gossip::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.peek().map(|Reverse((at, _))| *at)
+    }
+
+    fn on_timer(&mut self, now: Time, timer: Timer) {
+        match timer {
+            Timer::ProbeTick => {
+                self.start_probe(now);
+                let next = now + self.config.probe_interval;
+                self.arm(next, Timer::ProbeTick);
+            }
+            Timer::ProbeTimeout(seq) => {
+                let Some(p) = self.probe.filter(|p| p.seq == seq && !p.acked) else {
+                    return;
+                };
+                let helpers = self.pick_random(self.config.indirect_probes, &[p.target]);
+                for h in helpers {
+                    let updates = self.piggyback();
+                    self.send(
+                        h,
+                        GossipMessage::ProbeRequest {
+                            seq,
+                            target: p.target,
+                            updates,
+                        },
+                    );
+                }
+            }
+            Timer::ProbeDeadline(seq) => {
+                let Some(p) = self.probe.filter(|p| p.seq == seq) else {
+                    return;
+                };
+                self.probe = None;
+                if !p.acked {
+                    self.handle_unreachable(now, p.target);
+                }
+            }
+            Timer::Suspicion(id, incarnation) => {
+                if let Some(e) = self.members.get(&id)
+                    && e.record.state == Liveness::Suspect
+                    && e.record.incarnation == incarnation
+                {
+                    let mut r = e.record.clone();
+                    r.state = Liveness::Dead;
+                    self.apply(now, r);
+                }
+            }
+            Timer::AntiEntropy => {
+                if let Some(peer) = self.pick_random(1, &[]).pop() {
+                    let members = self.records();
+                    self.send(
+                        peer,
+                        GossipMessage::Sync {
+                            members,
+                            reply: true,
+                        },
+                    );
+                }
+                let next = now + self.jitter(self.config.anti_entropy_interval);
+                self.arm(next, Timer::AntiEntropy);
+            }
+            Timer::JoinRetry => {
+                if let Some(via) = self.joining {
+                    self.join(now, via);
+                }
+            }
+            Timer::Prune => {
+                let ttl = self.config.tombstone_ttl;
+                self.members.retain(|_, e| {
+                    matches!(e.record.state, Liveness::Alive | Liveness::Suspect)
+                        || now.saturating_since(e.changed) < ttl
+                });
+                self.arm(now + ttl, Timer::Prune);
+            }
+        }
+    }
+
+    fn start_probe(&mut self, now: Time) {
+        if self.probe_order.is_empty() {
+            self.probe_order = self.live_members().map(|r| r.id).collect();
+            self.probe_order.sort();
+            // Fisher-Yates with the injected RNG: every member is probed once per round.
+            for i in (1..self.probe_order.len()).rev() {
+                let j = self.rng.below(i as u64 + 1) as usize;
+                self.probe_order.swap(i, j);
+            }
+        }
+        while let Some(target) = self.probe_order.pop() {
+            let live = self
+                .members
+                .get(&target)
+                .is_some_and(|e| matches!(e.record.state, Liveness::Alive | Liveness::Suspect));
+            if !live {
+                continue;
+            }
+            let seq = self.next_seq();
+            self.probe = Some(Probe {
+                seq,
+                target,
+                acked: false,
+            });
+            let updates = self.piggyback();
+            self.send(target, GossipMessage::Probe { seq, updates });
+            self.arm(now + self.config.probe_timeout, Timer::ProbeTimeout(seq));
+            // Just short of the next tick, so a period's verdict precedes the next probe.
+            let deadline = now + self.config.probe_interval.mul_f64(0.95);
+            self.arm(deadline, Timer::ProbeDeadline(seq));
+            return;
+        }
+    }
+
+    fn handle_ack(&mut self, seq: u64, target: NodeId) {
+        if let Some(p) = self.probe.as_mut()
+            && p.seq == seq
+            && p.target == target
+        {
+            p.acked = true;
+        }
+        // An ack for a probe we relayed goes back to whoever asked.
+        if let Some(i) = self
+            .relays
+            .iter()
+            .position(|r| r.our_seq == seq && r.target == target)
+        {
+            let relay = self.relays.swap_remove(i);
+            let updates = self.piggyback();
+            self.send(
+                relay.requester,
+                GossipMessage::Ack {
+                    seq: relay.their_seq,
+                    target,
+                    updates,
+                },
+            );
+        }
+    }
+
+    fn apply_all(&mut self, now: Time, updates: Vec<MemberRecord>) {
+        for r in updates {
+            self.apply(now, r);
+        }
+    }
+
+    /// Merges one record: a higher incarnation wins; at equal incarnation the later state
+    /// wins (`Alive < Suspect < Dead < Left`).
+    fn apply(&mut self, now: Time, r: MemberRecord) {
+        if r.id == self.me.id {
+            // Gossip says we are suspect or dead: refute with a higher incarnation.
+            if r.state != Liveness::Alive && r.incarnation >= self.me.incarnation && !self.left {
+                self.me.incarnation = r.incarnation + 1;
+                self.enqueue(self.me.clone());
+            }
+            return;
+        }
+        let newer = match self.members.get(&r.id) {
+            None => true,
+            Some(e) => {
+                (r.incarnation, r.state) > (e.record.incarnation, e.record.state)
+                    || (r.incarnation == e.record.incarnation
+                        && r.state == e.record.state
+                        && (r.addr != e.record.addr || r.name != e.record.name)
+                        && r.state == Liveness::Alive)
+            }
+        };
+        if !newer {
+            return;
+        }
+        let before = self.members.get(&r.id).map(|e| e.record.state);
+        self.members.insert(
+            r.id,
+            Entry {
+                record: r.clone(),
+                changed: now,
+            },
+        );
+        self.enqueue(r.clone());
+        match r.state {
+            Liveness::Alive => self.events.push_back(GossipEvent::Up(r)),
+            Liveness::Suspect => {
+                if before != Some(Liveness::Alive) {
+                    // First heard of it as suspect: it is a member all the same.
+                    let mut alive = r.clone();
+                    alive.state = Liveness::Alive;
+                    self.events.push_back(GossipEvent::Up(alive));
+                }
+                self.events.push_back(GossipEvent::Suspect(r.id));
+                let n = self.members.len() as f64 + 1.0;
+                let factor = (n.log10()).max(1.0);
+                let timeout = self.config.suspicion_timeout.mul_f64(factor);
+                self.arm(now + timeout, Timer::Suspicion(r.id, r.incarnation));
+            }
+            Liveness::Dead | Liveness::Left => {
+                if matches!(before, Some(Liveness::Alive | Liveness::Suspect)) {
+                    self.events.push_back(GossipEvent::Down {
+                        id: r.id,
+                        state: r.state,
+                    });
+                }
+            }
+        }
+    }
+
+    fn enqueue(&mut self, r: MemberRecord) {
+        self.outbox.retain(|(o, _)| o.id != r.id);
+        self.outbox.push_back((r, 0));
+    }
+
+    /// Takes the least-sent updates for one message; drops those sent often enough.
+    fn piggyback(&mut self) -> Vec<MemberRecord> {
+        let n = self.members.len() + 1;
+        let limit = self.config.retransmit_factor * (usize::BITS - n.leading_zeros()) as usize;
+        let mut out = Vec::new();
+        let take = self.config.max_piggyback.min(self.outbox.len());
+        for _ in 0..take {
+            let Some((r, sent)) = self.outbox.pop_front() else {
+                break;
+            };
+            out.push(r.clone());
+            if sent + 1 < limit {
+                self.outbox.push_back((r, sent + 1));
+            }
+        }
+        out
+    }
+
+    fn pick_random(&mut self, count: usize, exclude: &[NodeId]) -> Vec<NodeId> {
+        let mut pool: Vec<NodeId> = self
+            .members
+            .values()
+            .filter(|e| e.record.state == Liveness::Alive && !exclude.contains(&e.record.id))
+            .map(|e| e.record.id)
+            .collect();
+        pool.sort();
+        let mut out = Vec::new();
+        while out.len() < count && !pool.is_empty() {
+            let i = self.rng.below(pool.len() as u64) as usize;
+            out.push(pool.swap_remove(i));
+        }
+        out
+    }
+
+    fn send(&mut self, to: NodeId, msg: GossipMessage) {
+        self.transmits.push_back(GossipTransmit { to, msg });
+    }
+
+    fn arm(&mut self, at: Time, timer: Timer) {
+        self.timers.push(Reverse((at, timer)));
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    /// `base` scaled by a random factor in [0.75, 1.25), so nodes started together drift apart.
+    fn jitter(&mut self, base: Duration) -> Duration {
+        base.mul_f64(0.75 + self.rng.below(500) as f64 / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,236 @@
+//! Gossip on an in-memory network with virtual time: join, crash detection, a slow probe
+//! that must not kill, refutation, leave and restart.
+
+use super::*;
+
+/// A tiny deterministic network: every message takes `delay`; `down` nodes neither send
+/// nor receive; `drop_direct_probes_to` loses direct probes to one node (indirect ones pass).
+struct Net {
+    nodes: Vec<Gossip>,
+    down: Vec<bool>,
+    now: Time,
+    delay: Duration,
+    in_flight: Vec<(Time, usize, usize, GossipMessage)>,
+    events: Vec<Vec<GossipEvent>>,
+    drop_direct_probes_to: Option<usize>,
+}
+
+fn addr(i: usize) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7400 + i as u16))
+}
+
+impl Net {
+    fn new(n: usize) -> Net {
+        let nodes = (0..n)
+            .map(|i| {
+                Gossip::new(
+                    NodeId::from_seed(9, i as u64),
+                    format!("n{i}"),
+                    addr(i),
+                    1,
+                    GossipConfig::default(),
+                    i as u64,
+                    Time::ZERO,
+                )
+            })
+            .collect();
+        Net {
+            nodes,
+            down: vec![false; n],
+            now: Time::ZERO,
+            delay: Duration::from_millis(5),
+            in_flight: Vec::new(),
+            events: vec![Vec::new(); n],
+            drop_direct_probes_to: None,
+        }
+    }
+
+    fn id(&self, i: usize) -> NodeId {
+        self.nodes[i].me().id
+    }
+
+    fn index(&self, id: NodeId) -> usize {
+        self.nodes.iter().position(|g| g.me().id == id).unwrap()
+    }
+
+    fn drain(&mut self, i: usize) {
+        while let Some(t) = self.nodes[i].poll_transmit() {
+            let to = self.index(t.to);
+            if self.down[i] || self.down[to] {
+                continue;
+            }
+            if Some(to) == self.drop_direct_probes_to
+                && matches!(t.msg, GossipMessage::Probe { .. })
+                && !self.is_relay(i)
+            {
+                continue;
+            }
+            self.in_flight.push((self.now + self.delay, i, to, t.msg));
+        }
+        while let Some(e) = self.nodes[i].poll_event() {
+            self.events[i].push(e);
+        }
+    }
+
+    /// Relayed probes come from nodes that hold a relay entry.
+    fn is_relay(&self, i: usize) -> bool {
+        !self.nodes[i].relays.is_empty()
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        loop {
+            let next_msg = self.in_flight.iter().map(|m| m.0).min();
+            let next_timer = (0..self.nodes.len())
+                .filter(|&i| !self.down[i])
+                .filter_map(|i| self.nodes[i].poll_timeout())
+                .min();
+            let Some(next) = [next_msg, next_timer].into_iter().flatten().min() else {
+                break;
+            };
+            if next > end {
+                break;
+            }
+            self.now = next;
+            if let Some(k) = self.in_flight.iter().position(|m| m.0 <= self.now) {
+                let (_, from, to, msg) = self.in_flight.remove(k);
+                if !self.down[to] {
+                    let from_id = self.id(from);
+                    self.nodes[to].handle_message(self.now, from_id, msg);
+                    self.drain(to);
+                }
+                continue;
+            }
+            for i in 0..self.nodes.len() {
+                if !self.down[i] && self.nodes[i].poll_timeout().is_some_and(|t| t <= self.now) {
+                    self.nodes[i].handle_timeout(self.now);
+                    self.drain(i);
+                }
+            }
+        }
+        self.now = end;
+    }
+
+    fn join_all(&mut self) {
+        for i in 1..self.nodes.len() {
+            let via = self.id(0);
+            self.nodes[i].join(self.now, via);
+            self.drain(i);
+        }
+        self.run_for(Duration::from_secs(3));
+    }
+
+    fn state_of(&self, at: usize, about: usize) -> Option<Liveness> {
+        self.nodes[at].record(&self.id(about)).map(|r| r.state)
+    }
+}
+
+#[test]
+fn nodes_joining_through_one_member_all_learn_each_other() {
+    let mut net = Net::new(8);
+    net.join_all();
+    for i in 0..8 {
+        assert_eq!(net.nodes[i].live_members().count(), 7, "node {i}");
+        assert!(!net.nodes[i].is_joining());
+    }
+    assert!(net.events[3].contains(&GossipEvent::Joined { via: net.id(0) }));
+}
+
+#[test]
+fn a_crashed_member_is_suspected_then_declared_dead_everywhere() {
+    let mut net = Net::new(6);
+    net.join_all();
+    net.down[4] = true;
+    net.run_for(Duration::from_secs(2));
+    assert!(
+        (0..6)
+            .filter(|&i| i != 4)
+            .all(|i| net.state_of(i, 4) != Some(Liveness::Dead)),
+        "nobody declares death before the suspicion timeout"
+    );
+    net.run_for(Duration::from_secs(20));
+    for i in (0..6).filter(|&i| i != 4) {
+        assert_eq!(net.state_of(i, 4), Some(Liveness::Dead), "node {i}");
+        assert!(net.events[i].contains(&GossipEvent::Down {
+            id: net.id(4),
+            state: Liveness::Dead
+        }));
+    }
+}
+
+#[test]
+fn lost_direct_probes_do_not_kill_a_member_that_answers_indirectly() {
+    let mut net = Net::new(6);
+    net.join_all();
+    net.drop_direct_probes_to = Some(2);
+    net.run_for(Duration::from_secs(30));
+    for i in (0..6).filter(|&i| i != 2) {
+        assert_eq!(net.state_of(i, 2), Some(Liveness::Alive), "node {i}");
+    }
+}
+
+#[test]
+fn a_suspected_member_refutes_with_a_higher_incarnation() {
+    let mut net = Net::new(5);
+    net.join_all();
+    let mut rumour = net.nodes[0].record(&net.id(3)).unwrap().clone();
+    rumour.state = Liveness::Suspect;
+    let from = net.id(1);
+    net.nodes[0].handle_message(
+        net.now,
+        from,
+        GossipMessage::Sync {
+            members: vec![rumour.clone()],
+            reply: false,
+        },
+    );
+    net.drain(0);
+    assert_eq!(net.state_of(0, 3), Some(Liveness::Suspect));
+    net.run_for(Duration::from_secs(15));
+    for i in (0..5).filter(|&i| i != 3) {
+        let r = net.nodes[i].record(&net.id(3)).unwrap();
+        assert_eq!(r.state, Liveness::Alive, "node {i}");
+        assert!(r.incarnation > rumour.incarnation);
+    }
+}
+
+#[test]
+fn a_leaving_member_is_removed_everywhere_and_a_restart_brings_it_back() {
+    let mut net = Net::new(5);
+    net.join_all();
+    net.nodes[2].leave(net.now);
+    net.drain(2);
+    net.run_for(Duration::from_secs(1));
+    for i in (0..5).filter(|&i| i != 2) {
+        assert_eq!(net.state_of(i, 2), Some(Liveness::Left), "node {i}");
+    }
+    // Restart: same id, higher incarnation, joins again through node 4.
+    let id = net.id(2);
+    net.nodes[2] = Gossip::new(
+        id,
+        "n2".into(),
+        addr(2),
+        1_000,
+        GossipConfig::default(),
+        77,
+        net.now,
+    );
+    let via = net.id(4);
+    net.nodes[2].join(net.now, via);
+    net.drain(2);
+    net.run_for(Duration::from_secs(10));
+    for i in (0..5).filter(|&i| i != 2) {
+        assert_eq!(net.state_of(i, 2), Some(Liveness::Alive), "node {i}");
+    }
+    assert_eq!(net.nodes[2].live_members().count(), 4);
+}
+
+#[test]
+fn a_join_with_a_foreign_id_is_ignored() {
+    let mut net = Net::new(2);
+    let mut forged = net.nodes[1].me().clone();
+    forged.id = NodeId::from_seed(1, 1234);
+    let from = net.id(1);
+    net.nodes[0].handle_message(net.now, from, GossipMessage::Join { me: forged });
+    assert_eq!(net.nodes[0].live_members().count(), 0);
+}
