@@ -4,7 +4,15 @@
 //! - [`proto`]: the sans-IO protocol core (tree rules, membership, RTT, wire format).
 //! - [`topology`]: loader for the latency matrices in `topologies/`.
 //! - [`sim`]: a seeded discrete-event simulator that runs one core per node in virtual time.
+//! - [`net`]: the QUIC driver (identity, join token, framing, connections, driver loop).
+//! - [`api`]: [`api::Node`] and its builder: what applications and the binary use.
+//! - [`admin`]: the local admin socket behind `overlay-node status` and `tree`.
+//! - [`local`]: many real nodes in one process over an emulated WAN (demo, tests).
 
+pub mod admin;
+pub mod api;
+pub mod local;
+pub mod net;
 pub mod proto;
 pub mod sim;
 pub mod topology;

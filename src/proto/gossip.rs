@@ -154,7 +154,8 @@ pub struct Gossip {
 
 impl Gossip {
     /// A node that knows only itself. `incarnation` must grow across restarts of the same
-    /// node (e.g. milliseconds since the Unix epoch at start).
+    /// node (e.g. milliseconds since the Unix epoch at start); it also serves as the
+    /// record's `boot` value.
     pub fn new(
         id: NodeId,
         name: String,
@@ -171,6 +172,7 @@ impl Gossip {
                 name,
                 addr,
                 incarnation,
+                boot: incarnation,
                 state: Liveness::Alive,
             },
             members: IdMap::default(),
@@ -552,7 +554,9 @@ impl Gossip {
                 (r.incarnation, r.state) > (e.record.incarnation, e.record.state)
                     || (r.incarnation == e.record.incarnation
                         && r.state == e.record.state
-                        && (r.addr != e.record.addr || r.name != e.record.name)
+                        && (r.addr != e.record.addr
+                            || r.name != e.record.name
+                            || r.boot != e.record.boot)
                         && r.state == Liveness::Alive)
             }
         };

@@ -11,9 +11,14 @@ pub struct NodeId(pub [u8; 16]);
 
 // Encoded as a byte string (one length byte + 16 bytes in postcard): one copy instead of
 // sixteen serde calls, which matters when adverts carry an entry per root.
+// Human-readable formats (JSON) get the 32 hex digits of [`NodeId::to_hex`] instead.
 impl Serialize for NodeId {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(&self.0)
+        if s.is_human_readable() {
+            s.serialize_str(&self.to_hex())
+        } else {
+            s.serialize_bytes(&self.0)
+        }
     }
 }
 
@@ -24,6 +29,9 @@ impl<'de> Deserialize<'de> for NodeId {
             type Value = NodeId;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("16 bytes of node id")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<NodeId, E> {
+                NodeId::from_hex(v).ok_or_else(|| E::custom("expected 32 hex digits"))
             }
             fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<NodeId, E> {
                 let bytes: [u8; 16] = v
@@ -44,7 +52,11 @@ impl<'de> Deserialize<'de> for NodeId {
                 Ok(NodeId(bytes))
             }
         }
-        d.deserialize_bytes(V)
+        if d.is_human_readable() {
+            d.deserialize_str(V)
+        } else {
+            d.deserialize_bytes(V)
+        }
     }
 }
 
@@ -66,6 +78,23 @@ impl NodeId {
         bytes[..8].copy_from_slice(&a);
         bytes[8..].copy_from_slice(&b);
         NodeId(bytes)
+    }
+
+    /// All 16 bytes as 32 lowercase hex digits (the full id, e.g. in JSON).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses [`NodeId::to_hex`]'s output; `None` unless exactly 32 hex digits.
+    pub fn from_hex(s: &str) -> Option<NodeId> {
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut bytes = [0u8; 16];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(NodeId(bytes))
     }
 
     /// The first 8 base32 characters: how ids are shown in logs and the CLI.
@@ -105,6 +134,8 @@ mod tests {
         let s = a.short();
         assert_eq!(s.len(), 8);
         assert!(s.bytes().all(|c| BASE32.contains(&c)));
+        assert_eq!(NodeId::from_hex(&a.to_hex()), Some(a));
+        assert_eq!(NodeId::from_hex("zz"), None);
     }
 }
 

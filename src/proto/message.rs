@@ -160,6 +160,9 @@ pub struct MemberRecord {
     pub addr: std::net::SocketAddr,
     /// Bumped by the member itself to refute suspicion; starts high after a restart.
     pub incarnation: u64,
+    /// Identifies one run of the member's process (its start time in ms): a new value
+    /// means it restarted, so state held about its previous run must be dropped.
+    pub boot: u64,
     /// Its state at this incarnation.
     pub state: Liveness,
 }
@@ -197,6 +200,20 @@ pub enum GossipMessage {
     },
 }
 
+/// Questions a node's operator asks other members (e.g. to draw a whole tree).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QueryMessage {
+    /// "Who is your parent in `root`'s tree?"
+    TreeRequest { id: u64, root: NodeId },
+    /// Answer to [`QueryMessage::TreeRequest`]; `dist_us` is `None` when disconnected.
+    TreeReply {
+        id: u64,
+        root: NodeId,
+        parent: Option<NodeId>,
+        dist_us: Option<u64>,
+    },
+}
+
 /// What travels in one frame between two connected nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Packet {
@@ -204,6 +221,8 @@ pub enum Packet {
     Overlay(Message),
     /// Membership, handled by [`crate::proto::gossip::Gossip`].
     Gossip(GossipMessage),
+    /// Operator queries, answered by the network driver from the core's state.
+    Query(QueryMessage),
 }
 
 impl Packet {

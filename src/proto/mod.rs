@@ -35,7 +35,7 @@ pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
 pub use self::message::{
-    AdvertEntry, GossipMessage, Liveness, MemberRecord, Message, Packet, WireError,
+    AdvertEntry, GossipMessage, Liveness, MemberRecord, Message, Packet, QueryMessage, WireError,
 };
 pub use self::time::Time;
 

@@ -1,0 +1,648 @@
+//! The library API: start a node, join an overlay, look at members and trees, leave.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), overlay::api::NodeError> {
+//! use overlay::api::Node;
+//! let first = Node::builder().listen("127.0.0.1:0".parse().unwrap()).start().await?;
+//! let second = Node::builder()
+//!     .listen("127.0.0.1:0".parse().unwrap())
+//!     .join(first.local_addr())
+//!     .token(first.token().clone())
+//!     .start()
+//!     .await?;
+//! println!("{:?}", second.members().await?);
+//! second.leave().await;
+//! # Ok(()) }
+//! ```
+
+use crate::net::driver::{ApiCommand, Driver, DriverParts};
+use crate::net::emulated::LatencyMap;
+use crate::net::identity::{Identity, IdentityError};
+use crate::net::link::{LinkContext, LinkStats};
+use crate::net::token::{JoinToken, TokenError};
+use crate::proto::gossip::{Gossip, GossipConfig};
+use crate::proto::{Config, Core, DownReason, Liveness, NodeId, Time, TreeView};
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tracing::{info, warn};
+
+/// Files in a node's data directory.
+pub mod files {
+    /// The node's private key (PEM); its id derives from it.
+    pub const KEY: &str = "node.key";
+    /// The overlay's join token.
+    pub const TOKEN: &str = "token";
+    /// Addresses of members last seen, to rejoin after a restart.
+    pub const PEERS: &str = "peers.json";
+    /// The admin socket of the running node.
+    pub const ADMIN: &str = "admin.sock";
+}
+
+/// Why a node could not start or answer.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Key or TLS set-up failed.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// A stored or given token is malformed.
+    #[error("join token: {0}")]
+    Token(#[from] TokenError),
+    /// Joining needs the overlay's token.
+    #[error("joining needs the overlay's join token (--token or OVERLAY_TOKEN)")]
+    MissingToken,
+    /// Binding the socket or another I/O step failed.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// No member answered the join.
+    #[error("could not join the overlay: {0}")]
+    Join(String),
+    /// The node has stopped.
+    #[error("the node has stopped")]
+    Stopped,
+}
+
+/// One member as a node sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    /// Its id.
+    pub id: NodeId,
+    /// Its readable name.
+    pub name: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Alive, suspect, dead or left.
+    pub state: Liveness,
+    /// Filtered RTT from this node, when measured.
+    pub rtt_ms: Option<f64>,
+}
+
+/// This node's place in one root's tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TreeInfo {
+    /// The tree's root.
+    pub root: NodeId,
+    /// This node's parent (`None` at the root or while disconnected).
+    pub parent: Option<NodeId>,
+    /// This node's children.
+    pub children: Vec<NodeId>,
+    /// Distance to the root along the tree, in ms.
+    pub dist_ms: f64,
+    /// Largest serial of the root received.
+    pub serial: u32,
+    /// Whether this node has a path to the root.
+    pub connected: bool,
+}
+
+impl From<TreeView> for TreeInfo {
+    fn from(v: TreeView) -> Self {
+        TreeInfo {
+            root: v.root,
+            parent: v.parent,
+            children: v.children,
+            dist_ms: v.dist.as_secs_f64() * 1e3,
+            serial: v.serial,
+            connected: v.connected,
+        }
+    }
+}
+
+/// A snapshot of a running node (also what `overlay-node status --json` prints).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// This node.
+    pub id: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Its listen address.
+    pub addr: SocketAddr,
+    /// Every member known, this node included.
+    pub members: Vec<MemberInfo>,
+    /// This node's state in every tree.
+    pub trees: Vec<TreeInfo>,
+    /// Open peer connections.
+    pub connections: usize,
+    /// Frames received and decoded.
+    pub frames_in: u64,
+    /// Frames sent.
+    pub frames_out: u64,
+    /// Bytes received.
+    pub bytes_in: u64,
+    /// Bytes sent.
+    pub bytes_out: u64,
+    /// Frames dropped because they did not decode.
+    pub frames_rejected: u64,
+    /// Connections closed for oversized or truncated frames.
+    pub protocol_errors: u64,
+    /// Connections refused for a bad join-token proof.
+    pub auth_failures: u64,
+    /// Packets dropped (queues full, peer unreachable).
+    pub packets_dropped: u64,
+    /// Time since start.
+    pub uptime_ms: u64,
+}
+
+/// One member's place in a tree, as it answered a tree query.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TreeNode {
+    /// The member.
+    pub id: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Its parent (`None` at the root, when disconnected, or if it did not answer).
+    pub parent: Option<NodeId>,
+    /// Its distance to the root in ms, when connected.
+    pub dist_ms: Option<f64>,
+    /// Whether it answered in time.
+    pub answered: bool,
+}
+
+/// A whole tree as the members answered a node's query.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TreeSnapshot {
+    /// The tree's root.
+    pub root: NodeId,
+    /// Every live member this node knows, sorted by id.
+    pub nodes: Vec<TreeNode>,
+}
+
+/// Something that changed at a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeEvent {
+    /// A member joined or came back.
+    MemberUp(MemberInfo),
+    /// A member left or was declared dead.
+    MemberDown { id: NodeId, reason: DownReason },
+    /// This node's parent in `root`'s tree changed.
+    ParentChanged {
+        root: NodeId,
+        parent: Option<NodeId>,
+    },
+    /// This node gained or lost its path to `root`.
+    TreeConnected { root: NodeId, connected: bool },
+    /// A tree appeared.
+    TreeAdded { root: NodeId },
+    /// A tree was dropped (its root left or died).
+    TreeRemoved { root: NodeId },
+}
+
+/// What the node's UDP socket is.
+#[derive(Clone, Default)]
+pub enum Transport {
+    /// A plain UDP socket.
+    #[default]
+    Udp,
+    /// A loopback socket that delays datagrams by a topology's latency (tests, demo).
+    Emulated {
+        /// The shared emulated network.
+        map: Arc<LatencyMap>,
+        /// This node's cluster in the map's topology.
+        cluster: usize,
+    },
+}
+
+/// Configures and starts a [`Node`].
+pub struct NodeBuilder {
+    listen: SocketAddr,
+    name: String,
+    join: Vec<SocketAddr>,
+    token: Option<JoinToken>,
+    identity: Option<Identity>,
+    data_dir: Option<PathBuf>,
+    config: Config,
+    gossip: GossipConfig,
+    transport: Transport,
+    join_timeout: Duration,
+}
+
+impl Default for NodeBuilder {
+    fn default() -> Self {
+        NodeBuilder {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            name: String::new(),
+            join: Vec::new(),
+            token: None,
+            identity: None,
+            data_dir: None,
+            config: Config::wan(),
+            gossip: GossipConfig::default(),
+            transport: Transport::Udp,
+            join_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+impl NodeBuilder {
+    /// Address to listen on (default 127.0.0.1:0).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// A readable name shown to other members.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Join through the member at `addr` (may be given several times: tried in order).
+    /// Without any, the node starts a new overlay.
+    pub fn join(mut self, addr: SocketAddr) -> Self {
+        self.join.push(addr);
+        self
+    }
+
+    /// The overlay's join token (required to join; generated when starting a new overlay).
+    pub fn token(mut self, token: JoinToken) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// Use this identity instead of a stored or fresh one.
+    pub fn identity(mut self, identity: Identity) -> Self {
+        self.identity = Some(identity);
+        self
+    }
+
+    /// Keep the key, the token and the last known members here, so a restart keeps the
+    /// node's id and can rejoin without `join`.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Tree protocol settings (default [`Config::wan`]).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Membership settings.
+    pub fn gossip_config(mut self, gossip: GossipConfig) -> Self {
+        self.gossip = gossip;
+        self
+    }
+
+    /// The UDP socket to use (default a plain one).
+    pub fn transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// How long to keep trying the join addresses (default 20 s).
+    pub fn join_timeout(mut self, timeout: Duration) -> Self {
+        self.join_timeout = timeout;
+        self
+    }
+
+    /// Binds, starts the driver task and, when join addresses are known, joins.
+    pub async fn start(self) -> Result<Node, NodeError> {
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| NodeError::Io { what, source }
+        };
+        if let Some(dir) = &self.data_dir {
+            std::fs::create_dir_all(dir).map_err(io(&format!("{}", dir.display())))?;
+        }
+        let identity = match (self.identity, &self.data_dir) {
+            (Some(i), _) => i,
+            (None, Some(dir)) => Identity::load_or_create(&dir.join(files::KEY))?,
+            (None, None) => Identity::generate()?,
+        };
+        let stored_token = match &self.data_dir {
+            Some(dir) => read_token(dir)?,
+            None => None,
+        };
+        let mut join = self.join.clone();
+        let restarting = join.is_empty() && stored_token.is_some();
+        if restarting && let Some(dir) = &self.data_dir {
+            join = read_peers(dir);
+        }
+        let token = match (self.token, stored_token) {
+            (Some(t), _) => t,
+            (None, Some(t)) => t,
+            (None, None) if self.join.is_empty() => JoinToken::generate(),
+            (None, None) => return Err(NodeError::MissingToken),
+        };
+        if let Some(dir) = &self.data_dir {
+            write_token(dir, &token).map_err(io("writing the token"))?;
+        }
+
+        let mut server_config = identity.server_config()?;
+        server_config.transport_config(Arc::new(transport_config()));
+        let endpoint = match &self.transport {
+            Transport::Udp => quinn::Endpoint::server(server_config, self.listen)
+                .map_err(io(&format!("cannot listen on {}", self.listen)))?,
+            Transport::Emulated { map, cluster } => crate::net::emulated::endpoint(
+                self.listen,
+                map.clone(),
+                *cluster,
+                Some(server_config),
+            )
+            .map_err(io(&format!("cannot listen on {}", self.listen)))?,
+        };
+        let mut client_config = identity.client_config()?;
+        client_config.transport_config(Arc::new(transport_config()));
+        let local_addr = endpoint
+            .local_addr()
+            .map_err(io("reading the local address"))?;
+
+        let id = identity.id();
+        let start = Instant::now();
+        let wall_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(1);
+        let seed = u64::from_le_bytes(id.0[..8].try_into().expect("8 bytes")) ^ wall_ms;
+        let core = Core::new(id, self.config, seed, Time::ZERO);
+        let name = if self.name.is_empty() {
+            id.short()
+        } else {
+            self.name.clone()
+        };
+        let gossip = Gossip::new(
+            id,
+            name,
+            local_addr,
+            wall_ms,
+            self.gossip,
+            seed.rotate_left(17),
+            Time::ZERO,
+        );
+        let (to_driver, inbox) = mpsc::unbounded_channel();
+        let (cmd_tx, commands) = mpsc::channel(64);
+        let (events, _) = broadcast::channel(1024);
+        let ctx = LinkContext {
+            me: id,
+            token: Arc::new(token.clone()),
+            to_driver,
+            stats: Arc::new(LinkStats::default()),
+        };
+        let driver = Driver::new(DriverParts {
+            core,
+            gossip,
+            start,
+            endpoint,
+            client_config,
+            ctx,
+            inbox,
+            commands,
+            events: events.clone(),
+        });
+        let task = tokio::spawn(driver.run());
+        let node = Node {
+            id,
+            addr: local_addr,
+            token,
+            commands: cmd_tx,
+            events,
+            task: Arc::new(std::sync::Mutex::new(Some(task))),
+        };
+        info!(node = %id, addr = %local_addr, "node started");
+
+        if !join.is_empty() {
+            let deadline = Instant::now() + self.join_timeout;
+            let mut last_error = String::new();
+            'outer: loop {
+                for addr in join.iter().filter(|a| **a != local_addr) {
+                    match node.join(*addr).await {
+                        Ok(via) => {
+                            info!(via = %via, %addr, "joined");
+                            break 'outer;
+                        }
+                        Err(NodeError::Join(e)) => {
+                            warn!(%addr, error = %e, "join attempt failed");
+                            // A wrong token will not get better by retrying.
+                            if e.contains("wrong join token") {
+                                node.leave().await;
+                                return Err(NodeError::Join(e));
+                            }
+                            last_error = e;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                if Instant::now() >= deadline || restarting && last_error.is_empty() {
+                    if restarting {
+                        warn!("no known member answered: continuing alone");
+                        break;
+                    }
+                    node.leave().await;
+                    return Err(NodeError::Join(last_error));
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        if let Some(dir) = self.data_dir {
+            tokio::spawn(save_peers(node.clone(), dir));
+        }
+        Ok(node)
+    }
+}
+
+/// QUIC transport settings: keep-alives so idle links stay open and dead peers are noticed.
+pub(crate) fn transport_config() -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.keep_alive_interval(Some(Duration::from_secs(5)));
+    t.max_idle_timeout(Some(
+        quinn::IdleTimeout::try_from(Duration::from_secs(30)).expect("30 s fits"),
+    ));
+    t
+}
+
+/// A handle to a running node; cheap to clone.
+#[derive(Clone)]
+pub struct Node {
+    id: NodeId,
+    addr: SocketAddr,
+    token: JoinToken,
+    commands: mpsc::Sender<ApiCommand>,
+    events: broadcast::Sender<NodeEvent>,
+    task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Node {
+    /// A builder with defaults.
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder::default()
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The address the node listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The overlay's join token.
+    pub fn token(&self) -> &JoinToken {
+        &self.token
+    }
+
+    /// The command another machine runs to join this overlay through this node.
+    pub fn join_command(&self) -> String {
+        format!(
+            "overlay-node --listen ADDR --join {} --token {} --data-dir DIR",
+            self.addr, self.token
+        )
+    }
+
+    /// Joins through the member at `addr`; returns its id.
+    pub async fn join(&self, addr: SocketAddr) -> Result<NodeId, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(ApiCommand::Join(addr, tx))
+            .await
+            .map_err(|_| NodeError::Stopped)?;
+        match tokio::time::timeout(Duration::from_secs(10), rx).await {
+            Ok(Ok(Ok(id))) => Ok(id),
+            Ok(Ok(Err(e))) => Err(NodeError::Join(e)),
+            Ok(Err(_)) => Err(NodeError::Stopped),
+            Err(_) => Err(NodeError::Join(format!("{addr} did not answer the join"))),
+        }
+    }
+
+    /// A snapshot of members, trees and counters.
+    pub async fn status(&self) -> Result<NodeStatus, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(ApiCommand::Status(tx))
+            .await
+            .map_err(|_| NodeError::Stopped)?;
+        rx.await.map_err(|_| NodeError::Stopped)
+    }
+
+    /// Every member known (this node included).
+    pub async fn members(&self) -> Result<Vec<MemberInfo>, NodeError> {
+        Ok(self.status().await?.members)
+    }
+
+    /// This node's state in `root`'s tree.
+    pub async fn tree(&self, root: NodeId) -> Result<Option<TreeInfo>, NodeError> {
+        Ok(self
+            .status()
+            .await?
+            .trees
+            .into_iter()
+            .find(|t| t.root == root))
+    }
+
+    /// The whole tree of `root`: asks every live member for its parent (waits up to 2 s).
+    pub async fn tree_snapshot(&self, root: NodeId) -> Result<TreeSnapshot, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(ApiCommand::Tree(root, tx))
+            .await
+            .map_err(|_| NodeError::Stopped)?;
+        rx.await.map_err(|_| NodeError::Stopped)
+    }
+
+    /// The filtered RTT to `peer`, if measured.
+    pub async fn rtt(&self, peer: NodeId) -> Result<Option<Duration>, NodeError> {
+        Ok(self
+            .members()
+            .await?
+            .into_iter()
+            .find(|m| m.id == peer)
+            .and_then(|m| m.rtt_ms)
+            .map(|ms| Duration::from_secs_f64(ms / 1e3)))
+    }
+
+    /// Member and tree events from now on. A consumer that falls more than 1024 events
+    /// behind skips the oldest ones.
+    pub fn events(&self) -> impl Stream<Item = NodeEvent> + Send + 'static {
+        let rx = self.events.subscribe();
+        futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(e) => return Some((e, rx)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+    }
+
+    /// Leaves gracefully (detach from every tree, announce to every member) and stops.
+    pub async fn leave(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(ApiCommand::Leave(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+        let task = self.task.lock().expect("not poisoned").take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    /// Whether the driver task has stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.commands.is_closed()
+    }
+}
+
+fn read_token(dir: &Path) -> Result<Option<JoinToken>, NodeError> {
+    match std::fs::read_to_string(dir.join(files::TOKEN)) {
+        Ok(s) => Ok(Some(s.parse()?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(NodeError::Io {
+            what: format!("{}", dir.join(files::TOKEN).display()),
+            source,
+        }),
+    }
+}
+
+fn write_token(dir: &Path, token: &JoinToken) -> std::io::Result<()> {
+    let path = dir.join(files::TOKEN);
+    std::fs::write(&path, format!("{token}\n"))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
+}
+
+fn read_peers(dir: &Path) -> Vec<SocketAddr> {
+    std::fs::read_to_string(dir.join(files::PEERS))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default()
+}
+
+/// Every few seconds, remembers where live members listen (for a rejoin after restart).
+async fn save_peers(node: Node, dir: PathBuf) {
+    let mut last = Vec::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let Ok(status) = node.status().await else {
+            return;
+        };
+        let mut addrs: Vec<SocketAddr> = status
+            .members
+            .iter()
+            .filter(|m| m.id != node.id && m.state == Liveness::Alive)
+            .map(|m| m.addr)
+            .collect();
+        addrs.sort();
+        if addrs != last && !addrs.is_empty() {
+            let tmp = dir.join(format!("{}.tmp", files::PEERS));
+            let json = serde_json::to_string(&addrs).unwrap_or_default();
+            if std::fs::write(&tmp, json).is_ok() {
+                let _ = std::fs::rename(&tmp, dir.join(files::PEERS));
+            }
+            last = addrs;
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Many real nodes in one process: every node a full [`Node`] with its own QUIC endpoint on
+//! 127.0.0.1, over emulated-latency sockets that delay datagrams by a topology's one-way
+//! latency. What the demo, the in-process tests and the benchmarks run on.
+
+use crate::api::{Node, NodeError, NodeStatus, Transport};
+use crate::net::emulated::LatencyMap;
+use crate::proto::{Config, NodeId};
+use crate::sim::NetModel;
+use crate::sim::metrics::{Layout, Scratch, TreeMetrics, tree_metrics};
+use crate::topology::Topology;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A running in-process overlay.
+pub struct LocalOverlay {
+    /// The nodes, numbered cluster by cluster in topology order.
+    pub nodes: Vec<Node>,
+    /// Cluster index of every node.
+    pub clusters: Vec<usize>,
+    /// The emulated network.
+    pub map: Arc<LatencyMap>,
+    net: NetModel,
+    /// When the first node started.
+    pub started: Instant,
+}
+
+/// How the trees look across the whole overlay at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct OverlayCheck {
+    /// Nodes that answered.
+    pub nodes: usize,
+    /// Trees (one per node).
+    pub trees: usize,
+    /// Trees in which every node reaches the root.
+    pub spanning: usize,
+    /// Trees that span and have exactly one edge entering each non-root cluster.
+    pub wide_area_optimal: usize,
+    /// Nodes that list every node as an alive member.
+    pub full_membership: usize,
+}
+
+impl OverlayCheck {
+    /// Every tree spans and is wide-area optimal, and everyone knows everyone.
+    pub fn all_optimal(&self) -> bool {
+        self.trees == self.nodes
+            && self.wide_area_optimal == self.trees
+            && self.full_membership == self.nodes
+    }
+}
+
+impl LocalOverlay {
+    /// Starts one node per topology node: the first creates the overlay, the others join
+    /// through it (in small concurrent batches).
+    pub async fn start(topology: Topology, config: Config) -> Result<LocalOverlay, NodeError> {
+        let clusters = topology.node_clusters();
+        let net = NetModel::from_topology(&topology);
+        let names: Vec<String> = topology.clusters.iter().map(|c| c.name.clone()).collect();
+        let map = LatencyMap::new(topology);
+        let started = Instant::now();
+        let node_in = |i: usize, count: &mut HashMap<usize, usize>| {
+            let c = clusters[i];
+            let k = count.entry(c).or_default();
+            *k += 1;
+            Node::builder()
+                .name(format!("{}-{}", names[c], k))
+                .config(config.clone())
+                .transport(Transport::Emulated {
+                    map: map.clone(),
+                    cluster: c,
+                })
+        };
+        let mut count = HashMap::new();
+        let first = node_in(0, &mut count).start().await?;
+        let mut nodes = vec![first.clone()];
+        for batch in (1..clusters.len()).collect::<Vec<_>>().chunks(8) {
+            let starts: Vec<_> = batch
+                .iter()
+                .map(|&i| {
+                    node_in(i, &mut count)
+                        .join(first.local_addr())
+                        .token(first.token().clone())
+                        .start()
+                })
+                .collect();
+            for node in futures::future::join_all(starts).await {
+                nodes.push(node?);
+            }
+        }
+        Ok(LocalOverlay {
+            nodes,
+            clusters,
+            map,
+            net,
+            started,
+        })
+    }
+
+    /// Asks every node for its status.
+    pub async fn statuses(&self) -> Vec<NodeStatus> {
+        let all = futures::future::join_all(self.nodes.iter().map(|n| n.status())).await;
+        all.into_iter().filter_map(Result::ok).collect()
+    }
+
+    /// Checks every tree against the topology.
+    pub async fn check(&self) -> OverlayCheck {
+        let statuses = self.statuses().await;
+        let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id()).collect();
+        check_statuses(&statuses, &ids, &self.clusters, &self.net)
+    }
+
+    /// Polls [`LocalOverlay::check`] until every tree is wide-area optimal (and stays so
+    /// for `stable_for`), or `timeout`. Returns the last check and when it first held.
+    pub async fn wait_optimal(
+        &self,
+        timeout: Duration,
+        stable_for: Duration,
+    ) -> (OverlayCheck, Option<Duration>) {
+        let deadline = Instant::now() + timeout;
+        let mut since: Option<Instant> = None;
+        loop {
+            let check = self.check().await;
+            if check.all_optimal() {
+                let t = *since.get_or_insert_with(Instant::now);
+                if t.elapsed() >= stable_for {
+                    return (check, Some(t - self.started));
+                }
+            } else {
+                since = None;
+            }
+            if Instant::now() >= deadline {
+                return (check, None);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Every node leaves.
+    pub async fn shutdown(self) {
+        futures::future::join_all(self.nodes.iter().map(|n| n.leave())).await;
+    }
+}
+
+/// Checks the trees that `statuses` report, for the nodes `ids` (node `i` is in cluster
+/// `clusters[i]`; a node without a status counts as dead).
+pub fn check_statuses(
+    statuses: &[NodeStatus],
+    ids: &[NodeId],
+    clusters: &[usize],
+    net: &NetModel,
+) -> OverlayCheck {
+    let index: HashMap<NodeId, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    let n = ids.len();
+    let alive: Vec<bool> = (0..n)
+        .map(|i| statuses.iter().any(|s| s.id == ids[i]))
+        .collect();
+    let mut live_per_cluster = vec![0usize; net.clusters()];
+    let mut live_per_site = vec![0usize; net.sites()];
+    for i in (0..n).filter(|&i| alive[i]) {
+        live_per_cluster[clusters[i]] += 1;
+        live_per_site[net.site_of(clusters[i])] += 1;
+    }
+    let lay = Layout {
+        alive: &alive,
+        cluster_of: clusters,
+        net,
+        live_per_cluster: &live_per_cluster,
+        live_per_site: &live_per_site,
+        live: alive.iter().filter(|a| **a).count(),
+    };
+    let mut check = OverlayCheck {
+        nodes: lay.live,
+        ..Default::default()
+    };
+    let mut scratch = Scratch::default();
+    for root in (0..n).filter(|&i| alive[i]) {
+        let root_id = ids[root];
+        let mut row = vec![u32::MAX; n];
+        for s in statuses {
+            let Some(&i) = index.get(&s.id) else { continue };
+            if let Some(t) = s.trees.iter().find(|t| t.root == root_id)
+                && t.connected
+                && let Some(p) = t.parent.and_then(|p| index.get(&p))
+            {
+                row[i] = *p as u32;
+            }
+        }
+        let m: TreeMetrics = tree_metrics(root, &row, &lay, &mut scratch);
+        check.trees += 1;
+        check.spanning += usize::from(m.spanning);
+        check.wide_area_optimal += usize::from(m.wide_area_optimal);
+    }
+    check.full_membership = statuses
+        .iter()
+        .filter(|s| {
+            (0..n).filter(|&i| alive[i]).all(|i| {
+                s.members
+                    .iter()
+                    .any(|m| m.id == ids[i] && m.state == crate::proto::Liveness::Alive)
+            })
+        })
+        .count();
+    check
+}

@@ -1,0 +1,125 @@
+//! Admission: after the QUIC handshake, both sides prove they hold the join token, bound
+//! to this TLS session (see [`super::token`]). Nothing else is read from a connection, and
+//! no overlay message reaches the core, before this succeeds.
+
+use super::frame::{read_frame, write_frame};
+use super::identity::peer_id;
+use super::token::{EXPORTER_LABEL, JoinToken, PROOF_LEN, Role};
+use crate::proto::NodeId;
+use std::time::Duration;
+
+/// QUIC application error code: the join-token proof was wrong or missing.
+pub const CLOSE_AUTH_FAILED: u32 = 0x4f01;
+/// QUIC application error code: a frame broke the protocol (oversized, truncated stream).
+pub const CLOSE_PROTOCOL: u32 = 0x4f02;
+/// QUIC application error code: a duplicate connection was replaced.
+pub const CLOSE_DUPLICATE: u32 = 0x4f03;
+/// QUIC application error code: the node is leaving.
+pub const CLOSE_LEAVING: u32 = 0x4f04;
+
+/// Why a connection was not admitted.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// The peer's proof did not verify: it does not hold our token.
+    #[error("peer {peer} failed the join-token proof")]
+    BadProof { peer: String },
+    /// The peer refused our proof (we do not hold its overlay's token).
+    #[error("rejected by the peer: wrong join token for this overlay")]
+    Rejected,
+    /// The peer's certificate could not be turned into an id.
+    #[error("peer presented no usable certificate")]
+    NoIdentity,
+    /// The exchange did not finish in time.
+    #[error("join-token exchange timed out")]
+    Timeout,
+    /// The connection failed during the exchange.
+    #[error("connection failed during the join-token exchange: {0}")]
+    Connection(String),
+}
+
+/// Runs the proof exchange on a fresh connection; returns the peer's id on success.
+/// On failure the acceptor closes the connection with [`CLOSE_AUTH_FAILED`].
+pub async fn authenticate(
+    conn: &quinn::Connection,
+    token: &JoinToken,
+    role: Role,
+    timeout: Duration,
+) -> Result<NodeId, AuthError> {
+    match tokio::time::timeout(timeout, exchange(conn, token, role)).await {
+        Ok(result) => result,
+        Err(_) => {
+            conn.close(CLOSE_AUTH_FAILED.into(), b"join-token exchange timed out");
+            Err(AuthError::Timeout)
+        }
+    }
+}
+
+async fn exchange(
+    conn: &quinn::Connection,
+    token: &JoinToken,
+    role: Role,
+) -> Result<NodeId, AuthError> {
+    let peer = peer_id(conn).ok_or(AuthError::NoIdentity)?;
+    let mut exporter = [0u8; 32];
+    conn.export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
+        .map_err(|_| AuthError::Connection("keying material export failed".into()))?;
+    let ours = token.proof(role, &exporter);
+    let theirs_role = match role {
+        Role::Dialer => Role::Acceptor,
+        Role::Acceptor => Role::Dialer,
+    };
+    let conn_err = |e: &dyn std::fmt::Display| AuthError::Connection(e.to_string());
+    match role {
+        Role::Dialer => {
+            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| map_closed(&e))?;
+            write_frame(&mut send, &ours)
+                .await
+                .map_err(|e| conn_err(&e))?;
+            let proof = match read_frame(&mut recv).await {
+                Ok(Some(p)) => p,
+                Ok(None) => return Err(AuthError::Rejected),
+                Err(_) => return Err(closed_reason(conn)),
+            };
+            if !token.verify(theirs_role, &exporter, &proof) {
+                conn.close(CLOSE_AUTH_FAILED.into(), b"join token proof invalid");
+                return Err(AuthError::BadProof { peer: peer.short() });
+            }
+            let _ = send.finish();
+            Ok(peer)
+        }
+        Role::Acceptor => {
+            let (mut send, mut recv) = conn.accept_bi().await.map_err(|e| map_closed(&e))?;
+            let proof = read_frame(&mut recv)
+                .await
+                .map_err(|e| conn_err(&e))?
+                .unwrap_or_default();
+            if proof.len() != PROOF_LEN || !token.verify(theirs_role, &exporter, &proof) {
+                conn.close(CLOSE_AUTH_FAILED.into(), b"join token proof invalid");
+                return Err(AuthError::BadProof { peer: peer.short() });
+            }
+            write_frame(&mut send, &ours)
+                .await
+                .map_err(|e| conn_err(&e))?;
+            let _ = send.finish();
+            Ok(peer)
+        }
+    }
+}
+
+fn map_closed(e: &quinn::ConnectionError) -> AuthError {
+    match e {
+        quinn::ConnectionError::ApplicationClosed(c)
+            if c.error_code == quinn::VarInt::from_u32(CLOSE_AUTH_FAILED) =>
+        {
+            AuthError::Rejected
+        }
+        other => AuthError::Connection(other.to_string()),
+    }
+}
+
+fn closed_reason(conn: &quinn::Connection) -> AuthError {
+    match conn.close_reason() {
+        Some(e) => map_closed(&e),
+        None => AuthError::Rejected,
+    }
+}

@@ -1,0 +1,72 @@
+//! Framing on QUIC streams: a 4-byte big-endian length, then one encoded [`Packet`]
+//! (which starts with the wire version byte). Frames above [`MAX_FRAME_BYTES`] are refused
+//! before anything is allocated for them.
+
+use crate::proto::message::MAX_MESSAGE_BYTES;
+use crate::proto::{Packet, WireError};
+
+/// Largest frame accepted, length prefix excluded.
+pub const MAX_FRAME_BYTES: usize = MAX_MESSAGE_BYTES;
+
+/// Why a frame could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The announced length exceeds the limit; the stream cannot be resynchronised.
+    #[error("frame of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { len: usize, limit: usize },
+    /// The stream ended inside a frame.
+    #[error("stream ended inside a frame")]
+    Truncated,
+    /// The frame's bytes are not a valid packet (the stream stays usable).
+    #[error("bad frame: {0}")]
+    Wire(#[from] WireError),
+    /// Reading failed.
+    #[error("read: {0}")]
+    Read(#[from] quinn::ReadExactError),
+    /// Writing failed.
+    #[error("write: {0}")]
+    Write(#[from] quinn::WriteError),
+}
+
+/// Reads one raw frame. `Ok(None)` when the stream ended cleanly between frames.
+pub async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>, FrameError> {
+    let mut len = [0u8; 4];
+    match recv.read_exact(&mut len).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
+        Err(quinn::ReadExactError::FinishedEarly(_)) => return Err(FrameError::Truncated),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge {
+            len,
+            limit: MAX_FRAME_BYTES,
+        });
+    }
+    let mut body = vec![0u8; len];
+    match recv.read_exact(&mut body).await {
+        Ok(()) => Ok(Some(body)),
+        Err(quinn::ReadExactError::FinishedEarly(_)) => Err(FrameError::Truncated),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes one raw frame.
+pub async fn write_frame(send: &mut quinn::SendStream, body: &[u8]) -> Result<(), FrameError> {
+    if body.len() > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge {
+            len: body.len(),
+            limit: MAX_FRAME_BYTES,
+        });
+    }
+    send.write_all(&(body.len() as u32).to_be_bytes()).await?;
+    send.write_all(body).await?;
+    Ok(())
+}
+
+/// Encodes and writes one packet.
+pub async fn write_packet(send: &mut quinn::SendStream, packet: &Packet) -> Result<(), FrameError> {
+    let body = packet.encode()?;
+    write_frame(send, &body).await
+}

@@ -1,0 +1,237 @@
+//! Connection tasks: accepting and dialing (with admission), and per connection one writer
+//! and one reader task. They only move bytes; every decision is the driver's
+//! ([`super::driver`]), which they talk to through [`LinkInput`]s.
+
+use super::auth::{AuthError, CLOSE_PROTOCOL, authenticate};
+use super::frame::{FrameError, read_frame, write_frame};
+use super::token::{JoinToken, Role};
+use crate::proto::{NodeId, Packet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+/// How long the TLS handshake plus the token exchange may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Frames queued for one connection's writer before new ones are dropped.
+pub const WRITER_QUEUE: usize = 4096;
+
+/// What connection tasks tell the driver.
+#[derive(Debug)]
+pub enum LinkInput {
+    /// An admitted connection to `peer`. `dialed` is true when this node opened it;
+    /// `join` carries the join request it answers, if any.
+    Connected {
+        peer: NodeId,
+        conn: quinn::Connection,
+        dialed: bool,
+        join: Option<u64>,
+    },
+    /// A dial to `peer` failed (handshake, timeout or admission).
+    DialFailed { peer: NodeId, error: String },
+    /// A join through an address failed.
+    JoinFailed { request: u64, error: String },
+    /// A decoded packet from `peer` on connection `conn`.
+    Received { peer: NodeId, packet: Packet },
+    /// Connection `conn` to `peer` closed.
+    Closed {
+        peer: NodeId,
+        conn: usize,
+        reason: String,
+    },
+}
+
+/// Counters shared by all connection tasks of a node.
+#[derive(Debug, Default)]
+pub struct LinkStats {
+    /// Connections refused because the peer failed the token proof.
+    pub auth_failures: AtomicU64,
+    /// Frames that did not decode (dropped, connection kept).
+    pub frames_rejected: AtomicU64,
+    /// Connections closed for a protocol violation (oversized or truncated frame).
+    pub protocol_errors: AtomicU64,
+    /// Frames received and decoded.
+    pub frames_in: AtomicU64,
+    /// Frames written.
+    pub frames_out: AtomicU64,
+    /// Bytes received (frames, prefix included).
+    pub bytes_in: AtomicU64,
+    /// Bytes written (frames, prefix included).
+    pub bytes_out: AtomicU64,
+}
+
+/// Everything a connection task needs.
+#[derive(Clone)]
+pub struct LinkContext {
+    /// This node.
+    pub me: NodeId,
+    /// The overlay's token.
+    pub token: Arc<JoinToken>,
+    /// Where results go.
+    pub to_driver: mpsc::UnboundedSender<LinkInput>,
+    /// Shared counters.
+    pub stats: Arc<LinkStats>,
+}
+
+/// Accepts connections forever; each is admitted in its own task.
+pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
+    while let Some(incoming) = endpoint.accept().await {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let remote = incoming.remote_address();
+            let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => {
+                    debug!(%remote, error = %e, "inbound handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    debug!(%remote, "inbound handshake timed out");
+                    return;
+                }
+            };
+            match authenticate(&conn, &ctx.token, Role::Acceptor, HANDSHAKE_TIMEOUT).await {
+                Ok(peer) if peer == ctx.me => {
+                    conn.close(CLOSE_PROTOCOL.into(), b"connected to itself");
+                }
+                Ok(peer) => {
+                    let _ = ctx.to_driver.send(LinkInput::Connected {
+                        peer,
+                        conn,
+                        dialed: false,
+                        join: None,
+                    });
+                }
+                Err(e) => {
+                    if matches!(e, AuthError::BadProof { .. }) {
+                        ctx.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    warn!(%remote, error = %e, "refused an inbound connection");
+                }
+            }
+        });
+    }
+}
+
+/// Dials `addr` expecting `peer` (or anyone, for a join) and runs admission.
+pub async fn dial(
+    endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
+    addr: SocketAddr,
+    server_name: String,
+    ctx: &LinkContext,
+) -> Result<(NodeId, quinn::Connection), String> {
+    let connecting = endpoint
+        .connect_with(config, addr, &server_name)
+        .map_err(|e| format!("cannot dial {addr}: {e}"))?;
+    let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => return Err(format!("handshake with {addr} failed: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "no answer from {addr} within {HANDSHAKE_TIMEOUT:?}"
+            ));
+        }
+    };
+    match authenticate(&conn, &ctx.token, Role::Dialer, HANDSHAKE_TIMEOUT).await {
+        Ok(peer) => Ok((peer, conn)),
+        Err(e) => {
+            if matches!(e, AuthError::BadProof { .. }) {
+                ctx.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(format!("{addr}: {e}"))
+        }
+    }
+}
+
+/// Starts the writer and reader tasks of an admitted connection; returns the writer's queue.
+pub fn start(peer: NodeId, conn: quinn::Connection, ctx: &LinkContext) -> mpsc::Sender<Vec<u8>> {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(WRITER_QUEUE);
+    tokio::spawn(writer(conn.clone(), rx, ctx.stats.clone()));
+    tokio::spawn(reader(peer, conn, ctx.clone()));
+    tx
+}
+
+/// Writes encoded frames on one long-lived unidirectional stream, in order.
+async fn writer(conn: quinn::Connection, mut rx: mpsc::Receiver<Vec<u8>>, stats: Arc<LinkStats>) {
+    let Ok(mut send) = conn.open_uni().await else {
+        return;
+    };
+    while let Some(frame) = rx.recv().await {
+        if let Err(e) = write_frame(&mut send, &frame).await {
+            debug!(error = %e, "writer stopped");
+            return;
+        }
+        stats.frames_out.fetch_add(1, Ordering::Relaxed);
+        stats
+            .bytes_out
+            .fetch_add(frame.len() as u64 + 4, Ordering::Relaxed);
+    }
+    // The driver dropped the queue: finish the stream so the peer reads everything sent.
+    let _ = send.finish();
+    let _ = send.stopped().await;
+}
+
+/// Reads every unidirectional stream the peer opens and forwards decoded packets.
+async fn reader(peer: NodeId, conn: quinn::Connection, ctx: LinkContext) {
+    let id = conn.stable_id();
+    let reason = loop {
+        match conn.accept_uni().await {
+            Ok(recv) => {
+                tokio::spawn(read_stream(peer, conn.clone(), recv, ctx.clone()));
+            }
+            Err(e) => break e.to_string(),
+        }
+    };
+    let _ = ctx.to_driver.send(LinkInput::Closed {
+        peer,
+        conn: id,
+        reason,
+    });
+}
+
+async fn read_stream(
+    peer: NodeId,
+    conn: quinn::Connection,
+    mut recv: quinn::RecvStream,
+    ctx: LinkContext,
+) {
+    loop {
+        match read_frame(&mut recv).await {
+            Ok(None) => return,
+            Ok(Some(bytes)) => {
+                ctx.stats
+                    .bytes_in
+                    .fetch_add(bytes.len() as u64 + 4, Ordering::Relaxed);
+                match Packet::decode(&bytes) {
+                    Ok(packet) => {
+                        ctx.stats.frames_in.fetch_add(1, Ordering::Relaxed);
+                        if ctx
+                            .to_driver
+                            .send(LinkInput::Received { peer, packet })
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        ctx.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                        warn!(peer = %peer, error = %e, "dropped a malformed frame");
+                    }
+                }
+            }
+            Err(e @ (FrameError::TooLarge { .. } | FrameError::Truncated)) => {
+                ctx.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                warn!(peer = %peer, error = %e, "closing the connection: protocol violation");
+                conn.close(CLOSE_PROTOCOL.into(), e.to_string().as_bytes());
+                return;
+            }
+            Err(e) => {
+                debug!(peer = %peer, error = %e, "stream ended");
+                return;
+            }
+        }
+    }
+}

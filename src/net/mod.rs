@@ -1,0 +1,16 @@
+//! The network driver: real QUIC between nodes.
+//!
+//! - [`identity`]: TLS keys and certificates; a node's id is bound to its key.
+//! - [`token`] and [`auth`]: the join token and the session-bound proof of holding it.
+//! - [`frame`]: length-prefixed frames on QUIC streams, with a size limit.
+//! - [`link`]: accept, dial, and the reader/writer tasks of each connection.
+//! - [`driver`]: the one task that owns the protocol core and gossip (the driver loop).
+//! - [`emulated`]: a UDP socket that adds a topology's WAN latency on loopback.
+
+pub mod auth;
+pub mod driver;
+pub mod emulated;
+pub mod frame;
+pub mod identity;
+pub mod link;
+pub mod token;
