@@ -4,7 +4,9 @@
 //! - [`proto`]: the sans-IO protocol core (tree rules, membership, RTT, wire format).
 //! - [`topology`]: loader for the latency matrices in `topologies/`.
 //! - [`sim`]: a seeded discrete-event simulator that runs one core per node in virtual time.
+//! - [`net`]: networking for the QUIC driver, including a latency-emulating UDP socket.
 
+pub mod net;
 pub mod proto;
 pub mod sim;
 pub mod topology;
