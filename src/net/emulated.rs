@@ -1,0 +1,945 @@
+//! An emulated-latency UDP socket for quinn: real QUIC over real loopback UDP sockets that
+//! experiences the wide-area latency of a topology file.
+//!
+//! Every socket of one emulated network shares a [`LatencyMap`] that says which topology
+//! cluster each bound address belongs to. An [`EmulatedUdpSocket`] holds every outgoing
+//! datagram in a bounded per-socket delay queue for the one-way latency between the sender's
+//! and the receiver's clusters, then sends it on its real socket; receiving is plain UDP.
+//! Because only the sender delays, a datagram crosses the emulated network exactly once,
+//! and an exchange `A -> B -> A` costs `one_way(A, B) + one_way(B, A)`.
+//!
+//! What is emulated: propagation delay only. Not emulated: bandwidth, loss (apart from
+//! drops when a delay queue is full), reordering, ECN marks (outgoing ECN bits are not set
+//! and incoming ones are not reported, so quinn sees a path without ECN) and GSO/GRO (one
+//! datagram per transmit and per receive, which keeps the delay per datagram exact).
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use overlay::net::emulated::{LatencyMap, endpoint};
+//! use overlay::topology::Topology;
+//! let map = LatencyMap::new(Topology::builtin("phoenix-27").unwrap());
+//! let client = endpoint("127.0.0.1:0".parse().unwrap(), map.clone(), 1, None)?;
+//! # Ok(()) }
+//! ```
+
+use crate::topology::Topology;
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
+use std::io::{self, IoSliceMut};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Who is where: maps a bound socket address to a topology cluster, shared by all sockets of
+/// one emulated network.
+pub struct LatencyMap {
+    topology: Topology,
+    clusters: RwLock<HashMap<SocketAddr, usize>>,
+}
+
+impl fmt::Debug for LatencyMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The topology's matrices can be large; its name and the registrations say enough.
+        f.debug_struct("LatencyMap")
+            .field("topology", &self.topology.name)
+            .field("registered", &self.read().len())
+            .finish()
+    }
+}
+
+impl LatencyMap {
+    /// An empty map over `topology`; shared by reference count because every socket of the
+    /// network keeps it for lookups on each send.
+    pub fn new(topology: Topology) -> Arc<LatencyMap> {
+        Arc::new(LatencyMap {
+            topology,
+            clusters: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// Places `addr` in cluster `cluster`, replacing any earlier registration of `addr`.
+    ///
+    /// Fails with [`io::ErrorKind::InvalidInput`] if `cluster` is not a cluster index of the
+    /// topology (an error rather than a panic: the index usually comes from configuration).
+    pub fn register(&self, addr: SocketAddr, cluster: usize) -> io::Result<()> {
+        let n = self.topology.clusters.len();
+        if cluster >= n {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "cluster {cluster} out of range: topology {} has {n} clusters",
+                    self.topology.name
+                ),
+            ));
+        }
+        self.write().insert(addr, cluster);
+        Ok(())
+    }
+
+    /// Forgets `addr`; datagrams to or from it are no longer delayed.
+    pub fn unregister(&self, addr: SocketAddr) {
+        self.write().remove(&addr);
+    }
+
+    /// The cluster `addr` is registered in, if any.
+    pub fn cluster_of(&self, addr: SocketAddr) -> Option<usize> {
+        self.read().get(&addr).copied()
+    }
+
+    /// One-way latency from `from` to `to`: the topology's latency between their clusters,
+    /// or `None` if either address is not registered.
+    pub fn one_way(&self, from: SocketAddr, to: SocketAddr) -> Option<Duration> {
+        let (a, b) = {
+            let map = self.read();
+            (*map.get(&from)?, *map.get(&to)?)
+        };
+        // Both indices were range-checked by `register`, so this cannot panic.
+        Some(self.topology.latency(a, b))
+    }
+
+    /// The topology the latencies come from.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    // Poisoning cannot leave the map inconsistent (every update is one insert or remove),
+    // so a panic elsewhere must not turn every later send into a panic.
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SocketAddr, usize>> {
+        self.clusters.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<SocketAddr, usize>> {
+        self.clusters
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Bounds of a socket's delay queue; a datagram that would exceed either is dropped and
+/// counted, as a router with a full buffer would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// Most datagrams held at once.
+    pub datagrams: usize,
+    /// Most payload bytes held at once.
+    pub bytes: usize,
+}
+
+impl Default for QueueLimits {
+    /// 64 Ki datagrams and 64 MiB: more than a few seconds of a busy QUIC connection at
+    /// 100 ms latency, small enough that a runaway sender cannot exhaust memory.
+    fn default() -> Self {
+        QueueLimits {
+            datagrams: 64 * 1024,
+            bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// A datagram waiting in a delay queue.
+#[derive(Debug)]
+struct Datagram {
+    due: Instant,
+    /// Insertion order: breaks ties between equal due times so they leave FIFO.
+    seq: u64,
+    dest: SocketAddr,
+    bytes: Box<[u8]>,
+}
+
+// Reversed on (due, seq) so that `BinaryHeap`, a max-heap, pops the earliest datagram.
+impl Ord for Datagram {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .due
+            .cmp(&self.due)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+impl PartialOrd for Datagram {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Datagram {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Datagram {}
+
+/// Destinations remembered for ordering before the table is pruned of past due times.
+const LAST_DUE_PRUNE: usize = 1024;
+
+/// The bounded delay queue of one socket: a min-heap on (due time, insertion order).
+#[derive(Debug)]
+struct DelayQueue {
+    heap: BinaryHeap<Datagram>,
+    bytes: usize,
+    next_seq: u64,
+    /// Latest due time per destination: a datagram never becomes due before an earlier one
+    /// to the same destination, even if that destination's latency changed in between.
+    last_due: HashMap<SocketAddr, Instant>,
+    prune_at: usize,
+    limits: QueueLimits,
+    dropped: u64,
+}
+
+impl DelayQueue {
+    fn new(limits: QueueLimits) -> Self {
+        DelayQueue {
+            heap: BinaryHeap::new(),
+            bytes: 0,
+            next_seq: 0,
+            last_due: HashMap::new(),
+            prune_at: LAST_DUE_PRUNE,
+            limits,
+            dropped: 0,
+        }
+    }
+
+    /// Queues `bytes` for `dest`, due `delay` after `now`; returns the due time, or `None`
+    /// if the datagram was dropped because the queue is full.
+    fn push(
+        &mut self,
+        now: Instant,
+        delay: Duration,
+        dest: SocketAddr,
+        bytes: &[u8],
+    ) -> Option<Instant> {
+        let full = self.heap.len() >= self.limits.datagrams
+            || self.bytes.saturating_add(bytes.len()) > self.limits.bytes;
+        // An unrepresentable due time (absurd latency) is treated like a full queue: the
+        // datagram would never arrive anyway.
+        let (false, Some(mut due)) = (full, now.checked_add(delay)) else {
+            self.dropped += 1;
+            return None;
+        };
+        let last = self.last_due.entry(dest).or_insert(due);
+        if *last > due {
+            due = *last;
+        } else {
+            *last = due;
+        }
+        if self.last_due.len() > self.prune_at {
+            // Entries already due cannot delay anything queued from now on.
+            self.last_due.retain(|_, d| *d > now);
+            self.prune_at = (2 * self.last_due.len()).max(LAST_DUE_PRUNE);
+        }
+        self.heap.push(Datagram {
+            due,
+            seq: self.next_seq,
+            dest,
+            bytes: bytes.into(),
+        });
+        self.next_seq += 1;
+        self.bytes += bytes.len();
+        Some(due)
+    }
+
+    /// Removes and returns the earliest datagram if it is due at `now`.
+    fn pop_due(&mut self, now: Instant) -> Option<Datagram> {
+        if self.heap.peek()?.due > now {
+            return None;
+        }
+        let d = self.heap.pop()?;
+        self.bytes -= d.bytes.len();
+        Some(d)
+    }
+
+    /// Due time of the earliest datagram.
+    fn next_due(&self) -> Option<Instant> {
+        self.heap.peek().map(|d| d.due)
+    }
+
+    fn len(&self) -> usize {
+        self.heap.len()
+    }
+}
+
+/// State shared between a socket and its sender task.
+#[derive(Debug)]
+struct Shared {
+    queue: Mutex<DelayQueue>,
+    /// Wakes the sender task when a datagram becomes the new head or the socket closes.
+    wake: Notify,
+    /// Set when the socket is dropped: the task drains what is queued, then ends.
+    closed: AtomicBool,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, DelayQueue> {
+        // Same reasoning as `LatencyMap::read`: every update leaves the queue consistent.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A UDP socket on loopback that delays every outgoing datagram by the one-way latency
+/// between the sender's and the receiver's clusters.
+pub struct EmulatedUdpSocket {
+    io: Arc<UdpSocket>,
+    /// The address registered in `map` (the bound address, with an unspecified IP replaced
+    /// by loopback, since that is the address peers on this host send to).
+    registered: SocketAddr,
+    cluster: usize,
+    map: Arc<LatencyMap>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for EmulatedUdpSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmulatedUdpSocket")
+            .field("addr", &self.registered)
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EmulatedUdpSocket {
+    /// Binds a real tokio UDP socket on `addr` (e.g. `127.0.0.1:0`), registers its local
+    /// address in `map` under `cluster`, and starts its sender task; default queue limits.
+    ///
+    /// Must be called inside a tokio runtime (the sender task runs on it). Fails if there is
+    /// none, if `cluster` is out of range for the topology, or if binding fails.
+    pub fn bind(
+        addr: SocketAddr,
+        map: Arc<LatencyMap>,
+        cluster: usize,
+    ) -> io::Result<Arc<EmulatedUdpSocket>> {
+        Self::bind_with_limits(addr, map, cluster, QueueLimits::default())
+    }
+
+    /// [`EmulatedUdpSocket::bind`] with explicit delay-queue bounds.
+    pub fn bind_with_limits(
+        addr: SocketAddr,
+        map: Arc<LatencyMap>,
+        cluster: usize,
+        limits: QueueLimits,
+    ) -> io::Result<Arc<EmulatedUdpSocket>> {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| io::Error::other("EmulatedUdpSocket::bind needs a tokio runtime"))?;
+        let clusters = map.topology().clusters.len();
+        if cluster >= clusters {
+            // Checked before binding so that a bad index does not leave a port bound.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cluster {cluster} out of range: topology has {clusters} clusters"),
+            ));
+        }
+        let std_socket = std::net::UdpSocket::bind(addr)?;
+        std_socket.set_nonblocking(true)?;
+        let io = Arc::new(UdpSocket::from_std(std_socket)?);
+        let registered = registered_addr(io.local_addr()?);
+        map.register(registered, cluster)?;
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(DelayQueue::new(limits)),
+            wake: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        handle.spawn(run_sender(io.clone(), shared.clone()));
+        Ok(Arc::new(EmulatedUdpSocket {
+            io,
+            registered,
+            cluster,
+            map,
+            shared,
+        }))
+    }
+
+    /// The address this socket is registered under in its [`LatencyMap`].
+    pub fn registered_addr(&self) -> SocketAddr {
+        self.registered
+    }
+
+    /// The cluster this socket was bound in.
+    pub fn cluster(&self) -> usize {
+        self.cluster
+    }
+
+    /// The map this socket looks latencies up in.
+    pub fn map(&self) -> &Arc<LatencyMap> {
+        &self.map
+    }
+
+    /// Datagrams currently held in the delay queue.
+    pub fn queued(&self) -> usize {
+        self.shared.queue().len()
+    }
+
+    /// Datagrams dropped so far because the delay queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.shared.queue().dropped
+    }
+}
+
+impl Drop for EmulatedUdpSocket {
+    fn drop(&mut self) {
+        self.map.unregister(self.registered);
+        // Datagrams already queued are "on the wire": the task still delivers them, then
+        // ends (it holds no reference to the socket, so nothing keeps it alive after that).
+        self.shared.closed.store(true, AtomicOrdering::Release);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Peers on this host reach a socket bound to an unspecified IP through loopback.
+fn registered_addr(bound: SocketAddr) -> SocketAddr {
+    match bound.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, bound.port()).into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, bound.port()).into(),
+        _ => bound,
+    }
+}
+
+/// Datagrams sent per queue lock, so a burst does not hold the lock against `try_send`.
+const SEND_BATCH: usize = 64;
+
+/// The sender task: sends each queued datagram at its due time on the real socket.
+async fn run_sender(io: Arc<UdpSocket>, shared: Arc<Shared>) {
+    let mut batch = Vec::with_capacity(SEND_BATCH);
+    loop {
+        let next_due = {
+            let mut queue = shared.queue();
+            let now = Instant::now();
+            while batch.len() < SEND_BATCH {
+                match queue.pop_due(now) {
+                    Some(d) => batch.push(d),
+                    None => break,
+                }
+            }
+            queue.next_due()
+        };
+        if !batch.is_empty() {
+            for d in batch.drain(..) {
+                // A failed send is a lost datagram, which QUIC recovers from; it must not
+                // stop the task.
+                if let Err(e) = io.send_to(&d.bytes, d.dest).await {
+                    tracing::debug!(dest = %d.dest, error = %e, "emulated socket: send failed");
+                }
+            }
+            continue;
+        }
+        match next_due {
+            Some(due) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {}
+                    _ = shared.wake.notified() => {}
+                }
+            }
+            None => {
+                if shared.closed.load(AtomicOrdering::Acquire) {
+                    return;
+                }
+                // `notify_one` stores a permit, so a wake between the check and here is kept.
+                shared.wake.notified().await;
+            }
+        }
+    }
+}
+
+/// Never blocks: sends are queued, so the socket is always writable.
+#[derive(Debug)]
+struct AlwaysWritable;
+
+impl UdpPoller for AlwaysWritable {
+    fn poll_writable(self: Pin<&mut Self>, _cx: &mut Context) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncUdpSocket for EmulatedUdpSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(AlwaysWritable)
+    }
+
+    /// Queues the datagram(s) of `transmit` for the one-way latency to its destination
+    /// (none, logged at debug, if the destination is not registered); never blocks and
+    /// never fails: a full queue drops, as a router would.
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        let dest = transmit.destination;
+        let from = self.registered;
+        let delay = self.map.one_way(from, dest).unwrap_or_else(|| {
+            tracing::debug!(%from, %dest, "emulated socket: unknown destination, no delay");
+            Duration::ZERO
+        });
+        // We report one segment per transmit, so quinn does not set `segment_size`; split
+        // anyway in case a caller does, so each datagram keeps its own boundary.
+        let segment = transmit
+            .segment_size
+            .unwrap_or(transmit.contents.len())
+            .max(1);
+        let now = Instant::now();
+        let mut new_head = false;
+        let mut dropped = 0usize;
+        {
+            let mut queue = self.shared.queue();
+            for chunk in transmit.contents.chunks(segment) {
+                match queue.push(now, delay, dest, chunk) {
+                    // The task sleeps until the old head; wake it only if it must wake sooner.
+                    Some(due) => new_head |= queue.next_due() == Some(due),
+                    None => dropped += 1,
+                }
+            }
+        }
+        if dropped > 0 {
+            tracing::trace!(%dest, dropped, "emulated socket: delay queue full, dropped");
+        }
+        if new_head {
+            self.shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Plain UDP receive: one datagram per buffer, as many as are ready (up to the batch).
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let max = bufs.len().min(meta.len());
+        if max == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        // Wait for the first datagram (registering the waker), then take what else is ready.
+        loop {
+            ready!(self.io.poll_recv_ready(cx))?;
+            match self.io.try_recv_from(&mut bufs[0]) {
+                Ok((len, addr)) => {
+                    meta[0] = datagram_meta(len, addr);
+                    break;
+                }
+                // Spurious readiness: readiness is cleared, poll again to re-register.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        let mut n = 1;
+        while n < max {
+            match self.io.try_recv_from(&mut bufs[n]) {
+                Ok((len, addr)) => {
+                    meta[n] = datagram_meta(len, addr);
+                    n += 1;
+                }
+                // Deliver what we have; an error other than WouldBlock is reported by the
+                // next receive if it persists.
+                Err(_) => break,
+            }
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// The real bound address (what quinn reports as the endpoint's local address).
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.local_addr()
+    }
+
+    /// One datagram per transmit: no GSO, so every datagram gets its own due time.
+    fn max_transmit_segments(&self) -> usize {
+        1
+    }
+
+    /// One datagram per receive buffer: GRO is not enabled on the socket.
+    fn max_receive_segments(&self) -> usize {
+        1
+    }
+
+    /// The plain socket does not set don't-fragment, so quinn keeps path MTU discovery off
+    /// and stays at its initial MTU (1200 bytes): fine for latency, not for peak throughput.
+    fn may_fragment(&self) -> bool {
+        true
+    }
+}
+
+/// Metadata of one plain datagram (no GRO, no ECN, no destination-IP control message).
+fn datagram_meta(len: usize, addr: SocketAddr) -> RecvMeta {
+    RecvMeta {
+        addr,
+        len,
+        stride: len,
+        ecn: None,
+        dst_ip: None,
+    }
+}
+
+/// Convenience: a quinn Endpoint on an emulated socket (see [`EmulatedUdpSocket::bind`]),
+/// a server if `server_config` is given, on the tokio runtime.
+pub fn endpoint(
+    addr: SocketAddr,
+    map: Arc<LatencyMap>,
+    cluster: usize,
+    server_config: Option<quinn::ServerConfig>,
+) -> io::Result<quinn::Endpoint> {
+    let socket = EmulatedUdpSocket::bind(addr, map, cluster)?;
+    quinn::Endpoint::new_with_abstract_socket(
+        quinn::EndpointConfig::default(),
+        server_config,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quinn::{ClientConfig, Connection, Endpoint, ServerConfig};
+
+    /// Two clusters: 1 ms inside each, 50 ms one way between them.
+    const TWO_CLUSTERS: &str = r#"
+name = "emulated-test"
+source = "unit test: 1 ms intra-cluster, 50 ms between clusters"
+[[cluster]]
+name = "near"
+nodes = 2
+latency_ms = 1.0
+[[cluster]]
+name = "far"
+nodes = 1
+latency_ms = 1.0
+[[link]]
+from = "near"
+to = "far"
+latency_ms = 50.0
+"#;
+
+    const NEAR: usize = 0;
+    const FAR: usize = 1;
+
+    fn two_clusters() -> Arc<LatencyMap> {
+        LatencyMap::new(Topology::parse(TWO_CLUSTERS, "test").unwrap())
+    }
+
+    fn lo() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    fn transmit(dest: SocketAddr, contents: &[u8]) -> Transmit<'_> {
+        Transmit {
+            destination: dest,
+            ecn: None,
+            contents,
+            segment_size: None,
+            src_ip: None,
+        }
+    }
+
+    /// Receives one datagram through the quinn-facing receive path.
+    async fn recv_one(socket: &EmulatedUdpSocket) -> (Vec<u8>, SocketAddr) {
+        let mut buf = vec![0u8; 2048];
+        let meta = std::future::poll_fn(|cx| {
+            let mut bufs = [IoSliceMut::new(&mut buf)];
+            let mut meta = [RecvMeta::default()];
+            socket
+                .poll_recv(cx, &mut bufs, &mut meta)
+                .map(|r| r.map(|n| (n, meta[0])))
+        })
+        .await
+        .unwrap();
+        assert_eq!(meta.0, 1);
+        buf.truncate(meta.1.len);
+        (buf, meta.1.addr)
+    }
+
+    /// A self-signed certificate for "localhost" and a client that trusts exactly it.
+    fn tls_configs() -> (ServerConfig, ClientConfig) {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let cert = ck.cert.der().clone();
+        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der());
+        let server = ServerConfig::with_single_cert(vec![cert.clone()], key.into()).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let client = ClientConfig::with_root_certificates(Arc::new(roots)).unwrap();
+        (server, client)
+    }
+
+    /// Echoes every bidirectional stream of every connection back to its sender.
+    fn spawn_echo_server(server: Endpoint) {
+        tokio::spawn(async move {
+            while let Some(incoming) = server.accept().await {
+                tokio::spawn(async move {
+                    let Ok(conn) = incoming.await else { return };
+                    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                        tokio::spawn(async move {
+                            let data = recv.read_to_end(64 * 1024).await?;
+                            send.write_all(&data).await?;
+                            send.finish()?;
+                            // Keep the stream until the peer has everything.
+                            let _ = send.stopped().await;
+                            anyhow::Ok(())
+                        });
+                    }
+                });
+            }
+        });
+    }
+
+    /// Connects `client` to `server`; returns the connection and how long the handshake took.
+    async fn connect(client: &Endpoint, server: SocketAddr) -> (Connection, Duration) {
+        let start = Instant::now();
+        let conn = client
+            .connect(server, "localhost")
+            .unwrap()
+            .await
+            .expect("handshake");
+        (conn, start.elapsed())
+    }
+
+    /// Round trip of a small echo on a fresh bidirectional stream.
+    async fn echo_rtt(conn: &Connection) -> Duration {
+        let start = Instant::now();
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(b"ping").await.unwrap();
+        send.finish().unwrap();
+        let back = recv.read_to_end(1024).await.unwrap();
+        assert_eq!(back, b"ping");
+        start.elapsed()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn quic_echo_pays_the_topology_latency() {
+        let topology = Topology::builtin("fig2-shortcut").unwrap();
+        let root = topology.cluster_index("root").unwrap();
+        let b = topology.cluster_index("B").unwrap();
+        let map = LatencyMap::new(topology);
+        let (server_config, client_config) = tls_configs();
+        let server = endpoint(lo(), map.clone(), root, Some(server_config)).unwrap();
+        let server_addr = server.local_addr().unwrap();
+        spawn_echo_server(server);
+        let mut client = endpoint(lo(), map.clone(), b, None).unwrap();
+        client.set_default_client_config(client_config);
+        let client_addr = client.local_addr().unwrap();
+
+        let there = map.one_way(client_addr, server_addr).unwrap();
+        let back = map.one_way(server_addr, client_addr).unwrap();
+        assert_eq!(there, Duration::from_millis(100));
+        let round = there + back;
+
+        let (conn, handshake) = connect(&client, server_addr).await;
+        let mut rtts = Vec::new();
+        for _ in 0..3 {
+            rtts.push(echo_rtt(&conn).await);
+        }
+        eprintln!(
+            "fig2-shortcut B->root: one-way {there:?}, handshake {handshake:?}, \
+             echo RTTs {rtts:?}, quinn RTT estimate {:?}",
+            conn.rtt()
+        );
+        // The client hears the server's handshake reply only after a full round trip.
+        assert!(handshake >= round, "handshake {handshake:?} < {round:?}");
+        for rtt in &rtts {
+            assert!(*rtt >= round, "echo {rtt:?} < {round:?}");
+            assert!(*rtt < round * 10, "echo {rtt:?}: sanity cap");
+        }
+        conn.close(0u32.into(), b"done");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn intra_cluster_echo_is_faster_than_inter_cluster() {
+        let map = two_clusters();
+        let (server_config, client_config) = tls_configs();
+        let server = endpoint(lo(), map.clone(), NEAR, Some(server_config)).unwrap();
+        let server_addr = server.local_addr().unwrap();
+        spawn_echo_server(server);
+
+        let mut rtt = Vec::new();
+        for cluster in [NEAR, FAR] {
+            let mut client = endpoint(lo(), map.clone(), cluster, None).unwrap();
+            client.set_default_client_config(client_config.clone());
+            let (conn, handshake) = connect(&client, server_addr).await;
+            let mut best = Duration::MAX;
+            for _ in 0..3 {
+                best = best.min(echo_rtt(&conn).await);
+            }
+            let expected = map.topology().latency(cluster, NEAR) * 2;
+            eprintln!(
+                "cluster {cluster} -> {NEAR}: expected round trip {expected:?}, \
+                 handshake {handshake:?}, best echo {best:?}"
+            );
+            assert!(best >= expected, "echo {best:?} < {expected:?}");
+            rtt.push(best);
+            conn.close(0u32.into(), b"done");
+        }
+        let (intra, inter) = (rtt[0], rtt[1]);
+        assert!(
+            intra + Duration::from_millis(30) < inter,
+            "intra {intra:?} vs inter {inter:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn datagrams_arrive_after_the_one_way_latency_in_order() {
+        let map = two_clusters();
+        let a = EmulatedUdpSocket::bind(lo(), map.clone(), NEAR).unwrap();
+        let b = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
+        let dest = b.registered_addr();
+        let start = Instant::now();
+        for i in 0..100u8 {
+            a.try_send(&transmit(dest, &[i])).unwrap();
+        }
+        // A transmit with a segment size carries several datagrams; each keeps its boundary.
+        a.try_send(&Transmit {
+            segment_size: Some(4),
+            ..transmit(dest, b"abcdefghij")
+        })
+        .unwrap();
+        for i in 0..100u8 {
+            let (data, from) = recv_one(&b).await;
+            assert_eq!((data.as_slice(), from), (&[i][..], a.registered_addr()));
+        }
+        let elapsed = start.elapsed();
+        for want in [&b"abcd"[..], b"efgh", b"ij"] {
+            assert_eq!(recv_one(&b).await.0, want);
+        }
+        eprintln!("near->far datagrams: first batch after {elapsed:?} (one-way 50 ms)");
+        assert!(elapsed >= Duration::from_millis(50), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(2), "{elapsed:?}: sanity cap");
+    }
+
+    #[tokio::test]
+    async fn unknown_destination_is_not_delayed() {
+        let map = two_clusters();
+        let a = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
+        // A plain socket, not in the map.
+        let plain = tokio::net::UdpSocket::bind(lo()).await.unwrap();
+        let dest = plain.local_addr().unwrap();
+        assert_eq!(map.one_way(a.registered_addr(), dest), None);
+        let start = Instant::now();
+        a.try_send(&transmit(dest, b"x")).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, _) = plain.recv_from(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"x");
+        assert!(start.elapsed() < Duration::from_millis(40));
+    }
+
+    #[tokio::test]
+    async fn full_queue_drops_and_counts() {
+        let map = two_clusters();
+        let limits = QueueLimits {
+            datagrams: 10,
+            bytes: 1 << 20,
+        };
+        let a = EmulatedUdpSocket::bind_with_limits(lo(), map.clone(), NEAR, limits).unwrap();
+        let b = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
+        for i in 0..100u8 {
+            a.try_send(&transmit(b.registered_addr(), &[i])).unwrap();
+        }
+        assert_eq!((a.queued(), a.dropped()), (10, 90));
+        // The ten that fit are the first ten, delivered in order; nothing else follows.
+        for i in 0..10u8 {
+            assert_eq!(recv_one(&b).await.0, [i]);
+        }
+        let more = tokio::time::timeout(Duration::from_millis(120), recv_one(&b)).await;
+        assert!(more.is_err(), "an 11th datagram arrived");
+        assert_eq!(a.queued(), 0);
+    }
+
+    #[test]
+    fn delay_queue_is_bounded_by_datagrams_and_bytes() {
+        let dest: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let now = Instant::now();
+        let delay = Duration::from_millis(5);
+
+        let mut q = DelayQueue::new(QueueLimits {
+            datagrams: 3,
+            bytes: 1000,
+        });
+        for _ in 0..5 {
+            q.push(now, delay, dest, &[0; 10]);
+        }
+        assert_eq!((q.len(), q.bytes, q.dropped), (3, 30, 2));
+
+        let mut q = DelayQueue::new(QueueLimits {
+            datagrams: 1000,
+            bytes: 25,
+        });
+        for _ in 0..5 {
+            q.push(now, delay, dest, &[0; 10]);
+        }
+        assert_eq!((q.len(), q.bytes, q.dropped), (2, 20, 3));
+        // Leaving makes room again.
+        assert!(q.pop_due(now).is_none(), "not due yet");
+        assert!(q.pop_due(now + delay).is_some());
+        assert!(q.push(now, delay, dest, &[0; 5]).is_some());
+        assert_eq!((q.len(), q.bytes), (2, 15));
+    }
+
+    #[test]
+    fn delay_queue_orders_by_due_then_fifo_and_keeps_per_destination_order() {
+        let d1: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let d2: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let mut q = DelayQueue::new(QueueLimits::default());
+        q.push(now, ms(50), d1, b"a");
+        q.push(now, ms(10), d2, b"b");
+        q.push(now, ms(10), d2, b"c");
+        // d1's latency dropped (re-registration): "d" must still not overtake "a".
+        q.push(now, ms(1), d1, b"d");
+        let order: Vec<_> = std::iter::from_fn(|| q.pop_due(now + ms(100)))
+            .map(|d| d.bytes[0])
+            .collect();
+        assert_eq!(order, b"bcad");
+    }
+
+    #[tokio::test]
+    async fn latency_map_lookups_and_errors() {
+        let map = two_clusters();
+        let a: SocketAddr = "127.0.0.1:1000".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2000".parse().unwrap();
+        assert_eq!(map.one_way(a, b), None);
+        map.register(a, NEAR).unwrap();
+        assert_eq!(map.one_way(a, b), None, "one side unknown");
+        assert_eq!(map.one_way(b, a), None, "one side unknown");
+        map.register(b, FAR).unwrap();
+        assert_eq!(map.one_way(a, b), Some(Duration::from_millis(50)));
+        assert_eq!(map.one_way(a, a), Some(Duration::from_millis(1)));
+        let err = map.register(a, 2).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            map.cluster_of(a),
+            Some(NEAR),
+            "failed register changes nothing"
+        );
+        map.unregister(b);
+        assert_eq!(map.one_way(a, b), None);
+
+        let err = EmulatedUdpSocket::bind(lo(), map.clone(), 7).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn bind_outside_a_runtime_is_an_error() {
+        let err = EmulatedUdpSocket::bind(lo(), two_clusters(), NEAR).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::Other);
+    }
+
+    #[tokio::test]
+    async fn drop_unregisters_delivers_in_flight_and_ends_the_task() {
+        let map = two_clusters();
+        let a = EmulatedUdpSocket::bind(lo(), map.clone(), NEAR).unwrap();
+        let b = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
+        let a_addr = a.registered_addr();
+        a.try_send(&transmit(b.registered_addr(), b"last")).unwrap();
+        let task_state = Arc::downgrade(&a.shared);
+        drop(a);
+        assert_eq!(map.cluster_of(a_addr), None);
+        // Already sent means already on the wire.
+        assert_eq!(recv_one(&b).await.0, b"last");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while task_state.strong_count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(task_state.strong_count(), 0, "sender task still running");
+    }
+}
