@@ -14,7 +14,10 @@ async fn phoenix_27_over_quic_becomes_wide_area_optimal_and_survives_a_leave() {
     let mut overlay = LocalOverlay::start(topology, Config::wan())
         .await
         .expect("27 nodes start and join");
-    eprintln!("27 nodes started and joined in {} ms", wall.elapsed().as_millis());
+    eprintln!(
+        "27 nodes started and joined in {} ms",
+        wall.elapsed().as_millis()
+    );
 
     // Bound the wait with a wide margin: the machines are shared and noisy.
     let (check, converged) = overlay
@@ -36,7 +39,10 @@ async fn phoenix_27_over_quic_becomes_wide_area_optimal_and_survives_a_leave() {
     let (check, repaired) = overlay
         .wait_optimal(Duration::from_secs(60), Duration::from_secs(1))
         .await;
-    assert!(repaired.is_some(), "not optimal again after a leave: {check:?}");
+    assert!(
+        repaired.is_some(),
+        "not optimal again after a leave: {check:?}"
+    );
     assert_eq!(check.trees, 26);
     for status in overlay.statuses().await {
         let m = status.members.iter().find(|m| m.id == id);
@@ -46,8 +52,14 @@ async fn phoenix_27_over_quic_becomes_wide_area_optimal_and_survives_a_leave() {
             status.name,
             m.map(|m| m.state)
         );
-        assert!(status.trees.iter().all(|t| t.root != id), "tree of the departed node kept");
+        assert!(
+            status.trees.iter().all(|t| t.root != id),
+            "tree of the departed node kept"
+        );
     }
-    eprintln!("after a leave: 26 trees optimal again within {} ms", t.elapsed().as_millis());
+    eprintln!(
+        "after a leave: 26 trees optimal again within {} ms",
+        t.elapsed().as_millis()
+    );
     overlay.shutdown().await;
 }

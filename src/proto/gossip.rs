@@ -10,9 +10,10 @@
 //!   probe it; if the period ends without an ack the member becomes *suspect*, and only
 //!   dead when the suspicion times out without a refutation (a suspect member refutes by
 //!   bumping its incarnation). One slow probe therefore never kills a member.
-//! - Dissemination: updates ride on probes and acks, each sent a bounded number of times;
-//!   a periodic push-pull [`GossipMessage::Sync`] with a random member repairs anything
-//!   piggybacking missed (anti-entropy).
+//! - Dissemination: news is pushed at once to a few random members, who forward what is
+//!   news to them ([`GossipMessage::Rumor`]); updates also ride on probes and acks, each
+//!   sent a bounded number of times; a periodic push-pull [`GossipMessage::Sync`] with a
+//!   random member repairs anything both missed (anti-entropy).
 //! - Leave: the leaving member tells every member directly.
 //! - Restart: a restarted node starts with a higher incarnation (the driver passes one
 //!   derived from the wall clock), which overrides its old `Dead` record.
@@ -49,6 +50,8 @@ pub struct GossipConfig {
     pub tombstone_ttl: Duration,
     /// A join not answered within this time is sent again.
     pub join_retry: Duration,
+    /// How many random members a node forwards news to ([`GossipMessage::Rumor`]).
+    pub rumor_fanout: usize,
 }
 
 impl Default for GossipConfig {
@@ -63,6 +66,7 @@ impl Default for GossipConfig {
             max_piggyback: 16,
             tombstone_ttl: Duration::from_secs(300),
             join_retry: Duration::from_secs(1),
+            rumor_fanout: 3,
         }
     }
 }
@@ -278,7 +282,7 @@ impl Gossip {
         {
             let mut r = e.record.clone();
             r.state = Liveness::Suspect;
-            self.apply(now, r);
+            self.spread(now, vec![r], None);
         }
     }
 
@@ -292,7 +296,7 @@ impl Gossip {
                 if me.id != from {
                     return; // a node can only join as itself
                 }
-                self.apply(now, me);
+                self.spread(now, vec![me], Some(from));
                 let members = self.records();
                 self.send(
                     from,
@@ -304,7 +308,7 @@ impl Gossip {
             }
             GossipMessage::Sync { members, reply } => {
                 for r in members {
-                    self.apply(now, r);
+                    let _ = self.apply(now, r);
                 }
                 if self.joining == Some(from) {
                     self.joining = None;
@@ -321,6 +325,7 @@ impl Gossip {
                     );
                 }
             }
+            GossipMessage::Rumor { updates } => self.spread(now, updates, Some(from)),
             GossipMessage::Probe { seq, updates } => {
                 self.apply_all(now, updates);
                 let updates = self.piggyback();
@@ -438,7 +443,7 @@ impl Gossip {
                 {
                     let mut r = e.record.clone();
                     r.state = Liveness::Dead;
-                    self.apply(now, r);
+                    self.spread(now, vec![r], None);
                 }
             }
             Timer::AntiEntropy => {
@@ -531,22 +536,53 @@ impl Gossip {
         }
     }
 
+    /// Applies `updates` and forwards what was news to a few random members (not to
+    /// `from`, nor to the members the news is about).
+    fn spread(&mut self, now: Time, updates: Vec<MemberRecord>, from: Option<NodeId>) {
+        let news: Vec<MemberRecord> = updates
+            .into_iter()
+            .filter(|r| self.apply(now, r.clone()))
+            .collect();
+        if news.is_empty() {
+            return;
+        }
+        let mut exclude: Vec<NodeId> = news.iter().map(|r| r.id).collect();
+        exclude.extend(from);
+        for to in self.pick_random(self.config.rumor_fanout, &exclude) {
+            self.send(
+                to,
+                GossipMessage::Rumor {
+                    updates: news.clone(),
+                },
+            );
+        }
+    }
+
     fn apply_all(&mut self, now: Time, updates: Vec<MemberRecord>) {
         for r in updates {
-            self.apply(now, r);
+            let _ = self.apply(now, r);
         }
     }
 
     /// Merges one record: a higher incarnation wins; at equal incarnation the later state
-    /// wins (`Alive < Suspect < Dead < Left`).
-    fn apply(&mut self, now: Time, r: MemberRecord) {
+    /// wins (`Alive < Suspect < Dead < Left`). Returns whether it was news.
+    fn apply(&mut self, now: Time, r: MemberRecord) -> bool {
         if r.id == self.me.id {
             // Gossip says we are suspect or dead: refute with a higher incarnation.
             if r.state != Liveness::Alive && r.incarnation >= self.me.incarnation && !self.left {
                 self.me.incarnation = r.incarnation + 1;
                 self.enqueue(self.me.clone());
+                let refutation = self.me.clone();
+                for to in self.pick_random(self.config.rumor_fanout, &[]) {
+                    self.send(
+                        to,
+                        GossipMessage::Rumor {
+                            updates: vec![refutation.clone()],
+                        },
+                    );
+                }
             }
-            return;
+            return false;
         }
         let newer = match self.members.get(&r.id) {
             None => true,
@@ -561,7 +597,7 @@ impl Gossip {
             }
         };
         if !newer {
-            return;
+            return false;
         }
         let before = self.members.get(&r.id).map(|e| e.record.state);
         self.members.insert(
@@ -596,6 +632,7 @@ impl Gossip {
                 }
             }
         }
+        true
     }
 
     fn enqueue(&mut self, r: MemberRecord) {

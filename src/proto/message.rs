@@ -179,6 +179,10 @@ pub enum GossipMessage {
         members: Vec<MemberRecord>,
         reply: bool,
     },
+    /// News (a member joined, is suspected, died or left) pushed right away: whoever learns
+    /// something new from it forwards it to a few random members, so news reaches everyone
+    /// in O(log n) hops instead of waiting for probes to carry it.
+    Rumor { updates: Vec<MemberRecord> },
     /// Liveness probe; answered with [`GossipMessage::Ack`] carrying the same `seq`.
     Probe {
         seq: u64,
