@@ -282,7 +282,12 @@ impl Driver {
         let preferred = self.me.min(peer);
         if let Some(existing) = self.links.get(&peer) {
             let existing_alive = existing.conn.close_reason().is_none();
-            if existing_alive && (existing.opened_by == preferred || opened_by != preferred) {
+            // The same side opening a second connection has given up the first (e.g. it
+            // restarted): the new one wins. Otherwise both dialed at once: the connection
+            // opened by the smaller id wins, on both sides.
+            let keep_existing = existing.opened_by != opened_by
+                && (existing.opened_by == preferred || opened_by != preferred);
+            if existing_alive && keep_existing {
                 // Keep the existing one; the peer applies the same rule. Let it drain.
                 let extra = conn.clone();
                 tokio::spawn(async move {
