@@ -1,6 +1,7 @@
 //! Twelve real `overlay-node` processes on 127.0.0.1: they form one overlay, every tree
 //! spans every node; two are killed with SIGKILL and the survivors declare them dead and
-//! repair their trees; one comes back with its data directory and rejoins with its old id.
+//! repair their trees; one comes back with its data directory and the same arguments and
+//! rejoins with its old id, the other with nothing but its data directory.
 //!
 //! Everything is observed from outside, as an operator would: `overlay-node status --json`
 //! and `overlay-node tree` against each node's admin socket. The figures (convergence,
@@ -59,22 +60,29 @@ struct Fixture {
 impl Fixture {
     /// Spawns node `i` joining the seed (stdout and stderr go to its log file).
     fn spawn_joiner(&mut self, i: usize) {
+        self.spawn(i, true);
+    }
+
+    /// Spawns node `i`; with `join`, through the seed with the token, else (a restart) with
+    /// nothing but its data directory.
+    fn spawn(&mut self, i: usize, join: bool) {
         let seed_port = self.seed_port;
         let token = self.token.clone();
         let n = &mut self.nodes[i];
         let mut cmd = node_cmd();
         cmd.arg("--listen")
             .arg(format!("127.0.0.1:{}", n.port))
-            .arg("--join")
-            .arg(format!("127.0.0.1:{seed_port}"))
             .arg("--data-dir")
             .arg(&n.dir)
             .arg("--name")
             .arg(&n.name);
-        if i == ENV_TOKEN_NODE {
-            cmd.env("OVERLAY_TOKEN", &token);
-        } else {
-            cmd.arg("--token").arg(&token);
+        if join {
+            cmd.arg("--join").arg(format!("127.0.0.1:{seed_port}"));
+            if i == ENV_TOKEN_NODE {
+                cmd.env("OVERLAY_TOKEN", &token);
+            } else {
+                cmd.arg("--token").arg(&token);
+            }
         }
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -122,12 +130,22 @@ impl Fixture {
         mut cond: impl FnMut(&[NodeStatus]) -> Result<(), String>,
     ) -> Duration {
         let start = Instant::now();
+        let mut rounds = 0u32;
         loop {
+            rounds += 1;
             self.check_alive();
             let statuses: Result<Vec<NodeStatus>, String> =
                 which.iter().map(|&i| status(&self.nodes[i].dir)).collect();
             let last = match statuses.and_then(|s| cond(&s)) {
-                Ok(()) => return start.elapsed(),
+                Ok(()) => {
+                    let took = start.elapsed();
+                    eprintln!(
+                        "[{what}: reached after {} ms, {rounds} polling rounds of {} nodes]",
+                        took.as_millis(),
+                        which.len()
+                    );
+                    return took;
+                }
                 Err(reason) => reason,
             };
             if start.elapsed() >= limit {
@@ -501,6 +519,29 @@ fn twelve_processes_converge_survive_two_crashes_and_a_rejoin() {
         "after the rejoin: {} trees span all {} running nodes {} ms after the restart",
         running.len(),
         running.len(),
+        t_restart.elapsed().as_millis()
+    );
+
+    // The other crashed node restarts with nothing but its data directory: it finds the
+    // overlay again through the members it remembered, with its stored token.
+    let last = KILLED[1];
+    let t_restart = Instant::now();
+    fx.spawn(last, false);
+    let running = fx.running();
+    assert_eq!(running.len(), N);
+    fx.wait_until(
+        "all 12 alive everywhere and 12 spanning trees after a restart without --join",
+        &running,
+        Duration::from_secs(60),
+        |s| {
+            if let Some(st) = s.iter().find(|st| st.name == format!("n{last}")) {
+                assert_eq!(st.id, ids[last], "the restarted node changed its id");
+            }
+            check_overlay(s, &ids, &ids, &[], &net)
+        },
+    );
+    eprintln!(
+        "restart of n{last} without --join or token: back in the overlay with its id, all {N} trees spanning {} ms after it was started",
         t_restart.elapsed().as_millis()
     );
     fx.check_alive();
