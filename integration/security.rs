@@ -143,9 +143,11 @@ fn random_bytes(rng: &mut SplitMix64, len: usize) -> Vec<u8> {
 async fn a_wrong_token_cannot_join() {
     bounded(async {
         let legit = seed("legit").await;
+        let dir = std::env::temp_dir().join(format!("ovl-sec-{}", std::process::id()));
         let t = Instant::now();
         let result = Node::builder()
             .name("intruder")
+            .data_dir(&dir)
             .join(legit.local_addr())
             .token(JoinToken::generate())
             .join_timeout(Duration::from_secs(10))
@@ -165,6 +167,13 @@ async fn a_wrong_token_cannot_join() {
         assert!(
             err.contains("token"),
             "the error does not name the token: {err}"
+        );
+        // The rejected token is not stored for the next start from that directory.
+        let stored = dir.join(overlay::api::files::TOKEN).exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            !stored,
+            "a rejected join token was written to the data directory"
         );
         let s = wait_status(
             &legit,
