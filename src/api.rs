@@ -332,10 +332,6 @@ impl NodeBuilder {
             (None, None) if self.join.is_empty() => JoinToken::generate(),
             (None, None) => return Err(NodeError::MissingToken),
         };
-        if let Some(dir) = &self.data_dir {
-            write_token(dir, &token).map_err(io("writing the token"))?;
-        }
-
         let mut server_config = identity.server_config()?;
         server_config.transport_config(Arc::new(transport_config()));
         let endpoint = match &self.transport {
@@ -442,6 +438,12 @@ impl NodeBuilder {
             }
         }
         if let Some(dir) = self.data_dir {
+            // Only a token that admitted this node (or that it created) is kept: a rejected
+            // one must not be reused by the next start from this directory.
+            if let Err(e) = write_token(&dir, node.token()) {
+                node.leave().await;
+                return Err(io("writing the token")(e));
+            }
             tokio::spawn(save_peers(node.clone(), dir));
         }
         Ok(node)

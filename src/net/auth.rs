@@ -2,7 +2,7 @@
 //! to this TLS session (see [`super::token`]). Nothing else is read from a connection, and
 //! no overlay message reaches the core, before this succeeds.
 
-use super::frame::{read_frame, write_frame};
+use super::frame::{FrameError, read_frame, write_frame};
 use super::identity::peer_id;
 use super::token::{EXPORTER_LABEL, JoinToken, PROOF_LEN, Role};
 use crate::proto::NodeId;
@@ -89,10 +89,12 @@ async fn exchange(
         }
         Role::Acceptor => {
             let (mut send, mut recv) = conn.accept_bi().await.map_err(|e| map_closed(&e))?;
-            let proof = read_frame(&mut recv)
-                .await
-                .map_err(|e| conn_err(&e))?
-                .unwrap_or_default();
+            let proof = match read_frame(&mut recv).await {
+                Ok(p) => p.unwrap_or_default(),
+                // An oversized or cut-off proof is a bad proof, not a transport failure.
+                Err(FrameError::TooLarge { .. } | FrameError::Truncated) => Vec::new(),
+                Err(e) => return Err(conn_err(&e)),
+            };
             if proof.len() != PROOF_LEN || !token.verify(theirs_role, &exporter, &proof) {
                 conn.close(CLOSE_AUTH_FAILED.into(), b"join token proof invalid");
                 return Err(AuthError::BadProof { peer: peer.short() });

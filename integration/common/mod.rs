@@ -1,0 +1,150 @@
+//! Helpers shared by the process-level tests: a child-process guard that kills on drop, a
+//! temporary directory removed on drop, free loopback ports, and running a short command
+//! with a time limit.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The `overlay-node` binary built for these tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_overlay-node");
+
+/// A child process that is killed (SIGKILL) and reaped when dropped, also on panic.
+pub struct Proc {
+    pub name: String,
+    pub child: Option<Child>,
+}
+
+impl Proc {
+    pub fn new(name: impl Into<String>, child: Child) -> Proc {
+        Proc {
+            name: name.into(),
+            child: Some(child),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Kills with SIGKILL and reaps the process.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether the process has exited (and how).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A fresh directory under the system temp dir, removed with everything in it on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        // Short: admin sockets live in here and Unix socket paths are limited to 108 bytes.
+        let dir = std::env::temp_dir().join(format!(
+            "ovl-{tag}-{}-{nanos:x}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("creating a temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `n` distinct free UDP ports on 127.0.0.1 (all sockets held until every port is known).
+pub fn free_udp_ports(n: usize) -> Vec<u16> {
+    let sockets: Vec<std::net::UdpSocket> = (0..n)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").expect("binding a UDP socket"))
+        .collect();
+    sockets
+        .iter()
+        .map(|s| s.local_addr().expect("local addr").port())
+        .collect()
+}
+
+/// What a finished short command produced.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` to completion with its output captured; kills it and panics after `limit`.
+pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
+    let mut guard = Proc::new("command", child);
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = guard.exited() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            guard.kill();
+            panic!("{shown} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    guard.child = None;
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// A command for the node binary with a clean environment for the token.
+pub fn node_cmd() -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OVERLAY_TOKEN")
+        .env("RUST_LOG", "info,quinn=warn,rustls=warn");
+    cmd
+}

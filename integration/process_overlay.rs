@@ -1,0 +1,548 @@
+//! Twelve real `overlay-node` processes on 127.0.0.1: they form one overlay, every tree
+//! spans every node; two are killed with SIGKILL and the survivors declare them dead and
+//! repair their trees; one comes back with its data directory and the same arguments and
+//! rejoins with its old id, the other with nothing but its data directory.
+//!
+//! Everything is observed from outside, as an operator would: `overlay-node status --json`
+//! and `overlay-node tree` against each node's admin socket. The figures (convergence,
+//! failure detection and rejoin times, RSS and idle CPU per process) are printed; run with
+//! `cargo test --release --test process_overlay -- --nocapture` to see them.
+
+mod common;
+
+use common::{Proc, TempDir, free_udp_ports, node_cmd, run_with_timeout};
+use overlay::api::NodeStatus;
+use overlay::local::check_statuses;
+use overlay::proto::{Liveness, NodeId};
+use overlay::sim::NetModel;
+use overlay::topology::Topology;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const N: usize = 12;
+/// Nodes killed with SIGKILL (never the seed); the first one is restarted.
+const KILLED: [usize; 2] = [3, 8];
+/// This node reads its token from OVERLAY_TOKEN instead of --token.
+const ENV_TOKEN_NODE: usize = 3;
+
+/// One cluster of twelve nodes: everything on loopback is one LAN.
+const TOPOLOGY: &str = r#"
+name = "loopback-12"
+source = "twelve processes on 127.0.0.1"
+[[cluster]]
+name = "lo"
+nodes = 12
+latency_ms = 0.05
+"#;
+
+/// A node process and where it keeps its state.
+struct NodeProc {
+    name: String,
+    port: u16,
+    dir: PathBuf,
+    log: PathBuf,
+    proc: Option<Proc>,
+}
+
+/// The whole test fixture. Processes are killed before the directory is removed (field
+/// order is drop order).
+struct Fixture {
+    nodes: Vec<NodeProc>,
+    seed_port: u16,
+    token: String,
+    /// Removed last, after every process is gone.
+    _base: TempDir,
+}
+
+impl Fixture {
+    /// Spawns node `i` joining the seed (stdout and stderr go to its log file).
+    fn spawn_joiner(&mut self, i: usize) {
+        self.spawn(i, true);
+    }
+
+    /// Spawns node `i`; with `join`, through the seed with the token, else (a restart) with
+    /// nothing but its data directory.
+    fn spawn(&mut self, i: usize, join: bool) {
+        let seed_port = self.seed_port;
+        let token = self.token.clone();
+        let n = &mut self.nodes[i];
+        let mut cmd = node_cmd();
+        cmd.arg("--listen")
+            .arg(format!("127.0.0.1:{}", n.port))
+            .arg("--data-dir")
+            .arg(&n.dir)
+            .arg("--name")
+            .arg(&n.name);
+        if join {
+            cmd.arg("--join").arg(format!("127.0.0.1:{seed_port}"));
+            if i == ENV_TOKEN_NODE {
+                cmd.env("OVERLAY_TOKEN", &token);
+            } else {
+                cmd.arg("--token").arg(&token);
+            }
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&n.log)
+            .expect("opening a log file");
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log);
+        let child = cmd.spawn().expect("spawning overlay-node");
+        n.proc = Some(Proc::new(n.name.clone(), child));
+    }
+
+    fn running(&self) -> Vec<usize> {
+        (0..N).filter(|&i| self.nodes[i].proc.is_some()).collect()
+    }
+
+    /// Panics if a node that should be running has exited.
+    fn check_alive(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(p) = n.proc.as_mut()
+                && let Some(status) = p.exited()
+            {
+                let name = n.name.clone();
+                let log = tail(&n.log, 30);
+                panic!("{name} exited on its own ({status}); its log ends with:\n{log}");
+            }
+        }
+    }
+
+    /// Prints the end of every log (on a failure).
+    fn dump_logs(&self) {
+        for n in &self.nodes {
+            eprintln!("---- {} ----\n{}", n.name, tail(&n.log, 15));
+        }
+    }
+
+    /// Polls `status --json` on the nodes `which` until `cond` accepts the statuses (in the
+    /// order of `which`); returns how long it took. Panics with the last reason after `limit`.
+    fn wait_until(
+        &mut self,
+        what: &str,
+        which: &[usize],
+        limit: Duration,
+        mut cond: impl FnMut(&[NodeStatus]) -> Result<(), String>,
+    ) -> Duration {
+        let start = Instant::now();
+        let mut rounds = 0u32;
+        loop {
+            rounds += 1;
+            self.check_alive();
+            let statuses: Result<Vec<NodeStatus>, String> =
+                which.iter().map(|&i| status(&self.nodes[i].dir)).collect();
+            let last = match statuses.and_then(|s| cond(&s)) {
+                Ok(()) => {
+                    let took = start.elapsed();
+                    eprintln!(
+                        "[{what}: reached after {} ms, {rounds} polling rounds of {} nodes]",
+                        took.as_millis(),
+                        which.len()
+                    );
+                    return took;
+                }
+                Err(reason) => reason,
+            };
+            if start.elapsed() >= limit {
+                self.dump_logs();
+                panic!("{what}: not reached within {limit:?}; last: {last}");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+/// The last `n` lines of a file.
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `overlay-node status --data-dir DIR --json`, parsed.
+fn status(dir: &Path) -> Result<NodeStatus, String> {
+    let mut cmd = node_cmd();
+    cmd.arg("status").arg("--data-dir").arg(dir).arg("--json");
+    let out = run_with_timeout(cmd, Duration::from_secs(15));
+    if !out.status.success() {
+        return Err(format!(
+            "status of {} failed: {}",
+            dir.display(),
+            out.stderr.trim()
+        ));
+    }
+    serde_json::from_str(&out.stdout)
+        .map_err(|e| panic!("status --json is not a NodeStatus ({e}):\n{}", out.stdout))
+}
+
+/// `overlay-node tree ROOT --data-dir DIR --format FORMAT`.
+fn tree(dir: &Path, root: &str, format: &str) -> String {
+    let mut cmd = node_cmd();
+    cmd.arg("tree")
+        .arg(root)
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--format")
+        .arg(format);
+    let out = run_with_timeout(cmd, Duration::from_secs(15));
+    assert!(
+        out.status.success(),
+        "tree --format {format} failed: {}",
+        out.stderr
+    );
+    out.stdout
+}
+
+/// Checks that every one of `statuses` lists exactly the members `alive` as Alive and
+/// `dead` as Dead, and that the trees of exactly the `alive` roots span every alive node.
+fn check_overlay(
+    statuses: &[NodeStatus],
+    ids: &[NodeId],
+    alive: &[NodeId],
+    dead: &[NodeId],
+    net: &NetModel,
+) -> Result<(), String> {
+    for s in statuses {
+        for id in alive {
+            match s.members.iter().find(|m| m.id == *id) {
+                Some(m) if m.state == Liveness::Alive => {}
+                Some(m) => return Err(format!("{} sees {} as {:?}", s.name, m.name, m.state)),
+                None => return Err(format!("{} does not know {}", s.name, id.short())),
+            }
+        }
+        for id in dead {
+            match s.members.iter().find(|m| m.id == *id) {
+                Some(m) if m.state == Liveness::Dead => {}
+                Some(m) => return Err(format!("{} sees {} as {:?}", s.name, m.name, m.state)),
+                None => return Err(format!("{} lost the record of {}", s.name, id.short())),
+            }
+        }
+        if s.members.len() != alive.len() + dead.len() {
+            return Err(format!(
+                "{} lists {} members, expected {}",
+                s.name,
+                s.members.len(),
+                alive.len() + dead.len()
+            ));
+        }
+        let mut roots: Vec<NodeId> = s.trees.iter().map(|t| t.root).collect();
+        roots.sort();
+        let mut want = alive.to_vec();
+        want.sort();
+        if roots != want {
+            return Err(format!(
+                "{} has {} trees, expected one per live node ({})",
+                s.name,
+                roots.len(),
+                want.len()
+            ));
+        }
+    }
+    // Spanning: in every live root's tree, every live node's parent chain reaches the root.
+    let clusters = vec![0usize; ids.len()];
+    let check = check_statuses(statuses, ids, &clusters, net);
+    if check.nodes != alive.len()
+        || check.trees != alive.len()
+        || check.spanning != alive.len()
+        || check.full_membership != alive.len()
+    {
+        return Err(format!("trees not converged: {check:?}"));
+    }
+    Ok(())
+}
+
+/// Resident set size (kB) and CPU time (clock ticks) of a process, from /proc.
+fn proc_usage(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start with the state (3rd).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 here (0-based 11, 12).
+    (rss_kb, ticks(11) + ticks(12))
+}
+
+/// Linux reports process times in USER_HZ, 100 on every mainstream architecture.
+const TICKS_PER_SEC: f64 = 100.0;
+
+#[test]
+fn twelve_processes_converge_survive_two_crashes_and_a_rejoin() {
+    let topology = Topology::parse(TOPOLOGY, "loopback-12").expect("topology");
+    assert_eq!(topology.node_clusters().len(), N);
+    let net = NetModel::from_topology(&topology);
+
+    let base = TempDir::new("proc");
+    let ports = free_udp_ports(N);
+    let nodes = (0..N)
+        .map(|i| {
+            let dir = base.path().join(format!("n{i}"));
+            std::fs::create_dir_all(&dir).expect("data dir");
+            NodeProc {
+                name: format!("n{i}"),
+                port: ports[i],
+                log: base.path().join(format!("n{i}.log")),
+                dir,
+                proc: None,
+            }
+        })
+        .collect();
+    let mut fx = Fixture {
+        nodes,
+        seed_port: ports[0],
+        token: String::new(),
+        _base: base,
+    };
+
+    // The seed: starts the overlay and prints the join command with the token.
+    let t0 = Instant::now();
+    let mut cmd = node_cmd();
+    cmd.arg("--listen")
+        .arg(format!("127.0.0.1:{}", fx.seed_port))
+        .arg("--data-dir")
+        .arg(&fx.nodes[0].dir)
+        .arg("--name")
+        .arg("n0");
+    let log = std::fs::File::create(&fx.nodes[0].log).expect("log file");
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+    let mut child = cmd.spawn().expect("spawning the seed");
+    let stdout = child.stdout.take().expect("piped stdout");
+    fx.nodes[0].proc = Some(Proc::new("n0", child));
+    let (line_tx, line_rx) = mpsc::channel::<String>();
+    // Keeps draining the seed's stdout until it exits, so it can never block on a full pipe.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = line_tx.send(line);
+        }
+    });
+    let join_hint = format!("--join 127.0.0.1:{} --token ", fx.seed_port);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    let token = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match line_rx.recv_timeout(left) {
+            Ok(line) => {
+                if let Some((_, after)) = line.split_once(&join_hint) {
+                    break after
+                        .split_whitespace()
+                        .next()
+                        .expect("a token after --token")
+                        .to_string();
+                }
+                seen.push(line);
+            }
+            Err(_) => {
+                fx.dump_logs();
+                panic!("the seed printed no join command within 20 s; stdout: {seen:?}");
+            }
+        }
+    };
+    assert!(token.starts_with("ovl1-"), "unexpected token {token:?}");
+    fx.token = token;
+    eprintln!("seed up after {} ms", t0.elapsed().as_millis());
+
+    for i in 1..N {
+        fx.spawn_joiner(i);
+    }
+
+    // Every node's id, as it reports itself.
+    let all: Vec<usize> = (0..N).collect();
+    let mut ids: Vec<NodeId> = Vec::new();
+    fx.wait_until("every node answers", &all, Duration::from_secs(60), |s| {
+        ids = s.iter().map(|s| s.id).collect();
+        Ok(())
+    });
+    for (i, s) in ids.iter().enumerate() {
+        assert!(!ids[..i].contains(s), "two nodes with one id");
+    }
+
+    let converge = fx.wait_until(
+        "12 members alive everywhere, 12 spanning trees",
+        &all,
+        Duration::from_secs(90),
+        |s| check_overlay(s, &ids, &ids, &[], &net),
+    );
+    let converged_at = t0.elapsed();
+    eprintln!(
+        "converged: {N} processes, every member alive everywhere and all {N} trees spanning \
+         {} ms after the seed was started ({} ms of polling after every node answered)",
+        converged_at.as_millis(),
+        converge.as_millis()
+    );
+
+    // The tree of n0, drawn by n0 from every member's answer.
+    let dot = tree(&fx.nodes[0].dir, "n0", "dot");
+    assert!(dot.starts_with("digraph"), "not DOT:\n{dot}");
+    assert!(
+        dot.contains("doublecircle"),
+        "the root is not marked:\n{dot}"
+    );
+    assert_eq!(
+        dot.matches(" -> ").count(),
+        N - 1,
+        "a spanning tree of {N} nodes has {} edges:\n{dot}",
+        N - 1
+    );
+    let text = tree(&fx.nodes[0].dir, "n0", "text");
+    assert!(
+        text.starts_with("tree of n0 ("),
+        "unexpected text tree:\n{text}"
+    );
+    for n in &fx.nodes {
+        assert!(
+            text.contains(&format!("{} (", n.name)),
+            "{} missing from the tree:\n{text}",
+            n.name
+        );
+    }
+    assert!(
+        !text.contains("no answer"),
+        "a member did not answer:\n{text}"
+    );
+    eprintln!("tree of n0 as n0 draws it:\n{text}");
+
+    // Idle cost: RSS and CPU over a quiet window (nothing polls the nodes meanwhile).
+    let window = Duration::from_secs(5);
+    let before: Vec<(u64, u64)> = fx
+        .nodes
+        .iter()
+        .map(|n| proc_usage(n.proc.as_ref().expect("running").pid()))
+        .collect();
+    let w0 = Instant::now();
+    std::thread::sleep(window);
+    let secs = w0.elapsed().as_secs_f64();
+    let mut rss_total = 0;
+    let mut cpu_total = 0.0;
+    for (i, n) in fx.nodes.iter().enumerate() {
+        let (rss, ticks) = proc_usage(n.proc.as_ref().expect("running").pid());
+        assert!(rss > 0, "no VmRSS for {}", n.name);
+        let cpu = (ticks - before[i].1) as f64 / TICKS_PER_SEC / secs * 100.0;
+        rss_total += rss;
+        cpu_total += cpu;
+        eprintln!(
+            "  {:<4} RSS {:>6} kB   idle CPU {:>5.2} % of one core",
+            n.name, rss, cpu
+        );
+    }
+    eprintln!(
+        "idle over {secs:.1} s: mean RSS {} kB, mean CPU {:.2} % of one core per node",
+        rss_total / N as u64,
+        cpu_total / N as f64
+    );
+    fx.check_alive();
+
+    // Two non-seed nodes crash.
+    let killed_ids: Vec<NodeId> = KILLED.iter().map(|&i| ids[i]).collect();
+    for &i in &KILLED {
+        fx.nodes[i].proc.take().expect("running").kill();
+    }
+    let survivors = fx.running();
+    let survivor_ids: Vec<NodeId> = survivors.iter().map(|&i| ids[i]).collect();
+    let detected = fx.wait_until(
+        "survivors declare the two crashed nodes dead and repair their trees",
+        &survivors,
+        Duration::from_secs(60),
+        |s| check_overlay(s, &ids, &survivor_ids, &killed_ids, &net),
+    );
+    eprintln!(
+        "crash of {} and {}: all {} survivors list both as dead and their {} trees span \
+         the survivors {} ms after the SIGKILL",
+        fx.nodes[KILLED[0]].name,
+        fx.nodes[KILLED[1]].name,
+        survivors.len(),
+        survivors.len(),
+        detected.as_millis()
+    );
+
+    // The first crashed node comes back with its data directory: same id.
+    let back = KILLED[0];
+    let t_restart = Instant::now();
+    fx.spawn_joiner(back);
+    let running = fx.running();
+    let alive_ids: Vec<NodeId> = running.iter().map(|&i| ids[i]).collect();
+    let back_id = ids[back];
+    let listed = fx.wait_until(
+        "every running node lists the restarted node alive",
+        &running,
+        Duration::from_secs(60),
+        |s| {
+            for st in s {
+                if st.name == format!("n{back}") && st.id != back_id {
+                    panic!("the restarted node changed its id");
+                }
+                match st.members.iter().find(|m| m.id == back_id) {
+                    Some(m) if m.state == Liveness::Alive => {}
+                    other => {
+                        return Err(format!(
+                            "{} sees n{back} as {:?}",
+                            st.name,
+                            other.map(|m| m.state)
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+    let restarted = status(&fx.nodes[back].dir).expect("status of the restarted node");
+    assert_eq!(restarted.id, back_id, "the restarted node changed its id");
+    eprintln!(
+        "restart of n{back}: same id {}, listed alive by all {} running nodes {} ms after \
+         it was started",
+        back_id.short(),
+        running.len(),
+        listed.as_millis()
+    );
+    let still_dead = [ids[KILLED[1]]];
+    fx.wait_until(
+        "11 spanning trees after the rejoin",
+        &running,
+        Duration::from_secs(60),
+        |s| check_overlay(s, &ids, &alive_ids, &still_dead, &net),
+    );
+    eprintln!(
+        "after the rejoin: {} trees span all {} running nodes {} ms after the restart",
+        running.len(),
+        running.len(),
+        t_restart.elapsed().as_millis()
+    );
+
+    // The other crashed node restarts with nothing but its data directory: it finds the
+    // overlay again through the members it remembered, with its stored token.
+    let last = KILLED[1];
+    let t_restart = Instant::now();
+    fx.spawn(last, false);
+    let running = fx.running();
+    assert_eq!(running.len(), N);
+    fx.wait_until(
+        "all 12 alive everywhere and 12 spanning trees after a restart without --join",
+        &running,
+        Duration::from_secs(60),
+        |s| {
+            if let Some(st) = s.iter().find(|st| st.name == format!("n{last}")) {
+                assert_eq!(st.id, ids[last], "the restarted node changed its id");
+            }
+            check_overlay(s, &ids, &ids, &[], &net)
+        },
+    );
+    eprintln!(
+        "restart of n{last} without --join or token: back in the overlay with its id, all {N} trees spanning {} ms after it was started",
+        t_restart.elapsed().as_millis()
+    );
+    fx.check_alive();
+}
