@@ -15,6 +15,9 @@ use tracing::{debug, warn};
 
 /// How long the TLS handshake plus the token exchange may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections that may be in the handshake or the token exchange at once; beyond it new
+/// ones are refused, so peers that never prove anything cannot pile up.
+pub const MAX_PENDING_HANDSHAKES: usize = 128;
 /// Frames queued for one connection's writer before new ones are dropped.
 pub const WRITER_QUEUE: usize = 4096;
 
@@ -77,9 +80,16 @@ pub struct LinkContext {
 
 /// Accepts connections forever; each is admitted in its own task.
 pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     while let Some(incoming) = endpoint.accept().await {
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            warn!(remote = %incoming.remote_address(), "too many pending handshakes: refused");
+            incoming.refuse();
+            continue;
+        };
         let ctx = ctx.clone();
         tokio::spawn(async move {
+            let _permit = permit; // held until admission is decided
             let remote = incoming.remote_address();
             let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
                 Ok(Ok(conn)) => conn,
