@@ -545,4 +545,57 @@ fn twelve_processes_converge_survive_two_crashes_and_a_rejoin() {
         t_restart.elapsed().as_millis()
     );
     fx.check_alive();
+
+    // SIGTERM: the node leaves gracefully (exit code 0) and every other member records
+    // that it left, not that it died.
+    let leaver = 5;
+    let leaver_id = ids[leaver];
+    let pid = fx.nodes[leaver].proc.as_ref().expect("running").pid();
+    let t_term = Instant::now();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("running kill");
+    assert!(sent.success(), "kill -TERM failed");
+    let exit = loop {
+        if let Some(status) = fx.nodes[leaver].proc.as_mut().expect("running").exited() {
+            break status;
+        }
+        assert!(
+            t_term.elapsed() < Duration::from_secs(20),
+            "n{leaver} did not exit within 20 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "n{leaver} exited with {exit} after SIGTERM");
+    fx.nodes[leaver].proc = None;
+    let running = fx.running();
+    let took = fx.wait_until(
+        "every member records the SIGTERM'd node as left",
+        &running,
+        Duration::from_secs(30),
+        |s| {
+            for st in s {
+                match st.members.iter().find(|m| m.id == leaver_id) {
+                    Some(m) if m.state == Liveness::Left => {}
+                    other => {
+                        return Err(format!(
+                            "{} sees n{leaver} as {:?}",
+                            st.name,
+                            other.map(|m| m.state)
+                        ));
+                    }
+                }
+                if st.trees.iter().any(|t| t.root == leaver_id) {
+                    return Err(format!("{} still has the tree of n{leaver}", st.name));
+                }
+            }
+            Ok(())
+        },
+    );
+    eprintln!(
+        "SIGTERM of n{leaver}: exited cleanly, recorded as left by all {} others {} ms after the signal",
+        running.len(),
+        (t_term.elapsed()).as_millis().max(took.as_millis())
+    );
 }
