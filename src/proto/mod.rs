@@ -23,6 +23,7 @@ pub mod core;
 pub mod id;
 pub mod membership;
 pub mod message;
+pub mod outbox;
 pub mod rng;
 pub mod rtt;
 pub mod time;

@@ -182,6 +182,10 @@ pub enum Judgement {
     /// may be (worth a parent query). This is how a bounded candidate set still finds the
     /// single best entry point into a cluster.
     AskParent,
+    /// It would be a switch, but our latency estimate to it does not rest on enough samples
+    /// of our own yet (a peer that advertises to us without being watched by us): probe it
+    /// first. Not returned by [`judge`]; the core adds it.
+    NeedMeasure,
     /// Not suitable.
     No,
 }
