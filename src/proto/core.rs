@@ -99,6 +99,10 @@ const OWN_ROOT: RootIdx = 0;
 /// Own RTT samples a peer needs before a connected node switches to it.
 const MIN_SAMPLES_TO_MOVE: usize = 3;
 
+/// A child attached over a link at least this long (one-way, µs) is introduced to its
+/// siblings at about the same latency (see `Core::introduce_siblings`).
+const SIBLING_HINT_MIN_LAT_US: u32 = 1_000;
+
 impl Core {
     /// A core for node `id`, with its own RNG seeded by `seed`, started at `now`.
     pub fn new(id: NodeId, config: Config, seed: u64, now: Time) -> Self {
@@ -452,11 +456,74 @@ impl Core {
         };
         let t = self.trees[ri].as_mut().expect("live");
         if attach {
-            t.children.insert(from);
+            if t.children.insert(from) {
+                self.introduce_siblings(ri, from);
+            }
+            let t = self.trees[ri].as_ref().expect("live");
             let e = entry_of(t);
             self.outbox.update(from, e);
         } else {
             t.children.remove(&from);
+        }
+    }
+
+    /// Introduces to each other the far children whose latencies from us are within an
+    /// eighth of each other (neighbours in latency order; at most `max_hinted` pairs).
+    fn introduce_far_children(&mut self, ri: RootIdx) {
+        let t = self.trees[ri].as_ref().expect("live");
+        let root = t.root;
+        let mut far: Vec<(u32, NodeId)> = t
+            .children
+            .iter()
+            .filter_map(|c| self.lat_us(c).map(|l| (l, *c)))
+            .filter(|(l, _)| *l >= SIBLING_HINT_MIN_LAT_US)
+            .collect();
+        far.sort_unstable();
+        let pairs: Vec<(NodeId, NodeId)> = far
+            .windows(2)
+            .filter(|w| w[1].0 <= w[0].0 + w[0].0 / 8)
+            .map(|w| (w[0].1, w[1].1))
+            .take(self.config.max_hinted)
+            .collect();
+        for (a, b) in pairs {
+            self.outbox.hint(a, root, b);
+            self.outbox.hint(b, root, a);
+        }
+    }
+
+    /// A child attached over a long link: it has entered a far cluster. Other children at
+    /// about the same latency from us are probably in that cluster too, and then only one
+    /// of them should stay attached to us (wide-area optimality). Nothing in their own
+    /// candidate sets may lead them to each other (each sees only its own subtree nearby),
+    /// so we introduce them to each other with parent hints, both ways; the rules then
+    /// decide who moves under whom. Costs a few hints per long attach, nothing in a settled
+    /// tree.
+    fn introduce_siblings(&mut self, ri: RootIdx, child: NodeId) {
+        let Some(lat) = self.lat_us(&child) else {
+            return;
+        };
+        if lat < SIBLING_HINT_MIN_LAT_US {
+            return;
+        }
+        let (lo, hi) = (lat - lat / 8, lat + lat / 8);
+        let t = self.trees[ri].as_ref().expect("live");
+        let root = t.root;
+        let sibs: Vec<NodeId> = t
+            .children
+            .iter()
+            .copied()
+            .filter(|s| *s != child)
+            .filter(|s| self.lat_us(s).is_some_and(|l| (lo..=hi).contains(&l)))
+            .take(self.config.max_hinted + 1)
+            .collect();
+        if sibs.len() > self.config.max_hinted {
+            // A tree still forming (many far children at once): the candidate sets are
+            // doing the work, and introductions would only flood everyone with hints.
+            return;
+        }
+        for s in sibs {
+            self.outbox.hint(child, root, s);
+            self.outbox.hint(s, root, child);
         }
     }
 
@@ -569,12 +636,13 @@ impl Core {
     fn judge(&self, ri: RootIdx, view: &CandidateView) -> Judgement {
         let t = self.trees[ri].as_ref().expect("live");
         let parent_lat = t.parent.and_then(|p| self.lat_us(&p));
-        let verdict = tree::judge(
+        let verdict = tree::judge_with(
             t,
             self.id,
             parent_lat,
             view,
             self.config.shortcut_threshold.as_micros() as u32,
+            self.sweep.is_empty(),
         );
         // A connected node only moves to a peer measured a few times: a first sample can
         // be far off (queueing), and a move on noise is a move too many. Repair need not
@@ -1019,6 +1087,13 @@ impl Core {
             let t = self.trees[ri].as_ref().expect("live");
             if !t.connected || (ri as u64 + self.housekeeping_rounds) % 4 == 0 {
                 self.evaluate_all(ri);
+            }
+        }
+        // Far children that may share a cluster: introduce them again now and then (an
+        // introduction at attach time is skipped while a tree is still forming).
+        for ri in 0..self.trees.len() {
+            if self.trees[ri].is_some() && (ri as u64 + self.housekeeping_rounds) % 8 == 0 {
+                self.introduce_far_children(ri);
             }
         }
         self.refill();

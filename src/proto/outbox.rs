@@ -21,6 +21,8 @@ pub struct Outbox {
     updates: BTreeMap<NodeId, BTreeMap<NodeId, AdvertEntry>>,
     /// peer -> root -> latest state owed as an answer to an advert request.
     answers: BTreeMap<NodeId, BTreeMap<NodeId, AdvertEntry>>,
+    /// peer -> (root, suggested parent) pairs to pass on.
+    hints: BTreeMap<NodeId, Vec<(NodeId, NodeId)>>,
 }
 
 impl Outbox {
@@ -44,9 +46,20 @@ impl Outbox {
         self.answers.entry(peer).or_default().insert(e.root, e);
     }
 
+    /// Suggest `parent` to `peer` as a parent worth measuring in `root`'s tree.
+    pub fn hint(&mut self, peer: NodeId, root: NodeId, parent: NodeId) {
+        let v = self.hints.entry(peer).or_default();
+        if !v.contains(&(root, parent)) {
+            v.push((root, parent));
+        }
+    }
+
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
-        self.links.is_empty() && self.updates.is_empty() && self.answers.is_empty()
+        self.links.is_empty()
+            && self.updates.is_empty()
+            && self.answers.is_empty()
+            && self.hints.is_empty()
     }
 
     /// Turns everything waiting into messages, one per destination and kind (the single-root
@@ -78,6 +91,9 @@ impl Outbox {
         for (peer, roots) in std::mem::take(&mut self.answers) {
             let entries = roots.into_values().collect();
             send(peer, Message::Advert { entries });
+        }
+        for (peer, parents) in std::mem::take(&mut self.hints) {
+            send(peer, Message::ParentHint { parents });
         }
     }
 }

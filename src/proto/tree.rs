@@ -204,6 +204,20 @@ pub fn judge(
     c: &CandidateView,
     threshold_us: u32,
 ) -> Judgement {
+    judge_with(me, my_id, parent_lat_us, c, threshold_us, true)
+}
+
+/// [`judge`], with the leaf's walk up a far neighbour's ancestry (see the end of the
+/// function) only when `leaf_search` is set: a node still meeting its peers is a leaf in
+/// almost every tree, and the walk would only add traffic then.
+pub fn judge_with(
+    me: &TreeState,
+    my_id: NodeId,
+    parent_lat_us: Option<u32>,
+    c: &CandidateView,
+    threshold_us: u32,
+    leaf_search: bool,
+) -> Judgement {
     if c.id == my_id || me.root == my_id || Some(c.id) == me.parent {
         return Judgement::No;
     }
@@ -241,9 +255,14 @@ pub fn judge(
     if v == Judgement::No
         && c.lat_us.saturating_mul(2) < parent_lat
         && !me.children.contains(&c.id)
-        && c.dist_us <= me.dist_us.saturating_add(c.lat_us + c.lat_us / 2 + 20)
+        && (c.dist_us <= me.dist_us.saturating_add(c.lat_us + c.lat_us / 2 + 20)
+            || (leaf_search && me.children.is_empty()))
     {
-        // c hangs one short hop below a node at most as far from the root as we are.
+        // c hangs one short hop below a node at most as far from the root as we are; or
+        // we are a leaf that entered c's cluster on its own over a long link, so the
+        // cluster is entered at least twice: walking up c's ancestry finds the other
+        // entry, which then sees us (we watch it) and may move under us. The single entry
+        // of a settled cluster is never a leaf, so this costs nothing once settled.
         return Judgement::AskParent;
     }
     v
@@ -481,6 +500,19 @@ mod tests {
         let mut me2 = me.clone();
         me2.children.insert(id(90));
         assert_eq!(judge(&me2, id(ME), Some(15 * MS), &c, TH), Judgement::No);
+        // A neighbour several hops deep is asked only by a leaf (a second entry into the
+        // cluster); a node with children of its own is likely that neighbour's ancestor.
+        let deep = cand(91, 5, 15 * MS + 400, 100);
+        assert_eq!(
+            judge(&me, id(ME), Some(15 * MS), &deep, TH),
+            Judgement::AskParent
+        );
+        let mut inner = me.clone();
+        inner.children.insert(id(92));
+        assert_eq!(
+            judge(&inner, id(ME), Some(15 * MS), &deep, TH),
+            Judgement::No
+        );
     }
 
     #[test]
