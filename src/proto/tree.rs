@@ -204,12 +204,13 @@ pub fn judge(
     c: &CandidateView,
     threshold_us: u32,
 ) -> Judgement {
-    judge_with(me, my_id, parent_lat_us, c, threshold_us, true)
+    judge_with(me, my_id, parent_lat_us, c, threshold_us, false)
 }
 
-/// [`judge`], with the leaf's walk up a far neighbour's ancestry (see the end of the
-/// function) only when `leaf_search` is set: a node still meeting its peers is a leaf in
-/// almost every tree, and the walk would only add traffic then.
+/// [`judge`], plus, when `leaf_search` is set, the leaf's walk up a far neighbour's
+/// ancestry (see the end of the function). The core sets it once it has met its peers: a
+/// node still meeting them is a leaf in almost every tree, and the walk would only add
+/// traffic then.
 pub fn judge_with(
     me: &TreeState,
     my_id: NodeId,
@@ -503,16 +504,12 @@ mod tests {
         // A neighbour several hops deep is asked only by a leaf (a second entry into the
         // cluster); a node with children of its own is likely that neighbour's ancestor.
         let deep = cand(91, 5, 15 * MS + 400, 100);
-        assert_eq!(
-            judge(&me, id(ME), Some(15 * MS), &deep, TH),
-            Judgement::AskParent
-        );
+        let search = |t: &TreeState, on| judge_with(t, id(ME), Some(15 * MS), &deep, TH, on);
+        assert_eq!(search(&me, true), Judgement::AskParent);
+        assert_eq!(search(&me, false), Judgement::No);
         let mut inner = me.clone();
         inner.children.insert(id(92));
-        assert_eq!(
-            judge(&inner, id(ME), Some(15 * MS), &deep, TH),
-            Judgement::No
-        );
+        assert_eq!(search(&inner, true), Judgement::No);
     }
 
     #[test]
