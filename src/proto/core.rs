@@ -87,6 +87,8 @@ pub struct Core {
     probe_gap: std::time::Duration,
     /// Tree messages of the current input, coalesced per peer.
     outbox: Outbox,
+    /// Far children introduced to each other, and when (see `introduce_far_children`).
+    introduced: HashMap<(RootIdx, NodeId, NodeId), Time>,
     timers: TimerQueue,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -102,6 +104,9 @@ const MIN_SAMPLES_TO_MOVE: usize = 3;
 /// A child attached over a link at least this long (one-way, µs) is introduced to its
 /// siblings at about the same latency (see `Core::introduce_siblings`).
 const SIBLING_HINT_MIN_LAT_US: u32 = 1_000;
+
+/// The same two far children are introduced again only after this long.
+const REINTRODUCE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Core {
     /// A core for node `id`, with its own RNG seeded by `seed`, started at `now`.
@@ -143,6 +148,7 @@ impl Core {
             probe_queue: VecDeque::new(),
             probe_gap: std::time::Duration::ZERO,
             outbox: Outbox::default(),
+            introduced: HashMap::default(),
             timers,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -486,6 +492,17 @@ impl Core {
             .take(self.config.max_hinted)
             .collect();
         for (a, b) in pairs {
+            // A pair in different clusters stays apart; telling it again every few rounds
+            // would cost two hinted watches each time, for nothing.
+            let key = (ri, a.min(b), a.max(b));
+            if self
+                .introduced
+                .get(&key)
+                .is_some_and(|at| self.now.saturating_since(*at) < REINTRODUCE_AFTER)
+            {
+                continue;
+            }
+            self.introduced.insert(key, self.now);
             self.outbox.hint(a, root, b);
             self.outbox.hint(b, root, a);
         }
@@ -1060,6 +1077,8 @@ impl Core {
             .retain(|_, (_, at)| now.saturating_since(*at) < period);
         self.queried
             .retain(|_, at| now.saturating_since(*at) < period);
+        self.introduced
+            .retain(|_, at| now.saturating_since(*at) < REINTRODUCE_AFTER);
         // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds.
         let every = self.config.full_advert_every.max(1) as u64;
         for (i, peer) in targets.into_iter().enumerate() {
