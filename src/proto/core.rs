@@ -475,7 +475,12 @@ impl Core {
 
     /// Introduces to each other the far children whose latencies from us are within an
     /// eighth of each other (neighbours in latency order; at most `max_hinted` pairs).
+    /// Not while this node is still meeting the members: every tree is forming then, and
+    /// each hint costs the receiver a watched peer and two full adverts.
     fn introduce_far_children(&mut self, ri: RootIdx) {
+        if !self.sweep.is_empty() {
+            return;
+        }
         let t = self.trees[ri].as_ref().expect("live");
         let root = t.root;
         let mut far: Vec<(u32, NodeId)> = t
@@ -516,6 +521,10 @@ impl Core {
     /// decide who moves under whom. Costs a few hints per long attach, nothing in a settled
     /// tree.
     fn introduce_siblings(&mut self, ri: RootIdx, child: NodeId) {
+        // Not while still meeting the members (see `introduce_far_children`).
+        if !self.sweep.is_empty() {
+            return;
+        }
         let Some(lat) = self.lat_us(&child) else {
             return;
         };
@@ -697,6 +706,10 @@ impl Core {
     fn follow_up(&mut self, ri: RootIdx, view: &CandidateView, verdict: Judgement) {
         match verdict {
             Judgement::NeedFresh => self.ask(ri, view),
+            // Parent queries only once the sweep has met every member: before that, every
+            // tree is forming, nearly every neighbour looks worth asking, and each answer
+            // costs a watched peer (and two full adverts); in a large overlay that floods.
+            Judgement::AskParent if !self.sweep.is_empty() => {}
             Judgement::AskParent => {
                 // What we heard may be stale by a little (small changes are not advertised):
                 // ask for its exact state too.
