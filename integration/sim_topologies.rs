@@ -143,47 +143,20 @@ fn sites_64_converges_to_site_optimal_trees() {
     }
 }
 
-/// Every tree spans and is wide-area optimal, and stays so, on phoenix-168. Known gap
-/// (the issue stays open): under the simulator's CPU cost model the parents *inside*
-/// cluster B keep changing now and then (RTT samples inflated by queueing at the busiest
-/// nodes), so the strict "no parent change for 5 s" convergence is not reached yet; this
-/// test asserts the optimality, and prints the residual churn instead of hiding it.
+/// The paper's Fig. 5 setup (168 nodes, clusters of 100, 65 and 3): every tree becomes
+/// spanning and wide-area optimal and stays unchanged for the stable period, under the
+/// simulator's default CPU cost model.
 #[test]
-#[ignore = "known gap, issue open: phoenix-168 reaches 168/168 optimal trees but does not stay there under the CPU cost model"]
-fn phoenix_168_trees_become_and_stay_wide_area_optimal() {
-    use overlay::proto::Time;
-    let topo = topology("phoenix-168");
-    let mut sim = Sim::new(&topo, config(1));
-    let first = sim.run_until_spanning(Duration::from_secs(60));
-    assert!(first.is_some(), "phoenix-168: trees never spanned");
-    let mut last_changes = 0;
-    for s in [40u64, 50, 60] {
-        sim.run_until(Time::ZERO + Duration::from_secs(s));
-        let r = sim.report();
-        assert_eq!(r.cycles_seen, 0, "phoenix-168: a cycle was seen");
-        assert_eq!(
-            r.spanning, r.trees,
-            "phoenix-168 at {s} s: not every tree spans"
-        );
-        assert_eq!(
-            r.wide_area_optimal, r.trees,
-            "phoenix-168 at {s} s: not every tree is wide-area optimal:\n{r}"
-        );
-        println!(
-            "phoenix-168 seed 1 at {s} s: {}/{} trees spanning and wide-area optimal, {} parent changes in the last 10 s, {:.0} B/node/s",
-            r.wide_area_optimal,
-            r.trees,
-            r.parent_changes - last_changes,
-            r.control_bytes_per_node_per_s
-        );
-        last_changes = r.parent_changes;
+fn phoenix_168_converges_to_optimal_trees() {
+    for seed in 1..=3 {
+        converges("phoenix-168", seed, Duration::from_secs(60));
     }
 }
 
-/// 1000 nodes, 1000 trees: slow in debug builds; run with
+/// 1000 nodes, 1000 trees; run with
 /// `cargo test --release --test sim_topologies -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "known gap, issue open: full adverts during the build still cost megabytes per node per second at 1000 nodes, so this takes far too long for CI and does not converge yet"]
 fn scale_1000_converges() {
     converges("scale-1000", 1, Duration::from_secs(120));
 }

@@ -14,6 +14,7 @@
 use super::candidates::CandidateSet;
 use super::id::{IdMap as HashMap, IdSet as HashSet};
 use super::membership::MemberTable;
+use super::outbox::Outbox;
 use super::rng::SplitMix64;
 use super::rtt::RttEstimator;
 use super::timers::{Timer, TimerQueue};
@@ -81,6 +82,13 @@ pub struct Core {
     sweep: Vec<NodeId>,
     last_bump: Time,
     housekeeping_rounds: u64,
+    /// Probes of the current round still to send, and the gap between two of them.
+    probe_queue: VecDeque<(NodeId, bool)>,
+    probe_gap: std::time::Duration,
+    /// Tree messages of the current input, coalesced per peer.
+    outbox: Outbox,
+    /// Far children introduced to each other, and when (see `introduce_far_children`).
+    introduced: HashMap<(RootIdx, NodeId, NodeId), Time>,
     timers: TimerQueue,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -92,6 +100,13 @@ const OWN_ROOT: RootIdx = 0;
 
 /// Own RTT samples a peer needs before a connected node switches to it.
 const MIN_SAMPLES_TO_MOVE: usize = 3;
+
+/// A child attached over a link at least this long (one-way, µs) is introduced to its
+/// siblings at about the same latency (see `Core::introduce_siblings`).
+const SIBLING_HINT_MIN_LAT_US: u32 = 1_000;
+
+/// The same two far children are introduced again only after this long.
+const REINTRODUCE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Core {
     /// A core for node `id`, with its own RNG seeded by `seed`, started at `now`.
@@ -130,6 +145,10 @@ impl Core {
             sweep: Vec::new(),
             last_bump: now,
             housekeeping_rounds: 0,
+            probe_queue: VecDeque::new(),
+            probe_gap: std::time::Duration::ZERO,
+            outbox: Outbox::default(),
+            introduced: HashMap::default(),
             timers,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -167,6 +186,11 @@ impl Core {
             Input::Command(Command::Leave) => return self.leave(),
         }
         self.fire_due_timers();
+        if !self.outbox.is_empty() {
+            let mut out = std::mem::take(&mut self.outbox);
+            out.drain(|to, msg| self.send(to, msg));
+            self.outbox = out;
+        }
         if !self.dirty.is_empty()
             || !self.owed_full.is_empty()
             || !self.out_asks.is_empty()
@@ -270,11 +294,10 @@ impl Core {
         };
         self.trees[idx] = Some(TreeState::new_detached(id, self.now));
         self.events.push_back(Event::RootAdded { root: id });
-        if self.cands.watched_len() < self.config.max_near + self.config.explorers {
-            self.watch(id);
-        } else {
-            self.sweep.push(id);
-        }
+        // Measured by the sweep; the candidate set is topped up with random members at the
+        // next probe round (taking the first members to arrive would make every node of a
+        // fresh overlay watch the same few peers, and load them with everyone's traffic).
+        self.sweep.push(id);
     }
 
     fn handle_member_down(&mut self, id: NodeId, reason: DownReason) {
@@ -360,21 +383,19 @@ impl Core {
                 }
             }
             Message::TreeUpdate(e) => self.handle_entry(from, e, true),
-            Message::Attach { root } => {
-                if let Some(ri) = self.live_root(root) {
-                    let t = self.trees[ri].as_mut().expect("live");
-                    t.children.insert(from);
-                    let e = entry_of(t);
-                    self.send(from, Message::TreeUpdate(e));
+            Message::TreeUpdates(entries) => {
+                for e in entries {
+                    self.handle_entry(from, e, true);
                 }
             }
-            Message::Detach { root } => {
-                if let Some(ri) = self.live_root(root) {
-                    self.trees[ri]
-                        .as_mut()
-                        .expect("live")
-                        .children
-                        .remove(&from);
+            Message::Attach { root } => self.handle_link(from, root, true),
+            Message::Detach { root } => self.handle_link(from, root, false),
+            Message::Links { attach, detach } => {
+                for root in detach {
+                    self.handle_link(from, root, false);
+                }
+                for root in attach {
+                    self.handle_link(from, root, true);
                 }
             }
             Message::SerialRequest { root, serial } => {
@@ -412,6 +433,9 @@ impl Core {
                     );
                 }
             }
+            Message::Resync => {
+                self.owed_full.insert(from);
+            }
             Message::ParentQuery { roots } => {
                 let parents: Vec<(NodeId, NodeId)> = roots
                     .into_iter()
@@ -424,14 +448,108 @@ impl Core {
             Message::ParentHint { parents } => {
                 for (_, q) in parents {
                     if q != self.id && self.members.is_alive(&q) {
-                        let expires = self.now + self.config.serial_period * 6;
-                        if self.cands.add_hinted(q, expires, self.config.max_hinted) {
-                            self.owed_full.insert(q);
-                            self.ping(q, true);
-                        }
+                        self.measure(q);
                     }
                 }
             }
+        }
+    }
+
+    /// `from` attached to us (`true`) or detached from us in `root`'s tree.
+    fn handle_link(&mut self, from: NodeId, root: NodeId, attach: bool) {
+        let Some(ri) = self.live_root(root) else {
+            return;
+        };
+        let t = self.trees[ri].as_mut().expect("live");
+        if attach {
+            if t.children.insert(from) {
+                self.introduce_siblings(ri, from);
+            }
+            let t = self.trees[ri].as_ref().expect("live");
+            let e = entry_of(t);
+            self.outbox.update(from, e);
+        } else {
+            t.children.remove(&from);
+        }
+    }
+
+    /// Introduces to each other the far children whose latencies from us are within an
+    /// eighth of each other (neighbours in latency order; at most `max_hinted` pairs).
+    /// Not while this node is still meeting the members: every tree is forming then, and
+    /// each hint costs the receiver a watched peer and two full adverts.
+    fn introduce_far_children(&mut self, ri: RootIdx) {
+        if !self.sweep.is_empty() {
+            return;
+        }
+        let t = self.trees[ri].as_ref().expect("live");
+        let root = t.root;
+        let mut far: Vec<(u32, NodeId)> = t
+            .children
+            .iter()
+            .filter_map(|c| self.lat_us(c).map(|l| (l, *c)))
+            .filter(|(l, _)| *l >= SIBLING_HINT_MIN_LAT_US)
+            .collect();
+        far.sort_unstable();
+        let pairs: Vec<(NodeId, NodeId)> = far
+            .windows(2)
+            .filter(|w| w[1].0 <= w[0].0 + w[0].0 / 8)
+            .map(|w| (w[0].1, w[1].1))
+            .take(self.config.max_hinted)
+            .collect();
+        for (a, b) in pairs {
+            // A pair in different clusters stays apart; telling it again every few rounds
+            // would cost two hinted watches each time, for nothing.
+            let key = (ri, a.min(b), a.max(b));
+            if self
+                .introduced
+                .get(&key)
+                .is_some_and(|at| self.now.saturating_since(*at) < REINTRODUCE_AFTER)
+            {
+                continue;
+            }
+            self.introduced.insert(key, self.now);
+            self.outbox.hint(a, root, b);
+            self.outbox.hint(b, root, a);
+        }
+    }
+
+    /// A child attached over a long link: it has entered a far cluster. Other children at
+    /// about the same latency from us are probably in that cluster too, and then only one
+    /// of them should stay attached to us (wide-area optimality). Nothing in their own
+    /// candidate sets may lead them to each other (each sees only its own subtree nearby),
+    /// so we introduce them to each other with parent hints, both ways; the rules then
+    /// decide who moves under whom. Costs a few hints per long attach, nothing in a settled
+    /// tree.
+    fn introduce_siblings(&mut self, ri: RootIdx, child: NodeId) {
+        // Not while still meeting the members (see `introduce_far_children`).
+        if !self.sweep.is_empty() {
+            return;
+        }
+        let Some(lat) = self.lat_us(&child) else {
+            return;
+        };
+        if lat < SIBLING_HINT_MIN_LAT_US {
+            return;
+        }
+        let (lo, hi) = (lat - lat / 8, lat + lat / 8);
+        let t = self.trees[ri].as_ref().expect("live");
+        let root = t.root;
+        let sibs: Vec<NodeId> = t
+            .children
+            .iter()
+            .copied()
+            .filter(|s| *s != child)
+            .filter(|s| self.lat_us(s).is_some_and(|l| (lo..=hi).contains(&l)))
+            .take(self.config.max_hinted + 1)
+            .collect();
+        if sibs.len() > self.config.max_hinted {
+            // A tree still forming (many far children at once): the candidate sets are
+            // doing the work, and introductions would only flood everyone with hints.
+            return;
+        }
+        for s in sibs {
+            self.outbox.hint(child, root, s);
+            self.outbox.hint(s, root, child);
         }
     }
 
@@ -456,7 +574,7 @@ impl Core {
             self.apply_parent_state(ri, e);
         } else if pushed {
             // It thinks we are its child; we are not (any more).
-            self.send(from, Message::Detach { root: e.root });
+            self.outbox.detach(from, e.root);
         } else {
             self.consider(ri, from);
         }
@@ -543,24 +661,32 @@ impl Core {
 
     fn judge(&self, ri: RootIdx, view: &CandidateView) -> Judgement {
         let t = self.trees[ri].as_ref().expect("live");
+        let parent_lat = t.parent.and_then(|p| self.lat_us(&p));
+        let verdict = tree::judge_with(
+            t,
+            self.id,
+            parent_lat,
+            view,
+            self.config.shortcut_threshold.as_micros() as u32,
+            self.sweep.is_empty(),
+        );
         // A connected node only moves to a peer measured a few times: a first sample can
-        // be far off (queueing), and a move on noise is a move too many. Repair need not wait.
+        // be far off (queueing), and a move on noise is a move too many. Repair need not
+        // wait. A peer that would be taken but is not measured enough (it advertises to us
+        // because it watches us) is probed first; without that, two equally good entries
+        // into a cluster of which only one watches the other would never merge.
         if t.connected
             && self
                 .rtt
                 .get(&view.id)
                 .is_none_or(|e| e.samples() < MIN_SAMPLES_TO_MOVE)
         {
-            return Judgement::No;
+            return match verdict {
+                Judgement::Switch(_) => Judgement::NeedMeasure,
+                _ => Judgement::No,
+            };
         }
-        let parent_lat = t.parent.and_then(|p| self.lat_us(&p));
-        tree::judge(
-            t,
-            self.id,
-            parent_lat,
-            view,
-            self.config.shortcut_threshold.as_micros() as u32,
-        )
+        verdict
     }
 
     /// Judges one candidate and acts on the verdict.
@@ -580,13 +706,27 @@ impl Core {
     fn follow_up(&mut self, ri: RootIdx, view: &CandidateView, verdict: Judgement) {
         match verdict {
             Judgement::NeedFresh => self.ask(ri, view),
+            // Parent queries only once the sweep has met every member: before that, every
+            // tree is forming, nearly every neighbour looks worth asking, and each answer
+            // costs a watched peer (and two full adverts); in a large overlay that floods.
+            Judgement::AskParent if !self.sweep.is_empty() => {}
             Judgement::AskParent => {
                 // What we heard may be stale by a little (small changes are not advertised):
                 // ask for its exact state too.
                 self.ask(ri, view);
                 self.query_parent(ri, view.id);
             }
+            Judgement::NeedMeasure => self.measure(view.id),
             Judgement::Switch(_) | Judgement::No => {}
+        }
+    }
+
+    /// Watches `peer` for a while (as a hinted peer) so it gets probed; it stays watched
+    /// if it becomes a parent.
+    fn measure(&mut self, peer: NodeId) {
+        let expires = self.now + self.config.serial_period * 6;
+        if self.cands.add_hinted(peer, expires, self.config.max_hinted) {
+            self.start_watching(peer);
         }
     }
 
@@ -638,9 +778,9 @@ impl Core {
         t.connected = view.connected;
         t.refreshed_at = now;
         if let Some(o) = old {
-            self.send(o, Message::Detach { root });
+            self.outbox.detach(o, root);
         }
-        self.send(view.id, Message::Attach { root });
+        self.outbox.attach(view.id, root);
         self.events.push_back(Event::ParentChanged {
             root,
             old,
@@ -727,7 +867,7 @@ impl Core {
             t.pushed = (t.dist_us, t.connected);
             let children: Vec<NodeId> = t.children.iter().copied().collect();
             for c in children {
-                self.send(c, Message::TreeUpdate(e));
+                self.outbox.update(c, e);
             }
         }
         if serial_advanced && let Some(waiting) = self.waiting_asks.get_mut(&ri) {
@@ -738,7 +878,7 @@ impl Core {
                 .collect();
             waiting.retain(|(_, s, _)| *s > e.serial);
             for p in ready {
-                self.send(p, Message::Advert { entries: vec![e] });
+                self.outbox.answer(p, e);
             }
         }
     }
@@ -803,6 +943,7 @@ impl Core {
                 Timer::SerialTick => self.on_serial_tick(),
                 Timer::AdvertFlush => self.on_flush(),
                 Timer::ProbeRound => self.on_probe_round(),
+                Timer::ProbeNext => self.on_probe_next(),
                 Timer::ExploreRotate => self.on_explore_rotate(),
                 Timer::Housekeeping => self.on_housekeeping(),
             }
@@ -857,14 +998,18 @@ impl Core {
         }
     }
 
+    /// Plans a round of probes: every watched peer and parent, and a few members not
+    /// measured yet. The probes are paced over most of the round, in random order: sent
+    /// in one burst, the last of them would leave many per-message costs after its
+    /// timestamp, and the peers late in a fixed order would always look farther away
+    /// than they are (that bias alone kept parents inside a cluster changing).
     fn on_probe_round(&mut self) {
+        self.refill();
         let mut targets: HashSet<NodeId> = self.cands.watched().collect();
         targets.extend(self.trees.iter().flatten().filter_map(|t| t.parent));
         let mut targets: Vec<NodeId> = targets.into_iter().collect();
         targets.sort_unstable();
-        for peer in targets {
-            self.ping(peer, true);
-        }
+        let mut round: Vec<(NodeId, bool)> = targets.into_iter().map(|p| (p, true)).collect();
         for _ in 0..self.config.sweep_per_round {
             if self.sweep.is_empty() {
                 break;
@@ -872,14 +1017,33 @@ impl Core {
             let i = self.rng.below(self.sweep.len() as u64) as usize;
             let peer = self.sweep.swap_remove(i);
             if self.members.is_alive(&peer) && self.cands.role(&peer).is_none() {
-                self.ping(peer, false);
+                round.push((peer, false));
             }
         }
+        for i in (1..round.len()).rev() {
+            let j = self.rng.below(i as u64 + 1) as usize;
+            round.swap(i, j);
+        }
         let jitter = 0.75 + 0.5 * self.rng.unit();
-        self.timers.set(
-            Timer::ProbeRound,
-            self.now + self.config.probe_interval.mul_f64(jitter),
-        );
+        let interval = self.config.probe_interval.mul_f64(jitter);
+        self.probe_gap = interval.mul_f64(0.8) / (round.len() as u32 + 1);
+        self.probe_queue = round.into();
+        self.timers.set(Timer::ProbeNext, self.now);
+        self.timers.set(Timer::ProbeRound, self.now + interval);
+    }
+
+    /// Sends the next probe of the round.
+    fn on_probe_next(&mut self) {
+        while let Some((peer, watch)) = self.probe_queue.pop_front() {
+            if !self.members.is_alive(&peer) {
+                continue;
+            }
+            self.ping(peer, watch);
+            break;
+        }
+        if !self.probe_queue.is_empty() {
+            self.timers.set(Timer::ProbeNext, self.now + self.probe_gap);
+        }
     }
 
     fn on_explore_rotate(&mut self) {
@@ -926,6 +1090,8 @@ impl Core {
             .retain(|_, (_, at)| now.saturating_since(*at) < period);
         self.queried
             .retain(|_, at| now.saturating_since(*at) < period);
+        self.introduced
+            .retain(|_, at| now.saturating_since(*at) < REINTRODUCE_AFTER);
         // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds.
         let every = self.config.full_advert_every.max(1) as u64;
         for (i, peer) in targets.into_iter().enumerate() {
@@ -947,12 +1113,19 @@ impl Core {
                     self.detach(ri);
                 } else if quiet > period * 3 {
                     let root = t.root;
-                    self.send(p, Message::Attach { root });
+                    self.outbox.attach(p, root);
                 }
             }
             let t = self.trees[ri].as_ref().expect("live");
             if !t.connected || (ri as u64 + self.housekeeping_rounds) % 4 == 0 {
                 self.evaluate_all(ri);
+            }
+        }
+        // Far children that may share a cluster: introduce them again now and then (an
+        // introduction at attach time is skipped while a tree is still forming).
+        for ri in 0..self.trees.len() {
+            if self.trees[ri].is_some() && (ri as u64 + self.housekeeping_rounds) % 8 == 0 {
+                self.introduce_far_children(ri);
             }
         }
         self.refill();
@@ -985,9 +1158,18 @@ impl Core {
     /// Starts watching `peer` as an explorer: probe it now and send it our full state.
     fn watch(&mut self, peer: NodeId) {
         if self.cands.add_explorer(peer) {
-            self.owed_full.insert(peer);
-            self.ping(peer, true);
+            self.start_watching(peer);
         }
+    }
+
+    /// A peer has just become watched: probe it, send it our state, and ask for its full
+    /// state. It may count us as a subscriber already (it watches us, or we watched it a
+    /// moment ago) and then sends only changes; what we heard from it before may be
+    /// partial or forgotten, and a tree it never mentions again would stay unknown.
+    fn start_watching(&mut self, peer: NodeId) {
+        self.owed_full.insert(peer);
+        self.ping(peer, true);
+        self.send(peer, Message::Resync);
     }
 
     /// Tops the candidate set up to its size with random members.

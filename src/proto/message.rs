@@ -58,6 +58,19 @@ pub enum Message {
     ParentQuery { roots: Vec<NodeId> },
     /// Answer to [`Message::ParentQuery`]: `(root, parent)` pairs.
     ParentHint { parents: Vec<(NodeId, NodeId)> },
+    /// Several [`Message::Attach`] and [`Message::Detach`] in one message (the sender
+    /// changed parents in several trees while handling one input). Added after version 1's
+    /// first variants, so older frames still decode.
+    Links {
+        attach: Vec<NodeId>,
+        detach: Vec<NodeId>,
+    },
+    /// Several [`Message::TreeUpdate`]s from a parent to one child in one message.
+    TreeUpdates(Vec<AdvertEntry>),
+    /// Ask for a full [`Message::Advert`] of every tree the receiver is connected to: the
+    /// sender watches the receiver again and has forgotten what it heard from it before
+    /// (the receiver only sends changes to peers it already advertises to).
+    Resync,
 }
 
 /// Why bytes could not be decoded into a [`Message`].
@@ -276,6 +289,12 @@ mod tests {
             Message::ParentHint {
                 parents: vec![(a, b)],
             },
+            Message::Links {
+                attach: vec![a],
+                detach: vec![b],
+            },
+            Message::TreeUpdates(vec![e, e]),
+            Message::Resync,
         ]
     }
 

@@ -24,6 +24,7 @@ pub mod gossip;
 pub mod id;
 pub mod membership;
 pub mod message;
+pub mod outbox;
 pub mod rng;
 pub mod rtt;
 pub mod time;

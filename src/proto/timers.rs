@@ -12,8 +12,10 @@ pub enum Timer {
     SerialTick,
     /// Flush batched adverts and requests.
     AdvertFlush,
-    /// Probe the watched peers for RTT.
+    /// Start a round of RTT probes of the watched peers.
     ProbeRound,
+    /// Send the next probe of the round (probes are paced, not sent in one burst).
+    ProbeNext,
     /// Replace one explorer by a random member.
     ExploreRotate,
     /// Expire stale state; detect trees whose serial stopped arriving.

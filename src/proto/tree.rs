@@ -182,6 +182,10 @@ pub enum Judgement {
     /// may be (worth a parent query). This is how a bounded candidate set still finds the
     /// single best entry point into a cluster.
     AskParent,
+    /// It would be a switch, but our latency estimate to it does not rest on enough samples
+    /// of our own yet (a peer that advertises to us without being watched by us): probe it
+    /// first. Not returned by [`judge`]; the core adds it.
+    NeedMeasure,
     /// Not suitable.
     No,
 }
@@ -199,6 +203,21 @@ pub fn judge(
     parent_lat_us: Option<u32>,
     c: &CandidateView,
     threshold_us: u32,
+) -> Judgement {
+    judge_with(me, my_id, parent_lat_us, c, threshold_us, false)
+}
+
+/// [`judge`], plus, when `leaf_search` is set, the leaf's walk up a far neighbour's
+/// ancestry (see the end of the function). The core sets it once it has met its peers: a
+/// node still meeting them is a leaf in almost every tree, and the walk would only add
+/// traffic then.
+pub fn judge_with(
+    me: &TreeState,
+    my_id: NodeId,
+    parent_lat_us: Option<u32>,
+    c: &CandidateView,
+    threshold_us: u32,
+    leaf_search: bool,
 ) -> Judgement {
     if c.id == my_id || me.root == my_id || Some(c.id) == me.parent {
         return Judgement::No;
@@ -237,9 +256,14 @@ pub fn judge(
     if v == Judgement::No
         && c.lat_us.saturating_mul(2) < parent_lat
         && !me.children.contains(&c.id)
-        && c.dist_us <= me.dist_us.saturating_add(c.lat_us + c.lat_us / 2 + 20)
+        && (c.dist_us <= me.dist_us.saturating_add(c.lat_us + c.lat_us / 2 + 20)
+            || (leaf_search && me.children.is_empty()))
     {
-        // c hangs one short hop below a node at most as far from the root as we are.
+        // c hangs one short hop below a node at most as far from the root as we are; or
+        // we are a leaf that entered c's cluster on its own over a long link, so the
+        // cluster is entered at least twice: walking up c's ancestry finds the other
+        // entry, which then sees us (we watch it) and may move under us. The single entry
+        // of a settled cluster is never a leaf, so this costs nothing once settled.
         return Judgement::AskParent;
     }
     v
@@ -477,6 +501,15 @@ mod tests {
         let mut me2 = me.clone();
         me2.children.insert(id(90));
         assert_eq!(judge(&me2, id(ME), Some(15 * MS), &c, TH), Judgement::No);
+        // A neighbour several hops deep is asked only by a leaf (a second entry into the
+        // cluster); a node with children of its own is likely that neighbour's ancestor.
+        let deep = cand(91, 5, 15 * MS + 400, 100);
+        let search = |t: &TreeState, on| judge_with(t, id(ME), Some(15 * MS), &deep, TH, on);
+        assert_eq!(search(&me, true), Judgement::AskParent);
+        assert_eq!(search(&me, false), Judgement::No);
+        let mut inner = me.clone();
+        inner.children.insert(id(92));
+        assert_eq!(search(&inner, true), Judgement::No);
     }
 
     #[test]
