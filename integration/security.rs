@@ -8,7 +8,9 @@
 //!   its connection closed) without harming the node, which keeps serving other peers.
 
 use overlay::api::{Node, NodeStatus};
-use overlay::net::auth::{AuthError, CLOSE_AUTH_FAILED, CLOSE_PROTOCOL, authenticate};
+use overlay::net::auth::{
+    AuthError, CLOSE_AUTH_FAILED, CLOSE_PROTOCOL, CLOSE_TIMEOUT, authenticate,
+};
 use overlay::net::frame::{MAX_FRAME_BYTES, read_frame, write_frame};
 use overlay::net::identity::{ANY_NODE, Identity, server_name_for};
 use overlay::net::token::{JoinToken, Role};
@@ -280,7 +282,7 @@ async fn unauthenticated_connections_get_nothing_processed() {
             "silent connection closed by the node after {} ms, code {code:#x}",
             t.elapsed().as_millis()
         );
-        assert_eq!(code, u64::from(CLOSE_AUTH_FAILED));
+        assert_eq!(code, u64::from(CLOSE_TIMEOUT));
 
         // 2. A proof made with the wrong token.
         let raw2 = RawPeer::new();

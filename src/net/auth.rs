@@ -16,6 +16,9 @@ pub const CLOSE_PROTOCOL: u32 = 0x4f02;
 pub const CLOSE_DUPLICATE: u32 = 0x4f03;
 /// QUIC application error code: the node is leaving.
 pub const CLOSE_LEAVING: u32 = 0x4f04;
+/// QUIC application error code: the token exchange did not finish in time (an overloaded
+/// or silent peer; distinct from [`CLOSE_AUTH_FAILED`] so it is not reported as a wrong token).
+pub const CLOSE_TIMEOUT: u32 = 0x4f05;
 
 /// Why a connection was not admitted.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +51,7 @@ pub async fn authenticate(
     match tokio::time::timeout(timeout, exchange(conn, token, role)).await {
         Ok(result) => result,
         Err(_) => {
-            conn.close(CLOSE_AUTH_FAILED.into(), b"join-token exchange timed out");
+            conn.close(CLOSE_TIMEOUT.into(), b"join-token exchange timed out");
             Err(AuthError::Timeout)
         }
     }
