@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tracing::{debug, warn};
 
 /// A request to the running node.
@@ -115,8 +115,6 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
     write.write_all(&out).await?;
     write.shutdown().await
 }
-
-use tokio::io::AsyncReadExt as _;
 
 /// Finds the member whose full id, short id or name matches `text`.
 async fn resolve_root(node: &Node, text: &str) -> Result<NodeId, String> {

@@ -65,6 +65,9 @@ pub enum NodeError {
     /// No member answered the join.
     #[error("could not join the overlay: {0}")]
     Join(String),
+    /// A member refused this node's join-token proof: the token is not this overlay's.
+    #[error("could not join the overlay: {0}")]
+    TokenRejected(String),
     /// The node has stopped.
     #[error("the node has stopped")]
     Stopped,
@@ -414,13 +417,13 @@ impl NodeBuilder {
                             info!(via = %via, %addr, "joined");
                             break 'outer;
                         }
+                        // A wrong token will not get better by retrying.
+                        Err(e @ NodeError::TokenRejected(_)) => {
+                            node.leave().await;
+                            return Err(e);
+                        }
                         Err(NodeError::Join(e)) => {
                             warn!(%addr, error = %e, "join attempt failed");
-                            // A wrong token will not get better by retrying.
-                            if e.contains("wrong join token") {
-                                node.leave().await;
-                                return Err(NodeError::Join(e));
-                            }
                             last_error = e;
                         }
                         Err(e) => return Err(e),
@@ -509,7 +512,8 @@ impl Node {
             .map_err(|_| NodeError::Stopped)?;
         match tokio::time::timeout(Duration::from_secs(10), rx).await {
             Ok(Ok(Ok(id))) => Ok(id),
-            Ok(Ok(Err(e))) => Err(NodeError::Join(e)),
+            Ok(Ok(Err(e))) if e.token_rejected => Err(NodeError::TokenRejected(e.to_string())),
+            Ok(Ok(Err(e))) => Err(NodeError::Join(e.to_string())),
             Ok(Err(_)) => Err(NodeError::Stopped),
             Err(_) => Err(NodeError::Join(format!("{addr} did not answer the join"))),
         }

@@ -8,7 +8,7 @@
 //! connection wait in a bounded queue while it is dialed (with exponential backoff after
 //! failures).
 
-use super::link::{self, LinkContext, LinkInput};
+use super::link::{self, DialError, LinkContext, LinkInput};
 use crate::api::{MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot};
 use crate::proto::gossip::{Gossip, GossipEvent};
 use crate::proto::{
@@ -31,12 +31,15 @@ pub enum ApiCommand {
     /// Snapshot of members, trees and counters.
     Status(oneshot::Sender<NodeStatus>),
     /// Join the overlay through a member at this address.
-    Join(SocketAddr, oneshot::Sender<Result<NodeId, String>>),
+    Join(SocketAddr, oneshot::Sender<JoinResult>),
     /// Ask every live member for its parent in a root's tree and assemble the answers.
     Tree(NodeId, oneshot::Sender<TreeSnapshot>),
     /// Leave gracefully, then stop.
     Leave(oneshot::Sender<()>),
 }
+
+/// The member that admitted this node, or why the join failed.
+pub type JoinResult = Result<NodeId, DialError>;
 
 /// How long a tree query waits for members' answers.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -79,9 +82,9 @@ pub struct Driver {
     links: HashMap<NodeId, Link>,
     pending: HashMap<NodeId, VecDeque<Vec<u8>>>,
     dials: HashMap<NodeId, DialState>,
-    joins: HashMap<u64, oneshot::Sender<Result<NodeId, String>>>,
+    joins: HashMap<u64, oneshot::Sender<JoinResult>>,
     /// Joins waiting for gossip's answer, by the member asked.
-    join_answers: HashMap<NodeId, Vec<oneshot::Sender<Result<NodeId, String>>>>,
+    join_answers: HashMap<NodeId, Vec<oneshot::Sender<JoinResult>>>,
     next_join: u64,
     /// Boot value of each member as last fed to the core (detects restarts).
     boots: HashMap<NodeId, u64>,
@@ -191,21 +194,9 @@ impl Driver {
                 self.next_join += 1;
                 let request = self.next_join;
                 self.joins.insert(request, reply);
-                let endpoint = self.endpoint.clone();
-                let config = self.client_config.clone();
-                let ctx = self.ctx.clone();
-                tokio::spawn(async move {
-                    let name = super::identity::ANY_NODE.to_string();
-                    let input = match link::dial(endpoint, config, addr, name, &ctx).await {
-                        Ok((peer, conn)) => LinkInput::Connected {
-                            peer,
-                            conn,
-                            dialed: true,
-                            join: Some(request),
-                        },
-                        Err(error) => LinkInput::JoinFailed { request, error },
-                    };
-                    let _ = ctx.to_driver.send(input);
+                let name = super::identity::ANY_NODE.to_string();
+                self.spawn_dial(addr, name, Some(request), move |error| {
+                    LinkInput::JoinFailed { request, error }
                 });
             }
             ApiCommand::Tree(root, reply) => self.start_tree_query(root, reply),
@@ -460,19 +451,34 @@ impl Driver {
         };
         state.in_progress = true;
         state.retry_at = None;
+        let name = super::identity::server_name_for(peer);
+        self.spawn_dial(addr, name, None, move |error| LinkInput::DialFailed {
+            peer,
+            error,
+        });
+    }
+
+    /// Dials in a task; the outcome comes back as [`LinkInput::Connected`] (tagged with
+    /// `join`) or as what `on_error` makes of the failure.
+    fn spawn_dial(
+        &self,
+        addr: SocketAddr,
+        server_name: String,
+        join: Option<u64>,
+        on_error: impl FnOnce(DialError) -> LinkInput + Send + 'static,
+    ) {
         let endpoint = self.endpoint.clone();
         let config = self.client_config.clone();
         let ctx = self.ctx.clone();
         tokio::spawn(async move {
-            let name = super::identity::server_name_for(peer);
-            let input = match link::dial(endpoint, config, addr, name, &ctx).await {
-                Ok((got, conn)) => LinkInput::Connected {
-                    peer: got,
+            let input = match link::dial(endpoint, config, addr, server_name, &ctx).await {
+                Ok((peer, conn)) => LinkInput::Connected {
+                    peer,
                     conn,
                     dialed: true,
-                    join: None,
+                    join,
                 },
-                Err(error) => LinkInput::DialFailed { peer, error },
+                Err(error) => on_error(error),
             };
             let _ = ctx.to_driver.send(input);
         });

@@ -166,8 +166,7 @@ impl Identity {
 
 /// The server name to dial a node whose id is known: the verifier checks it.
 pub fn server_name_for(id: NodeId) -> String {
-    let hex: String = id.0.iter().map(|b| format!("{b:02x}")).collect();
-    format!("n{hex}.overlay")
+    format!("n{}.overlay", id.to_hex())
 }
 
 /// The id a server name asks for, if it names one.
@@ -175,15 +174,7 @@ fn expected_id(name: &ServerName<'_>) -> Option<NodeId> {
     let ServerName::DnsName(dns) = name else {
         return None;
     };
-    let hex = dns.as_ref().strip_prefix('n')?.strip_suffix(".overlay")?;
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut bytes = [0u8; 16];
-    for (i, b) in bytes.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(NodeId(bytes))
+    NodeId::from_hex(dns.as_ref().strip_prefix('n')?.strip_suffix(".overlay")?)
 }
 
 /// The node id bound to a certificate: SHA-256 of its SubjectPublicKeyInfo, first 16 bytes.

@@ -21,6 +21,28 @@ pub const MAX_PENDING_HANDSHAKES: usize = 128;
 /// Frames queued for one connection's writer before new ones are dropped.
 pub const WRITER_QUEUE: usize = 4096;
 
+/// Why a dial did not produce an admitted connection.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{addr}: {reason}")]
+pub struct DialError {
+    /// The address dialed.
+    pub addr: SocketAddr,
+    /// What went wrong, for logs and errors.
+    pub reason: String,
+    /// The peer refused our token proof: retrying with the same token cannot succeed.
+    pub token_rejected: bool,
+}
+
+impl DialError {
+    fn new(addr: SocketAddr, reason: impl std::fmt::Display) -> Self {
+        DialError {
+            addr,
+            reason: reason.to_string(),
+            token_rejected: false,
+        }
+    }
+}
+
 /// What connection tasks tell the driver.
 #[derive(Debug)]
 pub enum LinkInput {
@@ -33,9 +55,9 @@ pub enum LinkInput {
         join: Option<u64>,
     },
     /// A dial to `peer` failed (handshake, timeout or admission).
-    DialFailed { peer: NodeId, error: String },
+    DialFailed { peer: NodeId, error: DialError },
     /// A join through an address failed.
-    JoinFailed { request: u64, error: String },
+    JoinFailed { request: u64, error: DialError },
     /// A decoded packet from `peer` on connection `conn`.
     Received { peer: NodeId, packet: Packet },
     /// Connection `conn` to `peer` closed.
@@ -132,17 +154,16 @@ pub async fn dial(
     addr: SocketAddr,
     server_name: String,
     ctx: &LinkContext,
-) -> Result<(NodeId, quinn::Connection), String> {
+) -> Result<(NodeId, quinn::Connection), DialError> {
     let connecting = endpoint
         .connect_with(config, addr, &server_name)
-        .map_err(|e| format!("cannot dial {addr}: {e}"))?;
+        .map_err(|e| DialError::new(addr, format!("cannot dial: {e}")))?;
     let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {
         Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => return Err(format!("handshake with {addr} failed: {e}")),
+        Ok(Err(e)) => return Err(DialError::new(addr, format!("handshake failed: {e}"))),
         Err(_) => {
-            return Err(format!(
-                "no answer from {addr} within {HANDSHAKE_TIMEOUT:?}"
-            ));
+            let reason = format!("no answer within {HANDSHAKE_TIMEOUT:?}");
+            return Err(DialError::new(addr, reason));
         }
     };
     match authenticate(&conn, &ctx.token, Role::Dialer, HANDSHAKE_TIMEOUT).await {
@@ -151,7 +172,10 @@ pub async fn dial(
             if matches!(e, AuthError::BadProof { .. }) {
                 ctx.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
             }
-            Err(format!("{addr}: {e}"))
+            Err(DialError {
+                token_rejected: matches!(e, AuthError::Rejected),
+                ..DialError::new(addr, e)
+            })
         }
     }
 }

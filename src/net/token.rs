@@ -6,6 +6,7 @@
 //! exported from this very TLS session. A proof is therefore useless on any other
 //! connection (no replay, no relay), and a peer without the token cannot produce one.
 
+use crate::proto::id::parse_hex;
 use ring::hmac;
 use std::fmt;
 use std::str::FromStr;
@@ -98,14 +99,7 @@ impl FromStr for JoinToken {
 
     fn from_str(s: &str) -> Result<JoinToken, TokenError> {
         let hex = s.trim().strip_prefix(PREFIX).ok_or(TokenError::Prefix)?;
-        if hex.len() != 64 || !hex.is_ascii() {
-            return Err(TokenError::Format);
-        }
-        let mut bytes = [0u8; 32];
-        for (i, b) in bytes.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| TokenError::Format)?;
-        }
-        Ok(JoinToken(bytes))
+        parse_hex(hex).map(JoinToken).ok_or(TokenError::Format)
     }
 }
 

@@ -297,14 +297,7 @@ impl Gossip {
                     return; // a node can only join as itself
                 }
                 self.spread(now, vec![me], Some(from));
-                let members = self.records();
-                self.send(
-                    from,
-                    GossipMessage::Sync {
-                        members,
-                        reply: false,
-                    },
-                );
+                self.send_sync(from, false);
             }
             GossipMessage::Sync { members, reply } => {
                 for r in members {
@@ -315,14 +308,7 @@ impl Gossip {
                     self.events.push_back(GossipEvent::Joined { via: from });
                 }
                 if reply {
-                    let members = self.records();
-                    self.send(
-                        from,
-                        GossipMessage::Sync {
-                            members,
-                            reply: false,
-                        },
-                    );
+                    self.send_sync(from, false);
                 }
             }
             GossipMessage::Rumor { updates } => self.spread(now, updates, Some(from)),
@@ -448,14 +434,7 @@ impl Gossip {
             }
             Timer::AntiEntropy => {
                 if let Some(peer) = self.pick_random(1, &[]).pop() {
-                    let members = self.records();
-                    self.send(
-                        peer,
-                        GossipMessage::Sync {
-                            members,
-                            reply: true,
-                        },
-                    );
+                    self.send_sync(peer, true);
                 }
                 let next = now + self.jitter(self.config.anti_entropy_interval);
                 self.arm(next, Timer::AntiEntropy);
@@ -672,6 +651,12 @@ impl Gossip {
             out.push(pool.swap_remove(i));
         }
         out
+    }
+
+    /// Sends every record this node knows; `reply` asks for the peer's in return.
+    fn send_sync(&mut self, to: NodeId, reply: bool) {
+        let members = self.records();
+        self.send(to, GossipMessage::Sync { members, reply });
     }
 
     fn send(&mut self, to: NodeId, msg: GossipMessage) {

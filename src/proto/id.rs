@@ -60,6 +60,18 @@ impl<'de> Deserialize<'de> for NodeId {
     }
 }
 
+/// Exactly `2 * N` hex digits (either case) as `N` bytes; `None` otherwise.
+pub fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != 2 * N || !s.is_ascii() {
+        return None;
+    }
+    let mut bytes = [0u8; N];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(bytes)
+}
+
 const BASE32: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 
 impl NodeId {
@@ -87,14 +99,7 @@ impl NodeId {
 
     /// Parses [`NodeId::to_hex`]'s output; `None` unless exactly 32 hex digits.
     pub fn from_hex(s: &str) -> Option<NodeId> {
-        if s.len() != 32 || !s.is_ascii() {
-            return None;
-        }
-        let mut bytes = [0u8; 16];
-        for (i, b) in bytes.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-        }
-        Some(NodeId(bytes))
+        parse_hex(s).map(NodeId)
     }
 
     /// The first 8 base32 characters: how ids are shown in logs and the CLI.
