@@ -406,6 +406,7 @@ impl Driver {
             Event::RootRemoved { root } => NodeEvent::TreeRemoved { root },
             // Member changes are published from gossip, which knows names and addresses.
             Event::MemberUp { .. } | Event::MemberDown { .. } | Event::Left => return,
+            Event::Delivered(_) | Event::ContributionNeeded { .. } | Event::Report(_) => return,
         };
         let _ = self.events.send(out);
     }
