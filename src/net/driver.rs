@@ -9,6 +9,7 @@
 //! failures).
 
 use super::link::{self, DialError, LinkContext, LinkInput};
+use super::ops::{OpCommand, Ops};
 use crate::api::{MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot};
 use crate::proto::gossip::{Gossip, GossipEvent};
 use crate::proto::{
@@ -36,6 +37,8 @@ pub enum ApiCommand {
     Tree(NodeId, oneshot::Sender<TreeSnapshot>),
     /// Leave gracefully, then stop.
     Leave(oneshot::Sender<()>),
+    /// A collective operation or its set-up.
+    Op(OpCommand),
 }
 
 /// The member that admitted this node, or why the join failed.
@@ -91,6 +94,7 @@ pub struct Driver {
     queries: HashMap<u64, TreeQuery>,
     next_query: u64,
     dropped: u64,
+    ops: Ops,
 }
 
 /// What [`Driver::new`] needs.
@@ -104,6 +108,8 @@ pub struct DriverParts {
     pub inbox: mpsc::UnboundedReceiver<LinkInput>,
     pub commands: mpsc::Receiver<ApiCommand>,
     pub events: broadcast::Sender<NodeEvent>,
+    /// Seeds the numbering of this run's collective operations.
+    pub seed: u64,
 }
 
 impl Driver {
@@ -130,6 +136,7 @@ impl Driver {
             queries: HashMap::new(),
             next_query: 0,
             dropped: 0,
+            ops: Ops::new(parts.seed),
         }
     }
 
@@ -200,6 +207,10 @@ impl Driver {
                 });
             }
             ApiCommand::Tree(root, reply) => self.start_tree_query(root, reply),
+            ApiCommand::Op(cmd) => {
+                let now = self.now();
+                self.ops.command(&mut self.core, now, cmd);
+            }
             ApiCommand::Leave(_) => unreachable!("handled in run"),
         }
     }
@@ -322,6 +333,11 @@ impl Driver {
                 progressed = true;
             }
             while let Some(e) = self.core.poll_event() {
+                let now = self.now();
+                if self.ops.event(&mut self.core, now, &e) {
+                    progressed = true;
+                    continue;
+                }
                 self.publish_core_event(e);
                 progressed = true;
             }
@@ -406,6 +422,7 @@ impl Driver {
             Event::RootRemoved { root } => NodeEvent::TreeRemoved { root },
             // Member changes are published from gossip, which knows names and addresses.
             Event::MemberUp { .. } | Event::MemberDown { .. } | Event::Left => return,
+            // Handled by `Ops`.
             Event::Delivered(_) | Event::ContributionNeeded { .. } | Event::Report(_) => return,
         };
         let _ = self.events.send(out);

@@ -13,4 +13,5 @@ pub mod emulated;
 pub mod frame;
 pub mod identity;
 pub mod link;
+pub mod ops;
 pub mod token;
