@@ -15,7 +15,9 @@
 
 use super::{ApiCommand, Node, NodeError};
 use crate::net::ops::{Handler, OpCommand};
-use crate::proto::collective::{BarrierOutcome, MAX_INLINE_PAYLOAD, ReduceFn, ReduceOutcome};
+use crate::proto::collective::{
+    BarrierOutcome, MAX_INLINE_PAYLOAD, MAX_STREAM_PAYLOAD, ReduceFn, ReduceOutcome,
+};
 use crate::proto::{DeliveryKind, NodeId, OpId, OpReport, Reducer, Start, StartKind};
 use bytes::Bytes;
 use futures::Stream;
@@ -203,7 +205,10 @@ impl Node {
     }
 
     /// Broadcasts `payload` along this node's tree: every member delivers it once (see
-    /// [`Node::deliveries`]). Returns who delivered and who is missing.
+    /// [`Node::deliveries`]). Returns who delivered and who is missing. Payloads above
+    /// [`MAX_INLINE_PAYLOAD`] (up to [`MAX_STREAM_PAYLOAD`]) are streamed hop by hop and
+    /// forwarded as they arrive; a member counts as delivered once it has checked the
+    /// whole payload's SHA-256.
     ///
     /// ```no_run
     /// # async fn f(node: overlay::api::Node) -> Result<(), overlay::api::NodeError> {
@@ -216,14 +221,48 @@ impl Node {
         payload: impl Into<Vec<u8>>,
     ) -> Result<BroadcastReport, NodeError> {
         let payload = payload.into();
-        Self::check_size(payload.len())?;
-        let r = self.run_op(StartKind::Broadcast { payload }).await?;
+        let r = if payload.len() > MAX_INLINE_PAYLOAD {
+            self.broadcast_streamed(Bytes::from(payload)).await?
+        } else {
+            self.run_op(StartKind::Broadcast { payload }).await?
+        };
         Ok(BroadcastReport {
             op: r.op.map_or(0, |o| o.nonce),
             delivered: r.reached,
             missing: r.missing,
             elapsed: r.elapsed,
         })
+    }
+
+    /// A large payload goes on the data plane: streamed beside the control messages and
+    /// forwarded hop by hop as it arrives (see [`crate::net::stream`]).
+    async fn broadcast_streamed(&self, payload: Bytes) -> Result<OpReport, NodeError> {
+        if payload.len() as u64 > MAX_STREAM_PAYLOAD {
+            return Err(NodeError::PayloadTooLarge {
+                len: payload.len(),
+                limit: MAX_STREAM_PAYLOAD as usize,
+            });
+        }
+        let hashed = payload.clone();
+        let digest = tokio::task::spawn_blocking(move || crate::net::stream::digest(&hashed))
+            .await
+            .map_err(|e| NodeError::Collective(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        // Time to move the bytes comes on top of the usual deadline (at a pessimistic
+        // 1 MB/s), so a slow but progressing transfer is not reported missing.
+        let transfer = Duration::from_secs_f64(payload.len() as f64 / 1e6);
+        self.op(OpCommand::StartStream {
+            payload,
+            digest,
+            timeout: self.op_timeout + transfer,
+            reply: tx,
+        })
+        .await?;
+        let report = rx.await.map_err(|_| NodeError::Stopped)?;
+        match report.error {
+            Some(e) => Err(NodeError::Collective(e)),
+            None => Ok(report),
+        }
     }
 
     /// Broadcasts a serde value (postcard); receivers use [`Delivery::decode`].

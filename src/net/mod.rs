@@ -14,4 +14,5 @@ pub mod frame;
 pub mod identity;
 pub mod link;
 pub mod ops;
+pub mod stream;
 pub mod token;

@@ -19,6 +19,13 @@ pub type Handler = Arc<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
 pub enum OpCommand {
     /// Start an operation; the report comes back on the channel.
     Start(Start, oneshot::Sender<OpReport>),
+    /// Broadcast a large payload on the data plane (`digest`: its SHA-256).
+    StartStream {
+        payload: Bytes,
+        digest: [u8; 32],
+        timeout: std::time::Duration,
+        reply: oneshot::Sender<OpReport>,
+    },
     /// Arrive at a barrier; its outcome comes back when it is released.
     Barrier {
         name: String,
@@ -65,6 +72,19 @@ impl Ops {
         self.next_nonce
     }
 
+    /// Numbers an operation the driver starts itself and keeps its report's channel.
+    pub fn register(&mut self, reply: oneshot::Sender<OpReport>) -> u64 {
+        let nonce = self.nonce();
+        self.waiting.insert(nonce, reply);
+        nonce
+    }
+
+    /// Hands a delivery to every subscriber.
+    pub fn deliver(&mut self, delivery: Delivery) {
+        self.subscribers
+            .retain(|s| s.send(delivery.clone()).is_ok());
+    }
+
     /// Handles one API request.
     pub fn command(&mut self, core: &mut Core, now: Time, cmd: OpCommand) {
         let input = match cmd {
@@ -85,6 +105,7 @@ impl Ops {
                     what: StartKind::Barrier { name },
                 })
             }
+            OpCommand::StartStream { .. } => unreachable!("started by the driver (data plane)"),
             OpCommand::Publish { key, value } => Command::Publish { key, value },
             OpCommand::Withdraw { key } => Command::Withdraw { key },
             OpCommand::Handle { key, handler } => {

@@ -306,6 +306,9 @@ impl Core {
             Command::Contribute { op, value } => {
                 self.with_collectives(|c, v| c.contribute(now, v, op, value))
             }
+            Command::StreamDone { op, ok } => {
+                self.with_collectives(|c, v| c.stream_done(now, v, op, ok))
+            }
         }
     }
 

@@ -129,6 +129,10 @@ pub enum DownBody {
     Broadcast { payload: Vec<u8>, purpose: Purpose },
     /// Each destination delivers its own item; the rest is split among the subtrees.
     Scatter { items: Vec<(NodeId, Vec<u8>)> },
+    /// Every member delivers a large payload that travels beside the control messages, on
+    /// the network driver's data plane, from the sender of this message (`digest`: its
+    /// SHA-256). Added after the other variants, so older frames still decode.
+    Stream { len: u64, digest: [u8; 32] },
     /// Every member contributes its value for `key` (a published value or an answer of the
     /// application to `request`).
     Gather {
@@ -347,6 +351,20 @@ pub enum Packet {
     Gossip(GossipMessage),
     /// Operator queries, answered by the network driver from the core's state.
     Query(QueryMessage),
+    /// First frame of a data-plane stream: the raw bytes of a [`DownBody::Stream`] payload
+    /// follow on the same QUIC stream.
+    Data(DataHeader),
+}
+
+/// Opens a data-plane stream (see [`Packet::Data`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataHeader {
+    /// The broadcast the bytes belong to.
+    pub op: OpId,
+    /// How many bytes follow.
+    pub len: u64,
+    /// SHA-256 of the bytes.
+    pub digest: [u8; 32],
 }
 
 impl Packet {

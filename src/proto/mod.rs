@@ -38,8 +38,8 @@ pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
 pub use self::message::{
-    AdvertEntry, CollectiveMessage, GossipMessage, Liveness, MemberRecord, Message, NumKind, OpId,
-    Packet, Purpose, QueryMessage, Reducer, WireError,
+    AdvertEntry, CollectiveMessage, DataHeader, DownBody, GossipMessage, Liveness, MemberRecord,
+    Message, NumKind, OpId, Packet, Purpose, QueryMessage, Reducer, WireError,
 };
 pub use self::time::Time;
 
@@ -85,6 +85,9 @@ pub enum Command {
     Withdraw { key: String },
     /// The application's answer to [`Event::ContributionNeeded`] (`None`: decline).
     Contribute { op: OpId, value: Option<Vec<u8>> },
+    /// The data plane received (and checked) the payload of a streamed broadcast, or
+    /// failed to (`ok` false). At the root, sent before its [`StartKind::Stream`].
+    StreamDone { op: OpId, ok: bool },
 }
 
 /// A message to send.

@@ -30,6 +30,8 @@ enum Own {
     Pending,
     /// Contributed this (`None`: declined).
     Given(Option<Vec<u8>>),
+    /// A streamed broadcast: waiting for the data plane to have the payload.
+    Stream,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +110,9 @@ pub struct Collectives {
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     refused_floods: u64,
+    /// Streamed payloads the data plane finished before their control message arrived.
+    streams_done: HashMap<OpId, bool>,
+    streams_forget: VecDeque<(Time, OpId)>,
 }
 
 impl Collectives {
@@ -125,6 +130,8 @@ impl Collectives {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             refused_floods: 0,
+            streams_done: HashMap::new(),
+            streams_forget: VecDeque::new(),
         }
     }
 
@@ -146,7 +153,11 @@ impl Collectives {
     /// When [`Collectives::handle_timeout`] is due next.
     pub fn poll_timeout(&self) -> Option<Time> {
         let wake = self.wakes.peek().map(|Reverse((t, _, _))| *t);
-        let forget = self.forget.front().map(|(t, _)| *t);
+        let forget = [self.forget.front(), self.streams_forget.front()]
+            .into_iter()
+            .flatten()
+            .map(|(t, _)| *t)
+            .min();
         match (wake, forget) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -206,6 +217,12 @@ impl Collectives {
                 },
                 None,
             ),
+            StartKind::Stream { len, digest } => (
+                OpKind::Broadcast,
+                Purpose::Data,
+                DownBody::Stream { len, digest },
+                None,
+            ),
             StartKind::Scatter { items } => (
                 OpKind::Scatter,
                 Purpose::Data,
@@ -250,6 +267,13 @@ impl Collectives {
         }
         let size = match &body {
             DownBody::Broadcast { payload, .. } => payload.len(),
+            DownBody::Stream { len, .. } if *len > MAX_STREAM_PAYLOAD => {
+                report.error = Some(format!(
+                    "payload of {len} bytes exceeds the limit of {MAX_STREAM_PAYLOAD} bytes"
+                ));
+                return self.events.push_back(Event::Report(Box::new(report)));
+            }
+            DownBody::Stream { .. } => 0,
             DownBody::Scatter { items } => items.iter().map(|(_, v)| v.len() + 24).sum(),
             DownBody::Gather { request, .. } | DownBody::Reduce { request, .. } => request.len(),
         };
@@ -392,6 +416,13 @@ impl Collectives {
                 self.relays.remove(&op);
             }
         }
+        while let Some(&(t, op)) = self.streams_forget.front() {
+            if t > now {
+                break;
+            }
+            self.streams_forget.pop_front();
+            self.streams_done.remove(&op);
+        }
     }
 
     // ---- relays ----------------------------------------------------------------------
@@ -457,6 +488,10 @@ impl Collectives {
                 self.deliver(op, delivery_kind(purpose), payload.clone(), purpose);
                 Some(DownBody::Broadcast { payload, purpose })
             }
+            DownBody::Stream { len, digest } => {
+                relay.own = Own::Stream;
+                Some(DownBody::Stream { len, digest })
+            }
             DownBody::Scatter { items } => {
                 relay.kind = OpKind::Scatter;
                 if more {
@@ -521,6 +556,40 @@ impl Collectives {
         }
         if self.relays.get(&op).is_some_and(|r| r.own == Own::Pending) {
             self.resolve_own(now, ov, op);
+        }
+        if let Some(ok) = self.streams_done.remove(&op) {
+            self.stream_done(now, ov, op, ok);
+        }
+        self.try_finish(now, ov, op);
+    }
+
+    /// The data plane has (`ok`) or failed to get the payload of streamed broadcast `op`.
+    pub fn stream_done(&mut self, now: Time, ov: &dyn Overlay, op: OpId, ok: bool) {
+        let me = self.me;
+        let Some(r) = self.relays.get_mut(&op) else {
+            // The bytes came before the control message: remember until it does.
+            self.streams_done.insert(op, ok);
+            self.streams_forget.push_back((now + REMEMBER, op));
+            return;
+        };
+        let waited = r.own == Own::Stream;
+        if waited {
+            r.own = Own::None;
+        }
+        let waiters = std::mem::take(&mut r.direct_waiters);
+        if !ok {
+            return self.try_finish(now, ov, op);
+        }
+        let first = !r.delivered;
+        r.delivered = true;
+        if waited && r.phase == Phase::Collecting {
+            r.acc.reached.insert(me);
+        }
+        if first {
+            self.deliver(op, DeliveryKind::Broadcast, Vec::new(), Purpose::Data);
+        }
+        for w in waiters {
+            self.reply(ov, w, op, reached_only(me));
         }
         self.try_finish(now, ov, op);
     }
@@ -613,6 +682,23 @@ impl Collectives {
                 }
                 self.reply(ov, from, op, reached_only(me));
             }
+            DownBody::Stream { .. } => {
+                if r.delivered {
+                    return self.reply(ov, from, op, reached_only(me));
+                }
+                r.direct_waiters.push(from);
+                if r.own != Own::Stream {
+                    r.own = Own::Stream;
+                    let deadline = r
+                        .deadline
+                        .max(now + Duration::from_micros(budget_us as u64));
+                    r.deadline = deadline;
+                    self.wake(deadline, op, Slot::Relay);
+                }
+                if let Some(ok) = self.streams_done.remove(&op) {
+                    self.stream_done(now, ov, op, ok);
+                }
+            }
             DownBody::Scatter { items } => {
                 let mine: Vec<Vec<u8>> = items
                     .into_iter()
@@ -674,7 +760,7 @@ impl Collectives {
                 let part = own_part(me, v.as_ref(), red.as_ref(), &self.reducers);
                 self.reply(ov, from, op, part);
             }
-            Own::Pending => r.direct_waiters.push(from),
+            Own::Pending | Own::Stream => r.direct_waiters.push(from),
             Own::None => {
                 r.own = Own::Pending;
                 r.direct_waiters.push(from);
@@ -811,7 +897,9 @@ impl Collectives {
     /// Answers the sender once the subtree is complete.
     fn try_finish(&mut self, now: Time, ov: &dyn Overlay, op: OpId) {
         let ready = self.relays.get(&op).is_some_and(|r| {
-            r.phase == Phase::Collecting && r.waiting.is_empty() && r.own != Own::Pending
+            r.phase == Phase::Collecting
+                && r.waiting.is_empty()
+                && !matches!(r.own, Own::Pending | Own::Stream)
         });
         if ready {
             self.finish(now, ov, op);
@@ -824,6 +912,11 @@ impl Collectives {
         let Some(r) = self.relays.get_mut(&op) else {
             return;
         };
+        if r.own == Own::Stream {
+            // The payload did not arrive in time: not reached; the root retries directly.
+            r.own = Own::None;
+            r.direct_waiters.clear();
+        }
         if r.own == Own::Pending {
             r.own = Own::Given(None);
             if r.phase == Phase::Collecting {

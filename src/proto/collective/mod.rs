@@ -19,8 +19,11 @@
 //! reached, who is missing, who contributed. The root never merges a partial result that
 //! counts someone already counted, so a reduce never counts a node twice.
 //!
-//! Payloads are carried inline in the messages, up to [`MAX_INLINE_PAYLOAD`]; the network
-//! driver streams larger broadcasts on a data plane of its own.
+//! Payloads are carried inline in the messages, up to [`MAX_INLINE_PAYLOAD`]. Larger
+//! broadcasts ([`StartKind::Stream`]) carry only the payload's length and digest: the
+//! network driver streams the bytes beside each control message, from the same sender, and
+//! forwards them as they arrive; it tells the core with [`crate::proto::Command::StreamDone`]
+//! when a node has the whole payload, and only then does the node count as reached.
 
 mod acc;
 mod engine;
@@ -37,6 +40,9 @@ use std::time::Duration;
 
 /// Largest payload (broadcast) or total of items (scatter) carried in control messages.
 pub const MAX_INLINE_PAYLOAD: usize = 960 * 1024;
+
+/// Largest payload of a streamed broadcast ([`StartKind::Stream`]).
+pub const MAX_STREAM_PAYLOAD: u64 = 1 << 30;
 
 /// Answers larger than this are split into several messages.
 const PART_LIMIT: usize = 512 * 1024;
@@ -60,6 +66,9 @@ pub struct Start {
 pub enum StartKind {
     /// Every member delivers `payload` once.
     Broadcast { payload: Vec<u8> },
+    /// Every member delivers a large payload the driver streams beside the control
+    /// messages (pipelined, hop by hop); `digest` is its SHA-256.
+    Stream { len: u64, digest: [u8; 32] },
     /// Each destination delivers its own item.
     Scatter { items: Vec<(NodeId, Vec<u8>)> },
     /// Every member contributes its value for `key`; the root gets them all.
