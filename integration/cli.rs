@@ -141,6 +141,9 @@ fn collective_commands_refuse_bad_input() {
         &["broadcast", "--data-dir", d, "--text", "hi"],
         &["no running node answers"],
     );
-    fails(&["gather", "everything", "--data-dir", d], &["invalid value"]);
+    fails(
+        &["gather", "everything", "--data-dir", d],
+        &["invalid value"],
+    );
     fails(&["reduce", "count"], &["--data-dir"]);
 }

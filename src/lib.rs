@@ -11,6 +11,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod bench;
 pub mod local;
 pub mod net;
 pub mod proto;
