@@ -168,32 +168,27 @@ pub fn magpie<T: Ord>(root: usize, ids: &[T], topo: &Topology) -> Tree {
     Tree { root, children }
 }
 
-/// A tree given by parents (`parent[v]`, `None` at the root and unreached nodes), children
-/// sent to in order of most descendants first (ties by index), as the live trees do.
-pub fn from_parents(root: usize, parent: &[Option<usize>]) -> Tree {
-    let n = parent.len();
-    let mut children = vec![Vec::new(); n];
-    for (v, p) in parent.iter().enumerate() {
+/// The tree a broadcast actually took: each node under the node it first received it from,
+/// the children of a node in the order it sent to them (receipt time minus the link's
+/// latency).
+pub fn from_receipts(
+    root: usize,
+    first_from: &[Option<usize>],
+    received_us: &[f64],
+    topo: &Topology,
+) -> Tree {
+    let cl = clusters_of(topo);
+    let mut children = vec![Vec::new(); first_from.len()];
+    for (v, p) in first_from.iter().enumerate() {
         if let Some(p) = p
             && v != root
         {
             children[*p].push(v);
         }
     }
-    let mut size = vec![1usize; n];
-    // Post-order sizes without recursion.
-    let mut order = vec![root];
-    let mut i = 0;
-    while i < order.len() {
-        let u = order[i];
-        order.extend(children[u].iter().copied());
-        i += 1;
-    }
-    for &u in order.iter().rev() {
-        size[u] += children[u].iter().map(|c| size[*c]).sum::<usize>();
-    }
-    for c in &mut children {
-        c.sort_by_key(|v| (std::cmp::Reverse(size[*v]), *v));
+    for (u, c) in children.iter_mut().enumerate() {
+        let sent = |v: usize| received_us[v] - topo.latency(cl[u], cl[v]).as_secs_f64() * 1e6;
+        c.sort_by(|a, b| sent(*a).total_cmp(&sent(*b)));
     }
     Tree { root, children }
 }

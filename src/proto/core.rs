@@ -102,6 +102,7 @@ pub struct Core {
 /// The overlay as the collective engine sees it: borrowed from the core's tables.
 struct CoreView<'a> {
     id: NodeId,
+    config: &'a Config,
     members: &'a MemberTable,
     root_index: &'a HashMap<NodeId, RootIdx>,
     trees: &'a [Option<TreeState>],
@@ -127,6 +128,12 @@ impl Overlay for CoreView<'_> {
     }
     fn rtt_us(&self, peer: NodeId) -> Option<u32> {
         self.rtt.get(&peer).and_then(|e| e.rtt_us())
+    }
+    fn cluster_rtt_us(&self) -> u32 {
+        self.config.cluster_rtt.as_micros().min(u32::MAX as u128) as u32
+    }
+    fn send_cost_us(&self) -> u32 {
+        self.config.send_cost.as_micros().min(u32::MAX as u128) as u32
     }
 }
 
@@ -286,6 +293,7 @@ impl Core {
     fn with_collectives(&mut self, f: impl FnOnce(&mut Collectives, &CoreView<'_>)) {
         let view = CoreView {
             id: self.id,
+            config: &self.config,
             members: &self.members,
             root_index: &self.root_index,
             trees: &self.trees,

@@ -163,6 +163,9 @@ pub struct UpPart {
     pub contributors: Vec<NodeId>,
     /// Reduce: the combined value of `contributors`.
     pub value: Option<Vec<u8>>,
+    /// Nodes of the subtree that passed the operation on out of their cluster: a cluster
+    /// entry serves them first next time, so the other clusters start sooner.
+    pub exits: Vec<NodeId>,
 }
 
 /// Messages of the collective operations.
@@ -171,12 +174,14 @@ pub enum CollectiveMessage {
     /// The operation reaches the receiver. `budget_us` is how long the receiver may take to
     /// answer; `direct` means the sender asks the receiver alone (a retry, or a scatter item
     /// outside every subtree) and it must not forward; `more` means further parts of the
-    /// same operation follow from the sender.
+    /// same operation follow from the sender. `plan` is the receiver's delegation inside a
+    /// cluster: the nodes it is to pass the operation on to (see `collective/plan.rs`).
     Down {
         op: OpId,
         budget_us: u32,
         direct: bool,
         more: bool,
+        plan: Vec<NodeId>,
         body: DownBody,
     },
     /// The answer of the sender's subtree (or of the sender alone after a direct request);
@@ -425,6 +430,7 @@ mod tests {
                 budget_us: 1000,
                 direct: false,
                 more: true,
+                plan: vec![b],
                 body: DownBody::Reduce {
                     key: "k".into(),
                     request: vec![1, 2],
@@ -441,6 +447,7 @@ mod tests {
                     items: vec![(a, vec![7])],
                     contributors: vec![a],
                     value: Some(vec![1]),
+                    exits: vec![b],
                 },
             }),
         ]

@@ -14,6 +14,7 @@ pub(crate) struct Acc {
     pub items: BTreeMap<NodeId, Vec<u8>>,
     pub contributors: BTreeSet<NodeId>,
     pub value: Option<Vec<u8>>,
+    pub exits: BTreeSet<NodeId>,
 }
 
 /// What merging one part did, for the root's bookkeeping.
@@ -53,6 +54,7 @@ impl Acc {
     ) -> Merged {
         let mut out = Merged::default();
         self.reached.extend(part.reached);
+        self.exits.extend(part.exits);
         for (id, v) in part.items {
             if !self.declined.contains(&id) {
                 self.items.entry(id).or_insert(v);
@@ -105,6 +107,7 @@ impl Acc {
             items: self.items.iter().map(|(k, v)| (*k, v.clone())).collect(),
             contributors: self.contributors.iter().copied().collect(),
             value: self.value.clone(),
+            exits: self.exits.iter().copied().collect(),
         }
     }
 }

@@ -65,6 +65,8 @@ struct Relay {
     pending_items: Vec<(NodeId, Vec<u8>)>,
     /// Direct requests waiting for this node's own part.
     direct_waiters: Vec<NodeId>,
+    /// Whether the operation entered this node's cluster here (it planned the spread).
+    entry: bool,
 }
 
 /// An operation this node started, as its root.
@@ -105,6 +107,9 @@ pub struct Collectives {
     reducers: Reducers,
     /// Per `(root, child)`: the nodes the child's last answer said its subtree reached.
     subtrees: HashMap<(NodeId, NodeId), Vec<NodeId>>,
+    /// Per root, where operations enter this node's cluster here: the cluster's nodes the
+    /// last complete one reached below this node (what the next one's plan covers).
+    local: HashMap<NodeId, Vec<NodeId>>,
     wakes: BinaryHeap<Reverse<(Time, OpId, Slot)>>,
     forget: VecDeque<(Time, OpId)>,
     transmits: VecDeque<Transmit>,
@@ -125,6 +130,7 @@ impl Collectives {
             published: HashMap::new(),
             reducers: Reducers::default(),
             subtrees: HashMap::new(),
+            local: HashMap::new(),
             wakes: BinaryHeap::new(),
             forget: VecDeque::new(),
             transmits: VecDeque::new(),
@@ -335,7 +341,7 @@ impl Collectives {
         );
         self.wake(now + timeout, op, Slot::Origin);
         let budget = tree_budget.as_micros().min(u32::MAX as u128) as u32;
-        self.accept_down(now, ov, self.me, op, budget, false, false, body);
+        self.accept_down(now, ov, self.me, op, budget, false, false, Vec::new(), body);
     }
 
     // ---- messages --------------------------------------------------------------------
@@ -354,12 +360,13 @@ impl Collectives {
                 budget_us,
                 direct,
                 more,
+                plan,
                 body,
             } => {
                 if op.root == self.me && !self.relays.contains_key(&op) {
                     return; // Not an operation of ours (forged or from a previous run).
                 }
-                self.accept_down(now, ov, from, op, budget_us, direct, more, body)
+                self.accept_down(now, ov, from, op, budget_us, direct, more, plan, body)
             }
             CollectiveMessage::Up { op, last, part } => {
                 self.accept_up(now, ov, from, op, last, part)
@@ -370,6 +377,9 @@ impl Collectives {
     /// `id` left or died: stop waiting for it anywhere.
     pub fn member_down(&mut self, now: Time, ov: &dyn Overlay, id: NodeId) {
         self.subtrees.retain(|(_, child), _| *child != id);
+        for set in self.local.values_mut() {
+            set.retain(|x| *x != id);
+        }
         let waiting: Vec<OpId> = self
             .relays
             .iter()
@@ -437,6 +447,7 @@ impl Collectives {
         budget_us: u32,
         direct: bool,
         more: bool,
+        plan: Vec<NodeId>,
         body: DownBody,
     ) {
         if direct {
@@ -480,12 +491,13 @@ impl Collectives {
             delivered: false,
             pending_items: Vec::new(),
             direct_waiters: Vec::new(),
+            entry: false,
         };
         let forward = match body {
             DownBody::Broadcast { payload, purpose } => {
                 relay.delivered = true;
                 relay.acc.reached.insert(self.me);
-                self.deliver(op, delivery_kind(purpose), payload.clone(), purpose);
+                self.deliver(op, from, delivery_kind(purpose), payload.clone(), purpose);
                 Some(DownBody::Broadcast { payload, purpose })
             }
             DownBody::Stream { len, digest } => {
@@ -543,15 +555,14 @@ impl Collectives {
         };
         self.insert_relay(op, relay);
         if let Some(body) = forward {
-            let children = self.ordered_children(ov, op.root, from);
-            for child in children {
-                let b = child_budget(budget_us, ov.rtt_us(child));
-                self.send_down(child, op, b, false, false, body.clone());
+            for (to, delegation) in self.targets(ov, op, from, plan) {
+                let b = child_budget(budget_us, ov.rtt_us(to));
+                self.send_down_planned(to, op, b, false, false, delegation, body.clone());
                 self.relays
                     .get_mut(&op)
                     .expect("just inserted")
                     .waiting
-                    .insert(child, true);
+                    .insert(to, true);
             }
         }
         if self.relays.get(&op).is_some_and(|r| r.own == Own::Pending) {
@@ -586,7 +597,8 @@ impl Collectives {
             r.acc.reached.insert(me);
         }
         if first {
-            self.deliver(op, DeliveryKind::Broadcast, Vec::new(), Purpose::Data);
+            let from = self.relays.get(&op).map_or(op.root, |r| r.from);
+            self.deliver(op, from, DeliveryKind::Broadcast, Vec::new(), Purpose::Data);
         }
         for w in waiters {
             self.reply(ov, w, op, reached_only(me));
@@ -669,6 +681,7 @@ impl Collectives {
                 delivered: false,
                 pending_items: Vec::new(),
                 direct_waiters: Vec::new(),
+                entry: false,
             };
             self.insert_relay(op, relay);
         }
@@ -678,7 +691,7 @@ impl Collectives {
                 let first = !r.delivered;
                 r.delivered = true;
                 if first {
-                    self.deliver(op, delivery_kind(purpose), payload, purpose);
+                    self.deliver(op, from, delivery_kind(purpose), payload, purpose);
                 }
                 self.reply(ov, from, op, reached_only(me));
             }
@@ -713,6 +726,7 @@ impl Collectives {
                 if first {
                     self.events.push_back(Event::Delivered(Delivery {
                         op,
+                        from,
                         kind: DeliveryKind::Scatter,
                         payload: item,
                     }));
@@ -803,6 +817,7 @@ impl Collectives {
                     r.acc.reached.insert(me);
                     self.events.push_back(Event::Delivered(Delivery {
                         op,
+                        from,
                         kind: DeliveryKind::Scatter,
                         payload: v,
                     }));
@@ -902,8 +917,31 @@ impl Collectives {
                 && !matches!(r.own, Own::Pending | Own::Stream)
         });
         if ready {
+            self.learn_local(ov, op);
             self.finish(now, ov, op);
         }
+    }
+
+    /// At a cluster entry, after a complete answer: remember the cluster's nodes below.
+    fn learn_local(&mut self, ov: &dyn Overlay, op: OpId) {
+        let Some(r) = self.relays.get(&op) else {
+            return;
+        };
+        if !r.entry || r.kind == OpKind::Scatter {
+            return;
+        }
+        let bound = ov.cluster_rtt_us();
+        let local = |x: &&NodeId| **x != self.me && ov.rtt_us(**x).is_some_and(|t| t <= bound);
+        // Exits first: the plan serves its set in order.
+        let mut set: Vec<NodeId> = r.acc.exits.iter().filter(local).copied().collect();
+        set.extend(
+            r.acc
+                .reached
+                .iter()
+                .filter(local)
+                .filter(|x| !r.acc.exits.contains(x)),
+        );
+        self.local.insert(op.root, set);
     }
 
     /// The budget ran out: answer with what there is.
@@ -1011,6 +1049,20 @@ impl Collectives {
         more: bool,
         body: DownBody,
     ) {
+        self.send_down_planned(to, op, budget_us, direct, more, Vec::new(), body);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_down_planned(
+        &mut self,
+        to: NodeId,
+        op: OpId,
+        budget_us: u32,
+        direct: bool,
+        more: bool,
+        plan: Vec<NodeId>,
+        body: DownBody,
+    ) {
         self.transmits.push_back(Transmit {
             to,
             msg: Message::Collective(CollectiveMessage::Down {
@@ -1018,19 +1070,90 @@ impl Collectives {
                 budget_us,
                 direct,
                 more,
+                plan,
                 body,
             }),
         });
     }
 
-    fn deliver(&mut self, op: OpId, kind: DeliveryKind, payload: Vec<u8>, purpose: Purpose) {
+    /// Where this relay sends the operation: the tree children, except that inside a
+    /// cluster the sends follow a plan (see `plan.rs`). Returns (recipient, delegation);
+    /// sets the relay's `entry` flag when it planned for its cluster.
+    fn targets(
+        &mut self,
+        ov: &dyn Overlay,
+        op: OpId,
+        from: NodeId,
+        plan: Vec<NodeId>,
+    ) -> Vec<(NodeId, Vec<NodeId>)> {
+        let me = self.me;
+        let children = self.ordered_children(ov, op.root, from);
+        let bound = ov.cluster_rtt_us();
+        let near = |x: &NodeId| bound > 0 && ov.rtt_us(*x).is_some_and(|r| r <= bound);
+        let entry = !near(&from) || from == me;
+        let set: Vec<NodeId> = if !plan.is_empty() {
+            plan
+        } else if entry {
+            self.local.get(&op.root).cloned().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let set: Vec<NodeId> = set
+            .into_iter()
+            .filter(|x| *x != me && *x != from && ov.is_alive(x) && near(x))
+            .collect();
+        if let Some(r) = self.relays.get_mut(&op) {
+            r.entry = entry && bound > 0;
+        }
+        if children.iter().any(|c| !near(c))
+            && let Some(r) = self.relays.get_mut(&op)
+        {
+            r.acc.exits.insert(me);
+        }
+        if set.is_empty() {
+            return children.into_iter().map(|c| (c, Vec::new())).collect();
+        }
+        // Children outside the cluster first (they have the long way to go), then the plan;
+        // near children the plan does not name are still covered by the tree.
+        let planned: std::collections::HashSet<NodeId> = set.iter().copied().collect();
+        let delegate = from != me && near(&from);
+        let mut out: Vec<(NodeId, Vec<NodeId>)> = children
+            .iter()
+            .filter(|c| !near(c))
+            .map(|c| (*c, Vec::new()))
+            .collect();
+        let latency = |x: NodeId| ov.rtt_us(x).unwrap_or(bound) / 2;
+        out.extend(plan::schedule(me, &set, latency, ov.send_cost_us()));
+        if !delegate {
+            out.extend(
+                children
+                    .iter()
+                    .filter(|c| near(c) && !planned.contains(c))
+                    .map(|c| (*c, Vec::new())),
+            );
+        }
+        out
+    }
+
+    fn deliver(
+        &mut self,
+        op: OpId,
+        from: NodeId,
+        kind: DeliveryKind,
+        payload: Vec<u8>,
+        purpose: Purpose,
+    ) {
         if let Purpose::BarrierRelease { .. } = purpose
             && let Ok(outcome) = postcard::from_bytes::<BarrierOutcome>(&payload)
         {
             self.published.remove(&barrier_key(&outcome.name));
         }
-        self.events
-            .push_back(Event::Delivered(Delivery { op, kind, payload }));
+        self.events.push_back(Event::Delivered(Delivery {
+            op,
+            from,
+            kind,
+            payload,
+        }));
     }
 
     /// Children in `root`'s tree except `from`, the one with the most descendants first.
@@ -1217,7 +1340,7 @@ impl Collectives {
                 );
                 self.wake(now + timeout, op2, Slot::Origin);
                 let budget = (timeout / 2).as_micros().min(u32::MAX as u128) as u32;
-                self.accept_down(now, ov, me, op2, budget, false, false, body);
+                self.accept_down(now, ov, me, op2, budget, false, false, Vec::new(), body);
             }
         }
     }

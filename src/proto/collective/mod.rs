@@ -27,6 +27,7 @@
 
 mod acc;
 mod engine;
+mod plan;
 mod reduce;
 #[cfg(test)]
 mod tests;
@@ -124,6 +125,8 @@ pub enum DeliveryKind {
 pub struct Delivery {
     /// The operation (its root is `op.root`).
     pub op: OpId,
+    /// The node it came from (this node itself at the root).
+    pub from: NodeId,
     /// What it is.
     pub kind: DeliveryKind,
     /// The bytes.
@@ -193,4 +196,13 @@ pub trait Overlay {
     fn children(&self, root: NodeId) -> Vec<NodeId>;
     /// The RTT estimate to `peer`, µs.
     fn rtt_us(&self, peer: NodeId) -> Option<u32>;
+    /// Peers this close (RTT, µs) are in this node's cluster: operations spread among them
+    /// by plan (see `plan.rs`) rather than along the tree. 0 turns planning off.
+    fn cluster_rtt_us(&self) -> u32 {
+        0
+    }
+    /// The cost of one send, µs, as the in-cluster plan assumes it.
+    fn send_cost_us(&self) -> u32 {
+        30
+    }
 }
