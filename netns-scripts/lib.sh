@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # variables for the scripts that source this file
 # Shared by the netns-scripts: names, state directory, checks and the plan reader.
 # Sourced, not run. Every script sets PROG and USAGE before sourcing this file.
 #
@@ -95,7 +96,7 @@ pid_running() {
 #   NODES (names, in order), NODE_CLUSTER[name] NODE_NUM[name] NODE_IP[name] NODE_PORT[name]
 #   LINK_LAT["a b"] LINK_BW["a b"] (ms, Mbit/s or -)
 read_plan() {
-    local file=${1:-$STATE/plan} kind a b c d e
+    local file=$STATE/plan kind a b c d e
     CLUSTER_NAME=() CLUSTER_NODES=() CLUSTER_SUBNET=() CLUSTER_GW=() NODES=()
     declare -gA NODE_CLUSTER=() NODE_NUM=() NODE_IP=() NODE_PORT=() LINK_LAT=() LINK_BW=()
     while read -r kind a b c d e; do
