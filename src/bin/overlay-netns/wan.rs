@@ -111,13 +111,13 @@ impl DelayQueue {
         self.heap.peek().map(|h| h.at)
     }
 
-    /// Moves every packet due at `now` into `out`, earliest first; returns the latest
-    /// lateness (now - release time) among them.
-    pub fn pop_due(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) -> Duration {
-        let mut late = Duration::ZERO;
+    /// Moves every packet due at `now` into `out`, earliest first; returns how late they
+    /// are released (now - release time).
+    pub fn pop_due(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) -> Lateness {
+        let mut late = Lateness::default();
         while self.heap.peek().is_some_and(|h| h.at <= now) {
             let h = self.heap.pop().expect("peeked");
-            late = late.max(now - h.at);
+            late.add(now - h.at);
             out.push(h.packet);
         }
         late
@@ -125,6 +125,28 @@ impl DelayQueue {
 
     pub fn len(&self) -> usize {
         self.heap.len()
+    }
+}
+
+/// How late a batch of packets was released.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Lateness {
+    /// Packets.
+    pub count: u64,
+    /// Largest lateness.
+    pub max: Duration,
+    /// Sum over the packets (for the mean).
+    pub total: Duration,
+    /// Packets released more than 1 ms late.
+    pub over_1ms: u64,
+}
+
+impl Lateness {
+    fn add(&mut self, late: Duration) {
+        self.count += 1;
+        self.max = self.max.max(late);
+        self.total += late;
+        self.over_1ms += u64::from(late > Duration::from_millis(1));
     }
 }
 
@@ -215,6 +237,8 @@ struct Stats {
     dropped: AtomicU64,
     write_errors: AtomicU64,
     max_late_us: AtomicU64,
+    total_late_us: AtomicU64,
+    late_over_1ms: AtomicU64,
     max_queue: AtomicU64,
 }
 
@@ -275,6 +299,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
 
     let mut due = Vec::new();
     let mut last_stats = Instant::now();
+    let mut written_before = 0;
     let every = Duration::from_secs(args.stats_every);
     loop {
         {
@@ -299,7 +324,13 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             let late = q.pop_due(Instant::now(), &mut due);
             stats
                 .max_late_us
-                .fetch_max(late.as_micros() as u64, Ordering::Relaxed);
+                .fetch_max(late.max.as_micros() as u64, Ordering::Relaxed);
+            stats
+                .total_late_us
+                .fetch_add(late.total.as_micros() as u64, Ordering::Relaxed);
+            stats
+                .late_over_1ms
+                .fetch_add(late.over_1ms, Ordering::Relaxed);
         }
         if reader.is_finished() {
             return match reader.join() {
@@ -315,16 +346,21 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
         }
         if !every.is_zero() && last_stats.elapsed() >= every {
             last_stats = Instant::now();
+            let written = stats.written.load(Ordering::Relaxed);
             eprintln!(
-                "wan: read {} (delayed {}), written {}, dropped {} (queue full), write errors {}, max queue {}, max lateness {} us",
+                "wan: read {} (delayed {}), written {}, dropped {} (queue full), write errors {}, max queue {}; released late: mean {:.0} us, {} packets by more than 1 ms, max {} us (since the last line)",
                 stats.read.load(Ordering::Relaxed),
                 stats.delayed.load(Ordering::Relaxed),
-                stats.written.load(Ordering::Relaxed),
+                written,
                 stats.dropped.load(Ordering::Relaxed),
                 stats.write_errors.load(Ordering::Relaxed),
                 stats.max_queue.load(Ordering::Relaxed),
+                stats.total_late_us.swap(0, Ordering::Relaxed) as f64
+                    / (written - written_before).max(1) as f64,
+                stats.late_over_1ms.swap(0, Ordering::Relaxed),
                 stats.max_late_us.swap(0, Ordering::Relaxed),
             );
+            written_before = written;
         }
     }
 }
@@ -374,11 +410,14 @@ mod tests {
         q.push(at(9), vec![4]);
         assert_eq!(q.next_at(), Some(at(2)));
         let mut out = Vec::new();
-        assert_eq!(q.pop_due(at(1), &mut out), Duration::ZERO);
+        assert_eq!(q.pop_due(at(1), &mut out), Lateness::default());
         assert!(out.is_empty());
         let late = q.pop_due(at(6), &mut out);
         assert_eq!(out, vec![vec![2], vec![1], vec![3]]);
-        assert_eq!(late, Duration::from_millis(4));
+        assert_eq!(late.count, 3);
+        assert_eq!(late.max, Duration::from_millis(4));
+        assert_eq!(late.total, Duration::from_millis(4 + 1 + 1));
+        assert_eq!(late.over_1ms, 1);
         assert_eq!(q.len(), 1);
         assert_eq!(q.next_at(), Some(at(9)));
     }
