@@ -339,9 +339,10 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             };
         }
         for packet in due.drain(..) {
+            // A TUN takes one whole packet per write, or none.
             match (&*tun).write(&packet) {
-                Ok(_) => stats.written.fetch_add(1, Ordering::Relaxed),
-                Err(_) => stats.write_errors.fetch_add(1, Ordering::Relaxed),
+                Ok(n) if n == packet.len() => stats.written.fetch_add(1, Ordering::Relaxed),
+                _ => stats.write_errors.fetch_add(1, Ordering::Relaxed),
             };
         }
         if !every.is_zero() && last_stats.elapsed() >= every {
