@@ -31,9 +31,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Testbed name: every namespace is `ovt-...`; distinct from the default `ovn` so a testbed
-/// someone runs by hand is left alone.
-const PREFIX: &str = "ovt";
+/// Testbed names are `ovt` and the test's pid (every namespace is `ovtPID-...`): distinct
+/// from the default `ovn`, so a testbed someone runs by hand is left alone, and from
+/// another run of this test on the same machine.
+const PREFIX_BASE: &str = "ovt";
 const TOPOLOGY: &str = "topologies/das-4.toml";
 const NODES_PER_CLUSTER: usize = 3;
 /// The cluster cut off from the others and healed as soon as both sides have settled.
@@ -51,16 +52,25 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+fn prefix() -> String {
+    format!("{PREFIX_BASE}{}", std::process::id())
+}
+
 fn state_dir() -> PathBuf {
-    PathBuf::from("/run/overlay-netns").join(PREFIX)
+    PathBuf::from("/run/overlay-netns").join(prefix())
 }
 
 /// A testbed script with this test's prefix and binaries.
 fn script(name: &str) -> Command {
+    script_for(name, &prefix())
+}
+
+/// A testbed script for the testbed `prefix`.
+fn script_for(name: &str, prefix: &str) -> Command {
     let mut cmd = Command::new(repo().join("netns-scripts").join(name));
     let bin_dir = Path::new(BIN).parent().expect("binary directory");
     cmd.current_dir(repo())
-        .env("OVERLAY_NETNS_PREFIX", PREFIX)
+        .env("OVERLAY_NETNS_PREFIX", prefix)
         .env_remove("OVERLAY_NETNS_STATE")
         .env("OVERLAY_BIN_DIR", bin_dir)
         .env_remove("OVERLAY_TOKEN")
@@ -169,7 +179,7 @@ fn root_links() -> BTreeSet<String> {
         .collect()
 }
 
-fn our_namespaces() -> Vec<String> {
+fn namespaces() -> Vec<String> {
     let out = Command::new("ip")
         .args(["netns", "list"])
         .output()
@@ -177,9 +187,39 @@ fn our_namespaces() -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("{PREFIX}-")))
         .map(str::to_string)
         .collect()
+}
+
+fn our_namespaces() -> Vec<String> {
+    let mine = format!("{}-", prefix());
+    namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&mine))
+        .collect()
+}
+
+/// Takes down the testbeds left by runs of this test that died without cleaning up (their
+/// pid is gone), found by their namespaces and state directories.
+fn down_stale_testbeds() {
+    let mut names: Vec<String> = namespaces()
+        .into_iter()
+        .filter_map(|n| n.split_once('-').map(|(p, _)| p.to_string()))
+        .collect();
+    if let Ok(dir) = std::fs::read_dir("/run/overlay-netns") {
+        names.extend(dir.filter_map(|e| e.ok()?.file_name().into_string().ok()));
+    }
+    names.sort();
+    names.dedup();
+    for name in names {
+        let Some(pid) = name.strip_prefix(PREFIX_BASE) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let out = run_with_timeout(script_for("down", &name), Duration::from_secs(60));
+            eprint!("left by a previous run: {}", out.stdout);
+        }
+    }
 }
 
 fn pid_running(pid: u32) -> bool {
@@ -200,6 +240,24 @@ fn recorded_pids() -> Vec<u32> {
         .collect()
 }
 
+/// Prints the end of every log of the testbed (nodes and emulator).
+fn dump_logs() {
+    let Ok(dir) = std::fs::read_dir(state_dir().join("logs")) else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        eprintln!(
+            "---- {} ----\n{}",
+            f.display(),
+            lines[lines.len().saturating_sub(8)..].join("\n")
+        );
+    }
+}
+
 /// Takes the testbed down when dropped (also on a panic), after printing the ends of the
 /// logs if the test is failing.
 struct Testbed {
@@ -212,21 +270,7 @@ impl Drop for Testbed {
             return;
         }
         if std::thread::panicking() {
-            let logs = state_dir().join("logs");
-            if let Ok(dir) = std::fs::read_dir(&logs) {
-                let mut files: Vec<PathBuf> =
-                    dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
-                files.sort();
-                for f in files {
-                    let text = std::fs::read_to_string(&f).unwrap_or_default();
-                    let lines: Vec<&str> = text.lines().collect();
-                    eprintln!(
-                        "---- {} ----\n{}",
-                        f.display(),
-                        lines[lines.len().saturating_sub(8)..].join("\n")
-                    );
-                }
-            }
+            dump_logs();
         }
         let _ = script("down").status();
     }
@@ -253,8 +297,8 @@ fn das4_testbed_in_namespaces() {
     let all: Vec<String> = plan.nodes.iter().map(|n| n.name.clone()).collect();
     assert_eq!(all.len(), 12);
 
-    // A testbed left by a crashed run of this test goes first.
-    run_script("down", &[], Duration::from_secs(60));
+    // Testbeds left by crashed runs of this test go first.
+    down_stale_testbeds();
     let links_before = root_links();
 
     let mut bed = Testbed { down: false };
@@ -377,6 +421,9 @@ fn das4_testbed_in_namespaces() {
         12 + emulator,
         "a pid file per node and the emulator"
     );
+    if !failures.is_empty() {
+        dump_logs();
+    }
     let t_down = Instant::now();
     let out = run_script("down", &[], Duration::from_secs(60));
     bed.down = true;

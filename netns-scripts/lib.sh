@@ -37,8 +37,8 @@ usage() {
 }
 
 # The prefix names namespaces and is matched as "PREFIX-" by down: letters and digits only.
-if [[ ! $PREFIX =~ ^[a-z0-9]{1,8}$ ]]; then
-    die "OVERLAY_NETNS_PREFIX must be 1 to 8 lower-case letters or digits, got '$PREFIX'"
+if [[ ! $PREFIX =~ ^[a-z0-9]{1,12}$ ]]; then
+    die "OVERLAY_NETNS_PREFIX must be 1 to 12 lower-case letters or digits, got '$PREFIX'"
 fi
 
 need_root() {
