@@ -53,6 +53,8 @@ enum What {
     Collectives,
     /// Time until every tree is wide-area optimal, and repair after 10% crash.
     Convergence,
+    /// Control bytes per node per second against the number of nodes.
+    Overhead,
     /// Everything above; writes docs/BENCHMARKS.md and the plots.
     All,
 }
@@ -407,6 +409,141 @@ fn convergence(cli: &Cli) -> anyhow::Result<serde_json::Value> {
     Ok(json!({"benchmark": "convergence", "runs": rows}))
 }
 
+fn overhead(cli: &Cli) -> anyhow::Result<serde_json::Value> {
+    let mut rows = Vec::new();
+    let mut series = Vec::new();
+    for name in ["phoenix-27", "das-4", "sites-64", "phoenix-168"] {
+        let topo = topology(name)?;
+        progress(&format!("overhead: {name}"));
+        let (mut sim, _) = converged_sim(&topo, cli.seed)?;
+        let window = Duration::from_secs(10);
+        let before = sim.control_bytes();
+        sim.run_for(window);
+        let n = sim.live_count() as f64;
+        let per = (sim.control_bytes() - before) as f64 / n / window.as_secs_f64();
+        series.push((n, per));
+        rows.push(json!({"topology": name, "nodes": n, "bytes_per_node_per_s": per}));
+    }
+    let svg = line_chart(
+        "steady control traffic against overlay size (simulator)",
+        "nodes",
+        "bytes per node per second",
+        &[Series {
+            name: "ours".into(),
+            points: series,
+        }],
+        false,
+    );
+    std::fs::create_dir_all(&cli.out)?;
+    std::fs::write(cli.out.join("overhead.svg"), svg)?;
+    if !cli.json {
+        println!(
+            "overhead (simulator, 10 s after convergence; plot in {}/overhead.svg)",
+            cli.out.display()
+        );
+        for r in &rows {
+            println!(
+                "  {:<12} {:>4} nodes: {:>8.0} bytes/node/s",
+                r["topology"].as_str().unwrap_or(""),
+                r["nodes"],
+                r["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    Ok(json!({"benchmark": "overhead", "runs": rows}))
+}
+
+/// docs/BENCHMARKS.md from the results of `all`.
+fn markdown(results: &[serde_json::Value], seed: u64) -> String {
+    use std::fmt::Write as _;
+    let mut md = String::from("# Benchmarks\n\n");
+    let _ = writeln!(
+        md,
+        "Made by `cargo run --release --example bench -- all --seed {seed}` (simulator; \
+         contenders side by side in one run; absolute times depend on the machine, ratios \
+         are the result).\n"
+    );
+    for r in results {
+        match r["benchmark"].as_str() {
+            Some("fig5") => {
+                md.push_str("## Fig. 5: 1 KB broadcast on phoenix-168\n\n");
+                md.push_str("Per-node completion time over 6 roots (two per cluster). All contenders timed \
+                    with one model: 20 us CPU per message sent and received, link latency, 1 KB serialized \
+                    at the link's bandwidth. \"ours (model)\" is the dissemination our protocol actually \
+                    performed in the simulator (first sender of each node, in send order) timed with that \
+                    model; \"ours (simulated)\" is the simulator's own timing (no bandwidth term). \
+                    CDF: `fig5-sim.svg`.\n\n| contender | median ms | max ms |\n|---|---|---|\n");
+                for c in r["contenders"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {:.2} | {:.2} |",
+                        c["name"].as_str().unwrap_or(""),
+                        c["median_ms"].as_f64().unwrap_or(f64::NAN),
+                        c["max_ms"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push_str("\n| ratio (ours / theirs) | median | max |\n|---|---|---|\n");
+                for k in [
+                    "ratio_vs_static",
+                    "ratio_vs_unaware",
+                    "ratio_vs_bound",
+                    "simulated_ratio_vs_static",
+                    "simulated_ratio_vs_bound",
+                ] {
+                    let _ = writeln!(
+                        md,
+                        "| {k} | {:.3} | {:.3} |",
+                        r[k]["median"].as_f64().unwrap_or(f64::NAN),
+                        r[k]["max"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push('\n');
+            }
+            Some("collectives") => {
+                let _ = writeln!(
+                    md,
+                    "## Gather and reduce against broadcast (phoenix-168)\n\nTime from start to the root's report (every member answered), mean over 6 roots.\n\n| broadcast ms | gather ms | reduce ms | gather / broadcast | reduce / broadcast |\n|---|---|---|---|---|\n| {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |\n",
+                    r["broadcast_ms"].as_f64().unwrap_or(f64::NAN),
+                    r["gather_ms"].as_f64().unwrap_or(f64::NAN),
+                    r["reduce_ms"].as_f64().unwrap_or(f64::NAN),
+                    r["gather_vs_broadcast"].as_f64().unwrap_or(f64::NAN),
+                    r["reduce_vs_broadcast"].as_f64().unwrap_or(f64::NAN)
+                );
+            }
+            Some("convergence") => {
+                md.push_str("## Convergence and repair (simulator)\n\n| topology | nodes | wide-area optimal and stable (s) | crashed (10%) | repaired (ms) |\n|---|---|---|---|---|\n");
+                for x in r["runs"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {:.1} | {} | {:.0} |",
+                        x["topology"].as_str().unwrap_or(""),
+                        x["nodes"],
+                        x["converged_s"].as_f64().unwrap_or(f64::NAN),
+                        x["crashed"],
+                        x["repair_ms"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push('\n');
+            }
+            Some("overhead") => {
+                md.push_str("## Control overhead (simulator, 10 s after convergence)\n\nPlot: `overhead.svg`.\n\n| topology | nodes | bytes/node/s |\n|---|---|---|\n");
+                for x in r["runs"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {:.0} |",
+                        x["topology"].as_str().unwrap_or(""),
+                        x["nodes"],
+                        x["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push('\n');
+            }
+            _ => {}
+        }
+    }
+    md
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let wall = Instant::now();
@@ -414,7 +551,13 @@ fn main() -> anyhow::Result<()> {
         What::Fig5 => vec![fig5(&cli)?],
         What::Collectives => vec![collectives(&cli)?],
         What::Convergence => vec![convergence(&cli)?],
-        What::All => vec![fig5(&cli)?, collectives(&cli)?, convergence(&cli)?],
+        What::Overhead => vec![overhead(&cli)?],
+        What::All => vec![
+            fig5(&cli)?,
+            collectives(&cli)?,
+            convergence(&cli)?,
+            overhead(&cli)?,
+        ],
     };
     if cli.json {
         for r in &results {
@@ -426,6 +569,7 @@ fn main() -> anyhow::Result<()> {
             cli.out.join("bench-results.json"),
             serde_json::to_string_pretty(&results)?,
         )?;
+        std::fs::write(cli.out.join("BENCHMARKS.md"), markdown(&results, cli.seed))?;
         progress(&format!(
             "all done in {:.0} s; results in {}/bench-results.json",
             wall.elapsed().as_secs_f64(),
