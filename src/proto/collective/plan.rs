@@ -5,8 +5,9 @@
 //! The plan is the greedy schedule of the per-send cost model: every node that has the
 //! message is free again `send_cost` after each send; the next recipient goes to the node
 //! that can send soonest, and has the message one latency (plus its receive cost) later.
-//! With a latency of a few send costs this is wider than a binomial tree and faster; with a
-//! negligible latency it is the binomial tree. Each recipient gets the set of nodes it is to
+//! With a latency of a few send costs this is much wider than a binomial tree and faster;
+//! with a negligible latency it is close to binomial (a little wider, since receiving costs
+//! as much as sending: a node that just got the message is not ready at once). Each recipient gets the set of nodes it is to
 //! cover (its *delegation*) and plans that set the same way. The trees themselves, and so
 //! wide-area optimality and loop freedom, are untouched: only the order and the relays of
 //! sends inside a cluster change, and every node still answers, once, whoever reached it.
@@ -73,14 +74,16 @@ mod tests {
     }
 
     #[test]
-    fn negligible_latency_gives_a_binomial_tree_and_long_latency_a_wider_one() {
+    fn negligible_latency_gives_a_near_binomial_tree_and_long_latency_a_wider_one() {
         let me = NodeId::from_seed(9, 0);
         let set = ids(63);
-        let binomial = schedule(me, &set, |_| 0, 30);
-        // Binomial over 64 nodes: the root sends 6 times, to subtrees of 32, 16, ... 1.
-        let sizes: Vec<usize> = binomial.iter().map(|(_, d)| d.len() + 1).collect();
-        assert_eq!(sizes, vec![32, 16, 8, 4, 2, 1]);
+        let narrow = schedule(me, &set, |_| 0, 30);
+        // Largest subtree first, halving roughly as in a binomial tree (receiving costs one
+        // send here, so each subtree is a bit smaller than half the rest).
+        let sizes: Vec<usize> = narrow.iter().map(|(_, d)| d.len() + 1).collect();
+        assert_eq!(sizes, vec![24, 15, 9, 6, 4, 2, 1, 1, 1]);
+        assert_eq!(sizes.iter().sum::<usize>(), 63);
         let wide = schedule(me, &set, |_| 300, 30);
-        assert!(wide.len() > binomial.len(), "{} sends", wide.len());
+        assert!(wide.len() > 2 * narrow.len(), "{} sends", wide.len());
     }
 }
