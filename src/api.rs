@@ -363,7 +363,7 @@ impl NodeBuilder {
         let mut server_config = identity.server_config()?;
         server_config.transport_config(Arc::new(transport_config()));
         let endpoint = match &self.transport {
-            Transport::Udp => quinn::Endpoint::server(server_config, self.listen)
+            Transport::Udp => udp_endpoint(server_config, self.listen)
                 .map_err(io(&format!("cannot listen on {}", self.listen)))?,
             Transport::Emulated { map, cluster } => crate::net::emulated::endpoint(
                 self.listen,
@@ -480,6 +480,23 @@ impl NodeBuilder {
         }
         Ok(node)
     }
+}
+
+/// A QUIC endpoint on a UDP socket with enlarged buffers ([`crate::net::sockbuf`]).
+fn udp_endpoint(
+    server_config: quinn::ServerConfig,
+    addr: SocketAddr,
+) -> std::io::Result<quinn::Endpoint> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    crate::net::sockbuf::enlarge(&socket);
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| std::io::Error::other("no async runtime found"))?;
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server_config),
+        socket,
+        runtime,
+    )
 }
 
 /// QUIC transport settings: keep-alives so idle links stay open and dead peers are noticed.
@@ -620,6 +637,15 @@ impl Node {
         let task = self.task.lock().expect("not poisoned").take();
         if let Some(task) = task {
             let _ = task.await;
+        }
+    }
+
+    /// Stops the driver at once, telling nobody: the in-process stand-in for a crash
+    /// (with the node's address cut off the emulated network, see
+    /// [`crate::local::LocalOverlay::crash`]).
+    pub(crate) fn abort(&self) {
+        if let Some(task) = self.task.lock().expect("not poisoned").take() {
+            task.abort();
         }
     }
 

@@ -4,6 +4,7 @@
 
 use crate::api::{Node, NodeError, NodeStatus, Transport};
 use crate::net::emulated::LatencyMap;
+use crate::proto::gossip::GossipConfig;
 use crate::proto::{Config, NodeId};
 use crate::sim::NetModel;
 use crate::sim::metrics::{Layout, Scratch, TreeMetrics, tree_metrics};
@@ -50,10 +51,59 @@ impl OverlayCheck {
     }
 }
 
+/// How [`LocalOverlay::start_with`] starts the nodes.
+#[derive(Clone, Debug)]
+pub struct LocalOptions {
+    /// Tree protocol settings of every node.
+    pub config: Config,
+    /// Membership settings of every node.
+    pub gossip: GossipConfig,
+    /// Nodes that join at once.
+    pub join_batch: usize,
+    /// How long each join may take.
+    pub join_timeout: Duration,
+}
+
+impl LocalOptions {
+    /// Defaults around this tree configuration.
+    pub fn new(config: Config) -> LocalOptions {
+        LocalOptions {
+            config,
+            gossip: GossipConfig::default(),
+            join_batch: 8,
+            join_timeout: Duration::from_secs(20),
+        }
+    }
+
+    /// Both protocols on a clock slowed by `factor` (see [`Config::slowed`]): what lets a
+    /// hundred or more real nodes share two cores.
+    pub fn slowed(mut self, factor: u32) -> LocalOptions {
+        self.config = self.config.slowed(factor);
+        self.gossip = self.gossip.slowed(factor);
+        self.join_timeout *= factor.max(1);
+        self
+    }
+}
+
 impl LocalOverlay {
     /// Starts one node per topology node: the first creates the overlay, the others join
-    /// through it (in small concurrent batches).
+    /// in small concurrent batches, each through a node already in (spread over them, so
+    /// no single node answers every join).
     pub async fn start(topology: Topology, config: Config) -> Result<LocalOverlay, NodeError> {
+        Self::start_with(topology, LocalOptions::new(config)).await
+    }
+
+    /// [`LocalOverlay::start`] with every option.
+    pub async fn start_with(
+        topology: Topology,
+        options: LocalOptions,
+    ) -> Result<LocalOverlay, NodeError> {
+        let LocalOptions {
+            config,
+            gossip,
+            join_batch,
+            join_timeout,
+        } = options;
         let clusters = topology.node_clusters();
         let net = NetModel::from_topology(&topology);
         let names: Vec<String> = topology.clusters.iter().map(|c| c.name.clone()).collect();
@@ -66,6 +116,8 @@ impl LocalOverlay {
             Node::builder()
                 .name(format!("{}-{}", names[c], k))
                 .config(config.clone())
+                .gossip_config(gossip.clone())
+                .join_timeout(join_timeout)
                 .transport(Transport::Emulated {
                     map: map.clone(),
                     cluster: c,
@@ -74,12 +126,14 @@ impl LocalOverlay {
         let mut count = HashMap::new();
         let first = node_in(0, &mut count).start().await?;
         let mut nodes = vec![first.clone()];
-        for batch in (1..clusters.len()).collect::<Vec<_>>().chunks(8) {
+        for batch in (1..clusters.len()).collect::<Vec<_>>().chunks(join_batch.max(1)) {
+            let joined = nodes.len();
             let starts: Vec<_> = batch
                 .iter()
                 .map(|&i| {
+                    let via = &nodes[i % joined];
                     node_in(i, &mut count)
-                        .join(first.local_addr())
+                        .join(via.local_addr())
                         .token(first.token().clone())
                         .start()
                 })
@@ -133,6 +187,16 @@ impl LocalOverlay {
                 return (check, None);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Crashes node `i`: its address is cut off the emulated network and its driver stops,
+    /// with no goodbye; the others must notice by themselves. It stays in `nodes` (its
+    /// status no longer answers, so checks count it as gone).
+    pub fn crash(&self, i: usize) {
+        if let Some(node) = self.nodes.get(i) {
+            self.map.set_cut(node.local_addr(), true);
+            node.abort();
         }
     }
 

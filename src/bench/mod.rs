@@ -1,7 +1,10 @@
-//! Benchmark support: the baseline trees and cost model ([`trees`]), summary statistics
-//! and SVG plots ([`plot`]). The benchmark program is `examples/bench.rs`.
+//! Benchmark support: the baseline trees and cost model ([`trees`]), static trees over
+//! real QUIC ([`quic_tree`]), the real-QUIC run ([`quic_run`]), summary statistics and SVG
+//! plots ([`plot`]). The benchmark program is `examples/bench.rs`.
 
 pub mod plot;
+pub mod quic_run;
+pub mod quic_tree;
 pub mod trees;
 
 /// The `q`-quantile (0..=1) of sorted values.

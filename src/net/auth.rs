@@ -19,6 +19,9 @@ pub const CLOSE_LEAVING: u32 = 0x4f04;
 /// QUIC application error code: the token exchange did not finish in time (an overloaded
 /// or silent peer; distinct from [`CLOSE_AUTH_FAILED`] so it is not reported as a wrong token).
 pub const CLOSE_TIMEOUT: u32 = 0x4f05;
+/// QUIC application error code: the connection carried nothing for a while; the next
+/// packet dials again.
+pub const CLOSE_IDLE: u32 = 0x4f06;
 
 /// Why a connection was not admitted.
 #[derive(Debug, thiserror::Error)]

@@ -3,12 +3,13 @@
 //! follows the drain rule of [`crate::proto`]: after every input, drain both machines'
 //! transmits and events until empty, then sleep until the earlier of their deadlines.
 //!
-//! Connections: one per peer pair. When both sides dial at once, the connection opened by
-//! the smaller id wins on both sides and the other is closed. Packets for a peer without a
-//! connection wait in a bounded queue while it is dialed (with exponential backoff after
-//! failures).
+//! Connections: one per peer pair, kept in [`Links`] (bounded dials, idle connections
+//! closed). When both sides dial at once, the connection opened by the smaller id wins on
+//! both sides and the other is closed. Packets for a peer without a connection wait in a
+//! bounded queue while it is dialed (with exponential backoff after failures).
 
 use super::link::{self, DialError, LinkContext, LinkInput};
+use super::links::{Links, Outgoing, Priority, Sent};
 use super::ops::{OpCommand, Ops};
 use super::stream::Streams;
 use crate::api::{MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot};
@@ -17,17 +18,14 @@ use crate::proto::{
     CollectiveMessage, Command, Core, DownBody, DownReason, Event, Input, Liveness, Message,
     NodeId, Packet, QueryMessage, Time,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, info, warn};
 
-/// Packets kept for a peer while it is being dialed.
-const PENDING_PER_PEER: usize = 1024;
-/// First retry delay after a failed dial; doubles up to [`MAX_BACKOFF`].
-const MIN_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// How often connections are checked for idleness.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// Requests from the API handle to the driver.
 pub enum ApiCommand {
@@ -57,21 +55,6 @@ struct TreeQuery {
     reply: oneshot::Sender<TreeSnapshot>,
 }
 
-/// One admitted connection in use.
-struct Link {
-    conn: quinn::Connection,
-    writer: mpsc::Sender<Vec<u8>>,
-    /// Who opened it (decides which one survives when both sides dial at once).
-    opened_by: NodeId,
-}
-
-#[derive(Default)]
-struct DialState {
-    in_progress: bool,
-    failures: u32,
-    retry_at: Option<Instant>,
-}
-
 /// The state the driver task owns.
 pub struct Driver {
     core: Core,
@@ -79,14 +62,14 @@ pub struct Driver {
     me: NodeId,
     start: Instant,
     endpoint: quinn::Endpoint,
-    client_config: quinn::ClientConfig,
     ctx: LinkContext,
     inbox: mpsc::UnboundedReceiver<LinkInput>,
     commands: mpsc::Receiver<ApiCommand>,
     events: broadcast::Sender<NodeEvent>,
-    links: HashMap<NodeId, Link>,
-    pending: HashMap<NodeId, VecDeque<Vec<u8>>>,
-    dials: HashMap<NodeId, DialState>,
+    links: Links,
+    /// Data streams waiting for a connection to their child.
+    waiting_streams: HashMap<NodeId, Vec<(crate::proto::OpId, u64, [u8; 32])>>,
+    next_idle_check: Instant,
     joins: HashMap<u64, oneshot::Sender<JoinResult>>,
     /// Joins waiting for gossip's answer, by the member asked.
     join_answers: HashMap<NodeId, Vec<oneshot::Sender<JoinResult>>>,
@@ -95,7 +78,6 @@ pub struct Driver {
     boots: HashMap<NodeId, u64>,
     queries: HashMap<u64, TreeQuery>,
     next_query: u64,
-    dropped: u64,
     ops: Ops,
     streams: Streams,
 }
@@ -123,22 +105,26 @@ impl Driver {
             core: parts.core,
             gossip: parts.gossip,
             start: parts.start,
+            links: Links::new(
+                parts.ctx.me,
+                parts.start,
+                parts.endpoint.clone(),
+                parts.client_config,
+                parts.ctx.clone(),
+            ),
             endpoint: parts.endpoint,
-            client_config: parts.client_config,
             ctx: parts.ctx,
             inbox: parts.inbox,
             commands: parts.commands,
             events: parts.events,
-            links: HashMap::new(),
-            pending: HashMap::new(),
-            dials: HashMap::new(),
+            waiting_streams: HashMap::new(),
+            next_idle_check: parts.start + IDLE_CHECK,
             joins: HashMap::new(),
             join_answers: HashMap::new(),
             next_join: 0,
             boots: HashMap::new(),
             queries: HashMap::new(),
             next_query: 0,
-            dropped: 0,
             ops: Ops::new(parts.seed),
             streams: Streams::default(),
         }
@@ -161,9 +147,12 @@ impl Driver {
                 .flatten()
                 .min()
                 .map(|t| self.instant(t));
-            let retry = self.dials.values().filter_map(|d| d.retry_at).min();
+            let retry = self.links.next_retry();
             let query = self.queries.values().map(|q| q.deadline).min();
-            let wake = [deadline, retry, query].into_iter().flatten().min();
+            let wake = [deadline, retry, query, Some(self.next_idle_check)]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 input = self.inbox.recv() => {
                     let Some(input) = input else { break };
@@ -188,9 +177,14 @@ impl Driver {
                     let now = self.now();
                     self.core.handle(now, Input::Timeout);
                     self.gossip.handle_timeout(now);
-                    self.retry_dials();
+                    let gossip = &self.gossip;
+                    self.links.retry_due(|p| gossip.record(&p).map(|r| r.addr));
                     self.finish_queries(false);
                     self.streams.prune();
+                    if Instant::now() >= self.next_idle_check {
+                        self.next_idle_check = Instant::now() + IDLE_CHECK;
+                        self.links.close_idle();
+                    }
                 }
             }
             self.drain();
@@ -207,7 +201,7 @@ impl Driver {
                 let request = self.next_join;
                 self.joins.insert(request, reply);
                 let name = super::identity::ANY_NODE.to_string();
-                self.spawn_dial(addr, name, Some(request), move |error| {
+                self.links.spawn_dial(addr, name, Some(request), move |error| {
                     LinkInput::JoinFailed { request, error }
                 });
             }
@@ -253,12 +247,10 @@ impl Driver {
                 dialed,
                 join,
             } => {
-                if let Some(d) = self.dials.get_mut(&peer) {
-                    d.in_progress = false;
-                    d.failures = 0;
-                    d.retry_at = None;
-                }
-                self.adopt(peer, conn, dialed);
+                self.links.connected(peer, conn, dialed);
+                self.start_waiting_streams(peer);
+                let gossip = &self.gossip;
+                self.links.pump(|p| gossip.record(&p).map(|r| r.addr));
                 if let Some(request) = join
                     && let Some(reply) = self.joins.remove(&request)
                 {
@@ -269,17 +261,11 @@ impl Driver {
             }
             LinkInput::DialFailed { peer, error } => {
                 debug!(peer = %peer, %error, "dial failed");
-                let d = self.dials.entry(peer).or_default();
-                d.in_progress = false;
-                d.failures += 1;
-                let backoff = MIN_BACKOFF
-                    .saturating_mul(1 << d.failures.min(8))
-                    .min(MAX_BACKOFF);
-                d.retry_at = Some(Instant::now() + backoff);
-                if let Some(q) = self.pending.remove(&peer) {
-                    self.dropped += q.len() as u64;
-                }
+                self.links.dial_failed(peer);
+                self.waiting_streams.remove(&peer);
                 self.gossip.handle_unreachable(now, peer);
+                let gossip = &self.gossip;
+                self.links.pump(|p| gossip.record(&p).map(|r| r.addr));
             }
             LinkInput::JoinFailed { request, error } => {
                 warn!(%error, "join failed");
@@ -303,62 +289,11 @@ impl Driver {
                 self.streams.accept(peer, header, recv, &self.ctx);
             }
             LinkInput::Closed { peer, conn, reason } => {
-                if self
-                    .links
-                    .get(&peer)
-                    .is_some_and(|l| l.conn.stable_id() == conn)
-                {
+                if self.links.closed(peer, conn) {
                     debug!(peer = %peer, %reason, "connection closed");
-                    self.links.remove(&peer);
                 }
             }
         }
-    }
-
-    /// Installs an admitted connection, resolving a simultaneous dial from both sides.
-    fn adopt(&mut self, peer: NodeId, conn: quinn::Connection, dialed: bool) {
-        let opened_by = if dialed { self.me } else { peer };
-        let preferred = self.me.min(peer);
-        if let Some(existing) = self.links.get(&peer) {
-            let existing_alive = existing.conn.close_reason().is_none();
-            // The same side opening a second connection has given up the first (e.g. it
-            // restarted): the new one wins. Otherwise both dialed at once: the connection
-            // opened by the smaller id wins, on both sides.
-            let keep_existing = existing.opened_by != opened_by
-                && (existing.opened_by == preferred || opened_by != preferred);
-            if existing_alive && keep_existing {
-                // Keep the existing one; the peer applies the same rule. Let it drain.
-                let extra = conn.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    extra.close(super::auth::CLOSE_DUPLICATE.into(), b"duplicate connection");
-                });
-                // Still read from it until then, so nothing the peer sent on it is lost.
-                let _ = link::start(peer, conn, &self.ctx);
-                return;
-            }
-            let old = existing.conn.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                old.close(super::auth::CLOSE_DUPLICATE.into(), b"duplicate connection");
-            });
-        }
-        let writer = link::start(peer, conn.clone(), &self.ctx);
-        if let Some(queue) = self.pending.remove(&peer) {
-            for frame in queue {
-                if writer.try_send(frame).is_err() {
-                    self.dropped += 1;
-                }
-            }
-        }
-        self.links.insert(
-            peer,
-            Link {
-                conn,
-                writer,
-                opened_by,
-            },
-        );
     }
 
     /// Drains both state machines until neither has output (the drain rule).
@@ -375,15 +310,24 @@ impl Driver {
                     _ => None,
                 };
                 let to = t.to;
-                self.send(to, Packet::Overlay(t.msg));
+                // A one-off RTT measurement may wait behind protocol traffic for its dial.
+                let priority = match &t.msg {
+                    Message::Ping { watch: false, .. } => Priority::Background,
+                    _ => Priority::Urgent,
+                };
+                let sent = self.send_with(to, Packet::Overlay(t.msg), priority);
                 if let Some((op, len, digest)) = stream {
-                    match self.links.get(&to) {
-                        Some(link) => {
-                            let conn = link.conn.clone();
-                            self.streams.forward(conn, to, op, len, digest);
+                    match self.links.conn(&to) {
+                        Some(conn) => self.streams.forward(conn, to, op, len, digest),
+                        // Being dialed: the stream starts once connected.
+                        None if sent == Sent::Pending => {
+                            self.waiting_streams
+                                .entry(to)
+                                .or_default()
+                                .push((op, len, digest));
                         }
-                        // Not connected yet: the root asks it again directly later.
-                        None => debug!(peer = %to, "no connection for a data stream yet"),
+                        // Unreachable: the root asks it again directly later.
+                        None => debug!(peer = %to, "no connection for a data stream"),
                     }
                 }
                 progressed = true;
@@ -440,7 +384,7 @@ impl Driver {
                             reason: DownReason::Dead,
                         },
                     );
-                    self.links.remove(&id);
+                    self.links.forget(id, None);
                 }
                 if previous != Some(record.boot) {
                     self.core.handle(now, Input::MemberUp { id });
@@ -462,11 +406,8 @@ impl Driver {
                 info!(peer = %id, ?reason, "member down");
                 self.boots.remove(&id);
                 self.core.handle(now, Input::MemberDown { id, reason });
-                if let Some(link) = self.links.remove(&id) {
-                    link.conn
-                        .close(super::auth::CLOSE_LEAVING.into(), b"member down");
-                }
-                self.pending.remove(&id);
+                self.links.forget(id, Some(b"member down"));
+                self.waiting_streams.remove(&id);
                 let _ = self.events.send(NodeEvent::MemberDown { id, reason });
             }
             GossipEvent::Joined { via } => {
@@ -499,93 +440,46 @@ impl Driver {
 
     /// Sends a packet to a peer: on its connection, or queued while it is dialed.
     fn send(&mut self, to: NodeId, packet: Packet) {
+        self.send_with(to, packet, Priority::Urgent);
+    }
+
+    fn send_with(&mut self, to: NodeId, packet: Packet, priority: Priority) -> Sent {
+        let ping = match &packet {
+            Packet::Overlay(Message::Ping {
+                rtt_hint_us, watch, ..
+            }) => Some((*rtt_hint_us, *watch)),
+            _ => None,
+        };
         let frame = match packet.encode() {
             Ok(f) => f,
             Err(e) => {
                 warn!(peer = %to, error = %e, "cannot encode a packet");
-                return;
+                return Sent::Dropped;
             }
         };
-        if let Some(link) = self.links.get(&to) {
-            if link.conn.close_reason().is_none() {
-                if link.writer.try_send(frame).is_err() {
-                    self.dropped += 1;
-                }
-                return;
-            }
-            self.links.remove(&to);
-        }
-        let queue = self.pending.entry(to).or_default();
-        if queue.len() >= PENDING_PER_PEER {
-            queue.pop_front();
-            self.dropped += 1;
-        }
-        queue.push_back(frame);
-        self.dial(to);
+        let out = match ping {
+            Some((rtt_hint_us, watch)) => Outgoing::Ping {
+                frame,
+                rtt_hint_us,
+                watch,
+            },
+            None => Outgoing::Frame(frame),
+        };
+        let gossip = &self.gossip;
+        self.links
+            .send(to, out, priority, |p| gossip.record(&p).map(|r| r.addr))
     }
 
-    fn dial(&mut self, peer: NodeId) {
-        let state = self.dials.entry(peer).or_default();
-        if state.in_progress || state.retry_at.is_some_and(|t| t > Instant::now()) {
-            return;
-        }
-        let Some(addr) = self.gossip.record(&peer).map(|r| r.addr) else {
-            // Unknown address: nothing to dial (e.g. a message to a member not yet gossiped).
-            if let Some(q) = self.pending.remove(&peer) {
-                self.dropped += q.len() as u64;
-            }
+    /// Starts the data streams that waited for a connection to `peer`.
+    fn start_waiting_streams(&mut self, peer: NodeId) {
+        let Some(waiting) = self.waiting_streams.remove(&peer) else {
             return;
         };
-        state.in_progress = true;
-        state.retry_at = None;
-        let name = super::identity::server_name_for(peer);
-        self.spawn_dial(addr, name, None, move |error| LinkInput::DialFailed {
-            peer,
-            error,
-        });
-    }
-
-    /// Dials in a task; the outcome comes back as [`LinkInput::Connected`] (tagged with
-    /// `join`) or as what `on_error` makes of the failure.
-    fn spawn_dial(
-        &self,
-        addr: SocketAddr,
-        server_name: String,
-        join: Option<u64>,
-        on_error: impl FnOnce(DialError) -> LinkInput + Send + 'static,
-    ) {
-        let endpoint = self.endpoint.clone();
-        let config = self.client_config.clone();
-        let ctx = self.ctx.clone();
-        tokio::spawn(async move {
-            let input = match link::dial(endpoint, config, addr, server_name, &ctx).await {
-                Ok((peer, conn)) => LinkInput::Connected {
-                    peer,
-                    conn,
-                    dialed: true,
-                    join,
-                },
-                Err(error) => on_error(error),
-            };
-            let _ = ctx.to_driver.send(input);
-        });
-    }
-
-    fn retry_dials(&mut self) {
-        let now = Instant::now();
-        let due: Vec<NodeId> = self
-            .dials
-            .iter()
-            .filter(|(_, d)| !d.in_progress && d.retry_at.is_some_and(|t| t <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        for peer in due {
-            if let Some(d) = self.dials.get_mut(&peer) {
-                d.retry_at = None;
-            }
-            if self.pending.get(&peer).is_some_and(|q| !q.is_empty()) {
-                self.dial(peer);
-            }
+        let Some(conn) = self.links.conn(&peer) else {
+            return;
+        };
+        for (op, len, digest) in waiting {
+            self.streams.forward(conn.clone(), peer, op, len, digest);
         }
     }
 
@@ -701,7 +595,7 @@ impl Driver {
         self.gossip.leave(now);
         self.drain();
         // Dropping the writers' queues lets each writer finish its stream once flushed.
-        let conns: Vec<quinn::Connection> = self.links.drain().map(|(_, l)| l.conn).collect();
+        let conns = self.links.take_all();
         let _ = tokio::time::timeout(Duration::from_millis(500), async {
             for c in &conns {
                 // Wait until the peer has the data or the connection is gone.
@@ -746,7 +640,7 @@ impl Driver {
             frames_rejected: stats.frames_rejected.load(Relaxed),
             protocol_errors: stats.protocol_errors.load(Relaxed),
             auth_failures: stats.auth_failures.load(Relaxed),
-            packets_dropped: self.dropped,
+            packets_dropped: self.links.dropped,
             uptime_ms: self.start.elapsed().as_millis() as u64,
         }
     }

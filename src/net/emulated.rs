@@ -44,6 +44,9 @@ use tokio::time::Instant;
 pub struct LatencyMap {
     topology: Topology,
     clusters: RwLock<HashMap<SocketAddr, usize>>,
+    /// Addresses cut off the network: every datagram from or to them is lost (a crashed
+    /// host, as its peers see it).
+    cut: RwLock<std::collections::HashSet<SocketAddr>>,
 }
 
 impl fmt::Debug for LatencyMap {
@@ -63,7 +66,24 @@ impl LatencyMap {
         Arc::new(LatencyMap {
             topology,
             clusters: RwLock::new(HashMap::new()),
+            cut: RwLock::default(),
         })
+    }
+
+    /// Cuts `addr` off the network (or restores it): from now on every datagram from or to
+    /// it is silently lost, as with a crashed host.
+    pub fn set_cut(&self, addr: SocketAddr, cut: bool) {
+        let mut set = self.cut.write().unwrap_or_else(PoisonError::into_inner);
+        if cut {
+            set.insert(addr);
+        } else {
+            set.remove(&addr);
+        }
+    }
+
+    fn is_cut(&self, a: SocketAddr, b: SocketAddr) -> bool {
+        let set = self.cut.read().unwrap_or_else(PoisonError::into_inner);
+        !set.is_empty() && (set.contains(&a) || set.contains(&b))
     }
 
     /// Places `addr` in cluster `cluster`, replacing any earlier registration of `addr`.
@@ -339,6 +359,7 @@ impl EmulatedUdpSocket {
         }
         let std_socket = std::net::UdpSocket::bind(addr)?;
         std_socket.set_nonblocking(true)?;
+        super::sockbuf::enlarge(&std_socket);
         let io = Arc::new(UdpSocket::from_std(std_socket)?);
         let registered = registered_addr(io.local_addr()?);
         map.register(registered, cluster)?;
@@ -469,6 +490,9 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
     fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
         let dest = transmit.destination;
         let from = self.registered;
+        if self.map.is_cut(from, dest) {
+            return Ok(());
+        }
         let delay = self.map.one_way(from, dest).unwrap_or_else(|| {
             tracing::debug!(%from, %dest, "emulated socket: unknown destination, no delay");
             Duration::ZERO

@@ -13,6 +13,8 @@ pub mod emulated;
 pub mod frame;
 pub mod identity;
 pub mod link;
+pub mod links;
 pub mod ops;
+pub mod sockbuf;
 pub mod stream;
 pub mod token;

@@ -82,6 +82,20 @@ impl Config {
         Self::lan()
     }
 
+    /// Every period multiplied by `factor`; latencies, thresholds and sizes unchanged. The
+    /// same protocol on a slower clock: fewer messages per second, the same trees, slower
+    /// convergence. For many nodes sharing few cores (the in-process benchmarks).
+    pub fn slowed(mut self, factor: u32) -> Self {
+        let k = factor.max(1);
+        self.serial_period *= k;
+        self.advert_interval *= k;
+        self.probe_interval *= k;
+        self.explore_rotate *= k;
+        self.serial_request_gap *= k;
+        self.inbound_expiry *= k;
+        self
+    }
+
     /// The size of the candidate set a node measures and advertises to: near peers plus
     /// explorers plus hinted peers (tree neighbours and inbound probers come on top).
     pub fn candidate_bound(&self) -> usize {

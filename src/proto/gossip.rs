@@ -54,6 +54,20 @@ pub struct GossipConfig {
     pub rumor_fanout: usize,
 }
 
+impl GossipConfig {
+    /// Every period and timeout multiplied by `factor` (fan-outs unchanged): the same
+    /// protocol on a slower clock, for many nodes sharing few cores.
+    pub fn slowed(mut self, factor: u32) -> Self {
+        let k = factor.max(1);
+        self.probe_interval *= k;
+        self.probe_timeout *= k;
+        self.suspicion_timeout *= k;
+        self.anti_entropy_interval *= k;
+        self.join_retry *= k;
+        self
+    }
+}
+
 impl Default for GossipConfig {
     fn default() -> Self {
         GossipConfig {

@@ -1,0 +1,270 @@
+//! The real-QUIC benchmark run: every node of a topology a full [`crate::api::Node`] in
+//! this process over the emulated-latency socket. One start gives three results:
+//! convergence from a cold start, the Fig. 5 broadcast against static trees executed over
+//! the same QUIC stack ([`super::quic_tree`]), and repair after a tenth of the nodes crash.
+
+use super::quic_tree::StaticNet;
+use super::trees;
+use crate::local::{LocalOptions, LocalOverlay};
+use crate::proto::{Config, NodeId};
+use crate::topology::Topology;
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct QuicRunOptions {
+    /// The network and the nodes.
+    pub topology: Topology,
+    /// Both protocols' clocks slowed by this factor (see [`Config::slowed`]).
+    pub slowdown: u32,
+    /// Broadcast roots per cluster.
+    pub roots_per_cluster: usize,
+    /// Share of the non-root nodes crashed after the broadcasts.
+    pub crash_fraction: f64,
+    /// Longest wait for convergence, and for repair.
+    pub timeout: Duration,
+}
+
+/// Per-node completion times (ms) of one contender, over all roots.
+#[derive(Clone, Debug, Default)]
+pub struct Times {
+    /// One entry per (root, non-root node).
+    pub ms: Vec<f64>,
+    /// Nodes not reached in time.
+    pub missed: usize,
+}
+
+/// What the run measured.
+#[derive(Clone, Debug, Default)]
+pub struct QuicRun {
+    /// Nodes started.
+    pub nodes: usize,
+    /// From the first start until every node had joined.
+    pub started: Duration,
+    /// From the first start until every tree was wide-area optimal (and stayed so).
+    pub converged: Option<Duration>,
+    /// The broadcast roots (node indices).
+    pub roots: Vec<usize>,
+    /// Our live trees.
+    pub ours: Times,
+    /// The static MagPIe tree over QUIC.
+    pub magpie: Times,
+    /// The topology-unaware binomial tree over QUIC.
+    pub unaware: Times,
+    /// The shortest-path one-way latency.
+    pub bound: Times,
+    /// Nodes crashed.
+    pub crashed: usize,
+    /// From the crash until every survivor's tree was wide-area optimal again.
+    pub repaired: Option<Duration>,
+}
+
+/// Runs it; `progress` gets one line per step.
+pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Result<QuicRun> {
+    let topo = opts.topology.clone();
+    let k = opts.slowdown.max(1);
+    progress(&format!(
+        "quic: starting {} nodes of {} (clocks slowed x{k})",
+        topo.node_clusters().len(),
+        topo.name
+    ));
+    let options = LocalOptions::new(Config::wan()).slowed(k);
+    let overlay = LocalOverlay::start_with(topo.clone(), options).await?;
+    let mut out = QuicRun {
+        nodes: overlay.nodes.len(),
+        started: overlay.started.elapsed(),
+        ..QuicRun::default()
+    };
+    progress(&format!(
+        "quic: {} nodes joined in {:.1} s; waiting for optimal trees",
+        out.nodes,
+        out.started.as_secs_f64()
+    ));
+    let stable = Duration::from_secs(2) * k;
+    let (check, converged) = overlay.wait_optimal(opts.timeout, stable).await;
+    out.converged = converged;
+    let Some(converged) = converged else {
+        overlay.shutdown().await;
+        anyhow::bail!("not converged within {:?}: {check:?}", opts.timeout);
+    };
+    progress(&format!(
+        "quic: every tree wide-area optimal at {:.1} s",
+        converged.as_secs_f64()
+    ));
+
+    out.roots = roots(&overlay.clusters, opts.roots_per_cluster);
+    broadcasts(&overlay, &topo, &mut out, &progress).await?;
+
+    // Crash a spread-out tenth of the non-root nodes, silently.
+    let victims: Vec<usize> = {
+        let others: Vec<usize> = (0..out.nodes).filter(|i| !out.roots.contains(i)).collect();
+        let count = ((others.len() as f64) * opts.crash_fraction).round() as usize;
+        let step = others.len() / count.max(1);
+        others.iter().step_by(step.max(1)).take(count).copied().collect()
+    };
+    out.crashed = victims.len();
+    progress(&format!("quic: crashing {} nodes", victims.len()));
+    let t = Instant::now();
+    for &i in &victims {
+        overlay.crash(i);
+    }
+    let (_, repaired) = overlay.wait_optimal(opts.timeout, stable).await;
+    out.repaired = repaired.map(|_| t.elapsed().saturating_sub(stable));
+    progress(&match out.repaired {
+        Some(r) => format!("quic: repaired {:.1} s after the crash", r.as_secs_f64()),
+        None => "quic: not repaired in time".to_string(),
+    });
+    overlay.shutdown().await;
+    Ok(out)
+}
+
+/// The first `per_cluster` nodes of every cluster.
+fn roots(clusters: &[usize], per_cluster: usize) -> Vec<usize> {
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    (0..clusters.len())
+        .filter(|&i| {
+            let n = seen.entry(clusters[i]).or_default();
+            *n += 1;
+            *n <= per_cluster
+        })
+        .collect()
+}
+
+type Receipts = Arc<Mutex<HashMap<(NodeId, u64), HashMap<usize, Instant>>>>;
+
+/// 1 KB broadcasts from every root: ours, then the static trees over QUIC.
+async fn broadcasts(
+    overlay: &LocalOverlay,
+    topo: &Topology,
+    out: &mut QuicRun,
+    progress: &impl Fn(&str),
+) -> anyhow::Result<()> {
+    let n = overlay.nodes.len();
+    let receipts: Receipts = Arc::default();
+    let mut listeners = Vec::new();
+    for (i, node) in overlay.nodes.iter().enumerate() {
+        let receipts = receipts.clone();
+        let mut stream = Box::pin(node.deliveries());
+        listeners.push(tokio::spawn(async move {
+            while let Some(d) = stream.next().await {
+                let now = Instant::now();
+                let mut r = receipts.lock().unwrap_or_else(|e| e.into_inner());
+                r.entry((d.root, d.op)).or_default().entry(i).or_insert(now);
+            }
+        }));
+    }
+    let payload = vec![0x5au8; 1024];
+    let wait = Duration::from_secs(5);
+    for &root in &out.roots {
+        progress(&format!("quic: broadcasts from node {root} (ours)"));
+        // The first teaches the relays their subtrees (send order, in-cluster plans).
+        overlay.nodes[root].broadcast(payload.clone()).await?;
+        let t0 = Instant::now();
+        let report = overlay.nodes[root].broadcast(payload.clone()).await?;
+        let key = (overlay.nodes[root].id(), report.op);
+        let deadline = Instant::now() + wait;
+        loop {
+            let count = {
+                let r = receipts.lock().unwrap_or_else(|e| e.into_inner());
+                r.get(&key).map_or(0, |m| m.len())
+            };
+            if count >= n || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let got = receipts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+            .unwrap_or_default();
+        for v in (0..n).filter(|&v| v != root) {
+            match got.get(&v) {
+                Some(t) => out.ours.ms.push(ms(t.saturating_duration_since(t0))),
+                None => out.ours.missed += 1,
+            }
+        }
+        for (v, us) in trees::lower_bound(root, topo).into_iter().enumerate() {
+            if v != root {
+                out.bound.ms.push(us / 1e3);
+            }
+        }
+    }
+    for l in listeners {
+        l.abort();
+    }
+
+    let net = StaticNet::start(overlay.map.clone(), &overlay.clusters)?;
+    let ids: Vec<NodeId> = overlay.nodes.iter().map(|n| n.id()).collect();
+    let mut tree_id = 0u32;
+    for &root in &out.roots {
+        progress(&format!("quic: broadcasts from node {root} (static trees)"));
+        for (tree, times) in [
+            (trees::magpie(root, &ids, topo), &mut out.magpie),
+            (trees::binomial_unaware(root, &ids), &mut out.unaware),
+        ] {
+            tree_id += 1;
+            net.install(tree_id, tree);
+            // The first opens the tree's connections; the second is timed.
+            net.broadcast(tree_id, 0, &payload, wait).await;
+            let got = net.broadcast(tree_id, 1, &payload, wait).await;
+            for (_, t) in got.into_iter().enumerate().filter(|(v, _)| *v != root) {
+                match t {
+                    Some(t) => times.ms.push(ms(t)),
+                    None => times.missed += 1,
+                }
+            }
+        }
+    }
+    net.close();
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// (median, max) of a contender's times.
+fn summary(t: &Times) -> (f64, f64) {
+    let mut v = t.ms.clone();
+    v.sort_by(f64::total_cmp);
+    (super::quantile(&v, 0.5), v.last().copied().unwrap_or(f64::NAN))
+}
+
+impl QuicRun {
+    /// The contenders in table order, with their names.
+    pub fn contenders(&self) -> [(&'static str, &Times); 4] {
+        [
+            ("unaware binomial", &self.unaware),
+            ("static MagPIe", &self.magpie),
+            ("ours", &self.ours),
+            ("lower bound", &self.bound),
+        ]
+    }
+
+    /// The results as one JSON object (`benchmark: "quic"`).
+    pub fn to_json(&self, topology: &str, slowdown: u32) -> serde_json::Value {
+        use serde_json::json;
+        let s: Vec<(f64, f64)> = self.contenders().iter().map(|(_, t)| summary(t)).collect();
+        let ratio = |other: usize| json!({"median": s[2].0 / s[other].0, "max": s[2].1 / s[other].1});
+        json!({
+            "benchmark": "quic",
+            "topology": topology,
+            "nodes": self.nodes,
+            "slowdown": slowdown,
+            "roots": self.roots.len(),
+            "contenders": self.contenders().iter().zip(&s).map(|((name, t), (med, max))| json!({
+                "name": name, "median_ms": med, "max_ms": max, "missed": t.missed})).collect::<Vec<_>>(),
+            "ratio_vs_static": ratio(1),
+            "ratio_vs_unaware": ratio(0),
+            "ratio_vs_bound": ratio(3),
+            "joined_s": self.started.as_secs_f64(),
+            "converged_s": self.converged.map(|d| d.as_secs_f64()),
+            "crashed": self.crashed,
+            "repair_s": self.repaired.map(|d| d.as_secs_f64()),
+        })
+    }
+}

@@ -1,0 +1,499 @@
+//! The connection table of one node: which peer has an admitted connection, what waits for
+//! a dial, and when a connection is closed again. Owned by the driver ([`super::driver`]).
+//!
+//! Why it is bounded: every member is measured once and gossip probes every member in
+//! turn, so without closing, every node ends up connected to every other (a full mesh of
+//! QUIC connections with their timers and keep-alives), and a large overlay started at once
+//! spends its CPU on handshakes. So:
+//! - at most [`MAX_DIALS_IN_FLIGHT`] dials run at once; the rest wait in two queues, and
+//!   one-off RTT measurements ([`Priority::Background`]) wait behind everything else, at
+//!   most [`MAX_BACKGROUND_IN_FLIGHT`] at a time, so measuring every member once costs a
+//!   steady trickle of handshakes instead of a storm;
+//! - a connection that carried no stream data in either direction for [`LINK_IDLE`] is
+//!   closed ([`CLOSE_IDLE`](super::auth::CLOSE_IDLE)); the next packet dials again. Peers
+//!   in use (candidates probed every second, tree neighbours receiving serials) never idle.
+//!   A connection opened only for a measurement is closed after [`MEASURE_IDLE`].
+//!
+//! An RTT probe that waited for a dial is re-stamped when it finally goes out: the wait is
+//! not round-trip time, and a measurement that included the handshake would make a near
+//! peer look far.
+
+use super::link::{self, DialError, LinkContext, LinkInput};
+use crate::proto::NodeId;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tracing::debug;
+
+/// Packets kept for a peer while it is being dialed.
+const PENDING_PER_PEER: usize = 1024;
+/// First retry delay after a failed dial; doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Dials (handshake plus token exchange) this node runs at once.
+pub const MAX_DIALS_IN_FLIGHT: usize = 8;
+/// Of those, dials for one-off measurements.
+pub const MAX_BACKGROUND_IN_FLIGHT: usize = 2;
+/// A connection without stream data for this long is closed.
+pub const LINK_IDLE: Duration = Duration::from_secs(20);
+/// The same for a connection that only ever carried measurements.
+pub const MEASURE_IDLE: Duration = Duration::from_secs(3);
+
+/// A frame waiting for its connection.
+#[derive(Debug)]
+pub enum Outgoing {
+    /// Encoded, sent as is.
+    Frame(Vec<u8>),
+    /// An RTT probe: encoded as is when the connection exists, re-stamped with the send
+    /// time otherwise.
+    Ping {
+        frame: Vec<u8>,
+        rtt_hint_us: Option<u32>,
+        watch: bool,
+    },
+}
+
+impl Outgoing {
+    fn into_frame(self, now_us: u64) -> Option<Vec<u8>> {
+        match self {
+            Outgoing::Frame(f) => Some(f),
+            Outgoing::Ping {
+                rtt_hint_us, watch, ..
+            } => {
+                let msg = crate::proto::Message::Ping {
+                    sent_us: now_us,
+                    rtt_hint_us,
+                    watch,
+                };
+                crate::proto::Packet::Overlay(msg).encode().ok()
+            }
+        }
+    }
+}
+
+/// How urgently a packet needs its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    /// Protocol traffic: dial as soon as a slot is free.
+    Urgent,
+    /// A one-off measurement: dial when nothing urgent waits.
+    Background,
+}
+
+/// One admitted connection in use.
+struct Link {
+    conn: quinn::Connection,
+    writer: tokio::sync::mpsc::Sender<Vec<u8>>,
+    /// Who opened it (decides which one survives when both sides dial at once).
+    opened_by: NodeId,
+    /// STREAM frames sent plus received when last looked at, and when that count moved.
+    frames_seen: u64,
+    active_at: Instant,
+    /// Closed after this long without stream data.
+    idle_after: Duration,
+}
+
+#[derive(Default)]
+struct DialState {
+    in_progress: bool,
+    /// The dial in progress is for a measurement only.
+    background: bool,
+    queued: Option<Priority>,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+/// What happened to a frame handed to [`Links::send`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// Queued on the connection's writer.
+    Written,
+    /// Kept until the peer is connected.
+    Pending,
+    /// Dropped (writer queue full, or no address to dial).
+    Dropped,
+}
+
+/// Connections, dials and packets waiting for them.
+pub struct Links {
+    me: NodeId,
+    /// The core's time origin (RTT probes carry core time).
+    start: Instant,
+    endpoint: quinn::Endpoint,
+    client_config: quinn::ClientConfig,
+    ctx: LinkContext,
+    links: HashMap<NodeId, Link>,
+    pending: HashMap<NodeId, VecDeque<Outgoing>>,
+    dials: HashMap<NodeId, DialState>,
+    urgent: VecDeque<NodeId>,
+    background: VecDeque<NodeId>,
+    in_flight: usize,
+    background_in_flight: usize,
+    /// Packets dropped: queues full, peer unreachable.
+    pub dropped: u64,
+    /// Connections closed for idleness.
+    pub idle_closed: u64,
+}
+
+impl Links {
+    /// An empty table for a node with this endpoint.
+    pub fn new(
+        me: NodeId,
+        start: Instant,
+        endpoint: quinn::Endpoint,
+        client_config: quinn::ClientConfig,
+        ctx: LinkContext,
+    ) -> Links {
+        Links {
+            me,
+            start,
+            endpoint,
+            client_config,
+            ctx,
+            links: HashMap::new(),
+            pending: HashMap::new(),
+            dials: HashMap::new(),
+            urgent: VecDeque::new(),
+            background: VecDeque::new(),
+            in_flight: 0,
+            background_in_flight: 0,
+            dropped: 0,
+            idle_closed: 0,
+        }
+    }
+
+    /// Open connections.
+    pub fn len(&self) -> usize {
+        self.links.len()
+    }
+
+    /// True without connections.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+
+    /// The live connection to `peer`, if any.
+    pub fn conn(&self, peer: &NodeId) -> Option<quinn::Connection> {
+        self.links
+            .get(peer)
+            .filter(|l| l.conn.close_reason().is_none())
+            .map(|l| l.conn.clone())
+    }
+
+    /// The earliest dial retry that is due later.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.dials.values().filter_map(|d| d.retry_at).min()
+    }
+
+    /// Sends a frame to `to`: on its connection, or kept while it is dialed at the address
+    /// `addr` gives (`None`: address unknown, the frame is dropped).
+    pub fn send(
+        &mut self,
+        to: NodeId,
+        out: Outgoing,
+        priority: Priority,
+        addr: impl Fn(NodeId) -> Option<SocketAddr>,
+    ) -> Sent {
+        if let Some(link) = self.links.get_mut(&to) {
+            if link.conn.close_reason().is_none() {
+                if priority == Priority::Urgent {
+                    link.idle_after = LINK_IDLE;
+                }
+                let frame = match out {
+                    Outgoing::Frame(f) | Outgoing::Ping { frame: f, .. } => f,
+                };
+                if link.writer.try_send(frame).is_err() {
+                    self.dropped += 1;
+                    return Sent::Dropped;
+                }
+                return Sent::Written;
+            }
+            self.links.remove(&to);
+        }
+        if addr(to).is_none() {
+            // Unknown address: nothing to dial (e.g. a message to a member not yet gossiped).
+            self.dropped += 1 + self.pending.remove(&to).map_or(0, |q| q.len() as u64);
+            return Sent::Dropped;
+        }
+        let queue = self.pending.entry(to).or_default();
+        if queue.len() >= PENDING_PER_PEER {
+            queue.pop_front();
+            self.dropped += 1;
+        }
+        queue.push_back(out);
+        self.request_dial(to, priority);
+        self.pump(addr);
+        Sent::Pending
+    }
+
+    /// Puts `peer` in the dial queue of `priority` unless it is being dialed, waits for a
+    /// retry, or already waits at that priority or above.
+    fn request_dial(&mut self, peer: NodeId, priority: Priority) {
+        let state = self.dials.entry(peer).or_default();
+        if state.in_progress || state.retry_at.is_some_and(|t| t > Instant::now()) {
+            return;
+        }
+        match (state.queued, priority) {
+            (Some(Priority::Urgent), _) | (Some(Priority::Background), Priority::Background) => {}
+            (Some(Priority::Background), Priority::Urgent) => {
+                // Promote: the stale background entry is skipped when popped.
+                state.queued = Some(Priority::Urgent);
+                self.urgent.push_back(peer);
+            }
+            (None, p) => {
+                state.queued = Some(p);
+                match p {
+                    Priority::Urgent => self.urgent.push_back(peer),
+                    Priority::Background => self.background.push_back(peer),
+                }
+            }
+        }
+    }
+
+    /// Starts queued dials while slots are free, urgent ones first.
+    pub fn pump(&mut self, addr: impl Fn(NodeId) -> Option<SocketAddr>) {
+        while self.in_flight < MAX_DIALS_IN_FLIGHT {
+            let (peer, from) = match self.urgent.pop_front() {
+                Some(p) => (p, Priority::Urgent),
+                None if self.background_in_flight >= MAX_BACKGROUND_IN_FLIGHT => return,
+                None => match self.background.pop_front() {
+                    Some(p) => (p, Priority::Background),
+                    None => return,
+                },
+            };
+            let Some(state) = self.dials.get_mut(&peer) else {
+                continue;
+            };
+            if state.queued != Some(from) {
+                continue; // promoted, or already handled
+            }
+            state.queued = None;
+            let connected = self
+                .links
+                .get(&peer)
+                .is_some_and(|l| l.conn.close_reason().is_none());
+            if connected || self.pending.get(&peer).is_none_or(|q| q.is_empty()) {
+                continue;
+            }
+            let Some(to) = addr(peer) else {
+                self.dropped += self.pending.remove(&peer).map_or(0, |q| q.len() as u64);
+                continue;
+            };
+            state.in_progress = true;
+            state.background = from == Priority::Background;
+            state.retry_at = None;
+            self.in_flight += 1;
+            if state.background {
+                self.background_in_flight += 1;
+            }
+            let name = super::identity::server_name_for(peer);
+            self.spawn_dial(to, name, None, move |error| LinkInput::DialFailed {
+                peer,
+                error,
+            });
+        }
+    }
+
+    /// Dials in a task (not counted against the limit: joins use this directly); the
+    /// outcome comes back as [`LinkInput::Connected`] (tagged with `join`) or as what
+    /// `on_error` makes of the failure.
+    pub fn spawn_dial(
+        &self,
+        addr: SocketAddr,
+        server_name: String,
+        join: Option<u64>,
+        on_error: impl FnOnce(DialError) -> LinkInput + Send + 'static,
+    ) {
+        let endpoint = self.endpoint.clone();
+        let config = self.client_config.clone();
+        let ctx = self.ctx.clone();
+        tokio::spawn(async move {
+            let input = match link::dial(endpoint, config, addr, server_name, &ctx).await {
+                Ok((peer, conn)) => LinkInput::Connected {
+                    peer,
+                    conn,
+                    dialed: true,
+                    join,
+                },
+                Err(error) => on_error(error),
+            };
+            let _ = ctx.to_driver.send(input);
+        });
+    }
+
+    /// A dial of ours, or the peer's, produced an admitted connection.
+    pub fn connected(&mut self, peer: NodeId, conn: quinn::Connection, dialed: bool) {
+        let mut measure_only = false;
+        if let Some(d) = self.dials.get_mut(&peer) {
+            if dialed && d.in_progress {
+                d.in_progress = false;
+                self.in_flight -= 1;
+                if std::mem::take(&mut d.background) {
+                    self.background_in_flight -= 1;
+                    measure_only = true;
+                }
+            }
+            d.failures = 0;
+            d.retry_at = None;
+        }
+        let idle_after = if measure_only { MEASURE_IDLE } else { LINK_IDLE };
+        self.adopt(peer, conn, dialed, idle_after);
+    }
+
+    /// A dial failed: back off, drop what waited (the protocols resend what matters).
+    pub fn dial_failed(&mut self, peer: NodeId) {
+        let d = self.dials.entry(peer).or_default();
+        if d.in_progress {
+            d.in_progress = false;
+            self.in_flight -= 1;
+            if std::mem::take(&mut d.background) {
+                self.background_in_flight -= 1;
+            }
+        }
+        d.failures += 1;
+        let backoff = MIN_BACKOFF
+            .saturating_mul(1 << d.failures.min(8))
+            .min(MAX_BACKOFF);
+        d.retry_at = Some(Instant::now() + backoff);
+        if let Some(q) = self.pending.remove(&peer) {
+            self.dropped += q.len() as u64;
+        }
+    }
+
+    /// Retries dials whose backoff has passed and that still have packets waiting.
+    pub fn retry_due(&mut self, addr: impl Fn(NodeId) -> Option<SocketAddr>) {
+        let now = Instant::now();
+        let due: Vec<NodeId> = self
+            .dials
+            .iter()
+            .filter(|(_, d)| !d.in_progress && d.retry_at.is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for peer in due {
+            if let Some(d) = self.dials.get_mut(&peer) {
+                d.retry_at = None;
+            }
+            if self.pending.get(&peer).is_some_and(|q| !q.is_empty()) {
+                self.request_dial(peer, Priority::Urgent);
+            }
+        }
+        self.pump(addr);
+    }
+
+    /// Connection `conn` to `peer` closed: forget it if it is the one in use.
+    pub fn closed(&mut self, peer: NodeId, conn: usize) -> bool {
+        if self
+            .links
+            .get(&peer)
+            .is_some_and(|l| l.conn.stable_id() == conn)
+        {
+            self.links.remove(&peer);
+            return true;
+        }
+        false
+    }
+
+    /// The member is gone: close its connection, drop what waited for it.
+    pub fn forget(&mut self, peer: NodeId, close: Option<&'static [u8]>) {
+        if let Some(link) = self.links.remove(&peer)
+            && let Some(why) = close
+        {
+            link.conn.close(super::auth::CLOSE_LEAVING.into(), why);
+        }
+        self.pending.remove(&peer);
+    }
+
+    /// Closes connections that carried no stream data for their idle limit.
+    pub fn close_idle(&mut self) {
+        let now = Instant::now();
+        let mut idle = Vec::new();
+        for (peer, link) in self.links.iter_mut() {
+            let s = link.conn.stats();
+            let seen = s.frame_tx.stream + s.frame_rx.stream;
+            if seen != link.frames_seen {
+                link.frames_seen = seen;
+                link.active_at = now;
+            } else if now.duration_since(link.active_at) >= link.idle_after
+                && self.pending.get(peer).is_none_or(|q| q.is_empty())
+            {
+                idle.push(*peer);
+            }
+        }
+        for peer in idle {
+            if let Some(link) = self.links.remove(&peer) {
+                debug!(peer = %peer, "closing an idle connection");
+                link.conn.close(super::auth::CLOSE_IDLE.into(), b"idle");
+                self.idle_closed += 1;
+            }
+        }
+    }
+
+    /// Takes every connection out of the table (dropping the writers' queues lets each
+    /// writer finish its stream once flushed).
+    pub fn take_all(&mut self) -> Vec<quinn::Connection> {
+        self.pending.clear();
+        self.links.drain().map(|(_, l)| l.conn).collect()
+    }
+
+    /// Installs an admitted connection, resolving a simultaneous dial from both sides.
+    fn adopt(
+        &mut self,
+        peer: NodeId,
+        conn: quinn::Connection,
+        dialed: bool,
+        mut idle_after: Duration,
+    ) {
+        let opened_by = if dialed { self.me } else { peer };
+        let preferred = self.me.min(peer);
+        if let Some(existing) = self.links.get(&peer) {
+            let existing_alive = existing.conn.close_reason().is_none();
+            // The same side opening a second connection has given up the first (e.g. it
+            // restarted): the new one wins. Otherwise both dialed at once: the connection
+            // opened by the smaller id wins, on both sides.
+            let keep_existing = existing.opened_by != opened_by
+                && (existing.opened_by == preferred || opened_by != preferred);
+            if existing_alive && keep_existing {
+                // Keep the existing one; the peer applies the same rule. Let it drain.
+                let extra = conn.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    extra.close(super::auth::CLOSE_DUPLICATE.into(), b"duplicate connection");
+                });
+                // Still read from it until then, so nothing the peer sent on it is lost.
+                let _ = link::start(peer, conn, &self.ctx);
+                return;
+            }
+            let old = existing.conn.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                old.close(super::auth::CLOSE_DUPLICATE.into(), b"duplicate connection");
+            });
+        }
+        let writer = link::start(peer, conn.clone(), &self.ctx);
+        if let Some(queue) = self.pending.remove(&peer) {
+            let now_us = self.start.elapsed().as_micros() as u64;
+            for out in queue {
+                if matches!(out, Outgoing::Frame(_)) {
+                    idle_after = LINK_IDLE; // protocol traffic waited for it
+                }
+                let Some(frame) = out.into_frame(now_us) else {
+                    continue;
+                };
+                if writer.try_send(frame).is_err() {
+                    self.dropped += 1;
+                }
+            }
+        }
+        self.links.insert(
+            peer,
+            Link {
+                conn,
+                writer,
+                opened_by,
+                frames_seen: 0,
+                active_at: Instant::now(),
+                idle_after,
+            },
+        );
+    }
+}
