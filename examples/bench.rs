@@ -598,7 +598,7 @@ fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         slowdown: cli.slowdown,
         roots_per_cluster: 2,
         crash_fraction: 0.1,
-        timeout: Duration::from_secs(300),
+        timeout: Duration::from_secs(600),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

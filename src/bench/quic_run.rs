@@ -84,7 +84,7 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
         out.started.as_secs_f64()
     ));
     let stable = Duration::from_secs(2) * k;
-    let (check, converged) = overlay.wait_optimal(opts.timeout, stable).await;
+    let (check, converged) = wait(&overlay, opts.timeout, stable, &progress).await;
     out.converged = converged;
     let Some(converged) = converged else {
         overlay.shutdown().await;
@@ -111,7 +111,7 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
     for &i in &victims {
         overlay.crash(i);
     }
-    let (_, repaired) = overlay.wait_optimal(opts.timeout, stable).await;
+    let (_, repaired) = wait(&overlay, opts.timeout, stable, &progress).await;
     out.repaired = repaired.map(|_| t.elapsed().saturating_sub(stable));
     progress(&match out.repaired {
         Some(r) => format!("quic: repaired {:.1} s after the crash", r.as_secs_f64()),
@@ -119,6 +119,115 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
     });
     overlay.shutdown().await;
     Ok(out)
+}
+
+/// [`LocalOverlay::wait_optimal`], with a progress line every 10 s.
+async fn wait(
+    overlay: &LocalOverlay,
+    timeout: Duration,
+    stable: Duration,
+    progress: &impl Fn(&str),
+) -> (crate::local::OverlayCheck, Option<Duration>) {
+    let start = Instant::now();
+    let mut since: Option<Instant> = None;
+    let mut next_report = start + Duration::from_secs(10);
+    loop {
+        let statuses = overlay.statuses().await;
+        let ids: Vec<NodeId> = overlay.nodes.iter().map(|n| n.id()).collect();
+        let net = crate::sim::NetModel::from_topology(overlay.map.topology());
+        let check = crate::local::check_statuses(&statuses, &ids, &overlay.clusters, &net);
+        if check.all_optimal() {
+            let t = *since.get_or_insert_with(Instant::now);
+            if t.elapsed() >= stable {
+                return (check, Some(t - overlay.started));
+            }
+        } else {
+            since = None;
+        }
+        if start.elapsed() >= timeout {
+            return (check, None);
+        }
+        if Instant::now() >= next_report {
+            next_report += Duration::from_secs(10);
+            let (mut alive, mut suspect, mut down) = (0, 0, 0);
+            for m in statuses.iter().flat_map(|s| &s.members) {
+                match m.state {
+                    crate::proto::Liveness::Alive => alive += 1,
+                    crate::proto::Liveness::Suspect => suspect += 1,
+                    _ => down += 1,
+                }
+            }
+            let conns: usize = statuses.iter().map(|s| s.connections).sum();
+            progress(&rtt_errors(overlay, &statuses));
+            progress(&format!(
+                "quic: {:.0} s: {}/{} trees spanning, {} wide-area optimal, {} nodes know all; \
+                 member views {alive} alive / {suspect} suspect / {down} down; {:.1} connections per node",
+                overlay.started.elapsed().as_secs_f64(),
+                check.spanning,
+                check.trees,
+                check.wide_area_optimal,
+                check.full_membership,
+                conns as f64 / statuses.len().max(1) as f64
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// How far the measured RTTs are from the topology's, and how many trees enter a cluster
+/// more than once (a progress line).
+fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -> String {
+    let index: HashMap<NodeId, usize> = overlay
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.id(), i))
+        .collect();
+    let topo = overlay.map.topology();
+    let rtt = |a: usize, b: usize| {
+        let (ca, cb) = (overlay.clusters[a], overlay.clusters[b]);
+        (topo.latency(ca, cb) + topo.latency(cb, ca)).as_secs_f64() * 1e3
+    };
+    let mut errors = Vec::new();
+    let mut far_in_cluster = 0;
+    for s in statuses {
+        let Some(&me) = index.get(&s.id) else { continue };
+        for m in &s.members {
+            if let (Some(&peer), Some(ms)) = (index.get(&m.id), m.rtt_ms) {
+                errors.push(ms - rtt(me, peer));
+                if overlay.clusters[me] == overlay.clusters[peer] && ms > 2.0 {
+                    far_in_cluster += 1;
+                }
+            }
+        }
+    }
+    errors.sort_by(f64::total_cmp);
+    let mut extra = 0usize;
+    for root in statuses {
+        let mut entering: HashMap<usize, usize> = HashMap::new();
+        for s in statuses {
+            let (Some(&me), Some(t)) = (
+                index.get(&s.id),
+                s.trees.iter().find(|t| t.root == root.id),
+            ) else {
+                continue;
+            };
+            if let Some(p) = t.parent.and_then(|p| index.get(&p))
+                && overlay.clusters[*p] != overlay.clusters[me]
+            {
+                *entering.entry(overlay.clusters[me]).or_default() += 1;
+            }
+        }
+        extra += entering.values().map(|n| n - 1).sum::<usize>();
+    }
+    format!(
+        "quic: RTT error over {} measured pairs: median {:+.2} ms, 90% {:+.2} ms, max {:+.2} ms; \
+         {far_in_cluster} in-cluster pairs above 2 ms; {extra} extra cluster entries over all trees",
+        errors.len(),
+        super::quantile(&errors, 0.5),
+        super::quantile(&errors, 0.9),
+        errors.last().copied().unwrap_or(f64::NAN),
+    )
 }
 
 /// The first `per_cluster` nodes of every cluster.

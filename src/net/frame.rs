@@ -65,6 +65,19 @@ pub async fn write_frame(send: &mut quinn::SendStream, body: &[u8]) -> Result<()
     Ok(())
 }
 
+/// Appends one frame (length prefix and body) to `buf`, for writing several at once.
+pub fn append_frame(buf: &mut Vec<u8>, body: &[u8]) -> Result<(), FrameError> {
+    if body.len() > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge {
+            len: body.len(),
+            limit: MAX_FRAME_BYTES,
+        });
+    }
+    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    buf.extend_from_slice(body);
+    Ok(())
+}
+
 /// Encodes and writes one packet.
 pub async fn write_packet(send: &mut quinn::SendStream, packet: &Packet) -> Result<(), FrameError> {
     let body = packet.encode()?;

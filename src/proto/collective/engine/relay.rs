@@ -1,0 +1,478 @@
+//! A relay's side: accepting an operation from above, its own contribution, routing
+//! scatter items, direct answers, and answers from below.
+
+use super::*;
+
+impl Collectives {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn accept_down(
+        &mut self,
+        now: Time,
+        ov: &dyn Overlay,
+        from: NodeId,
+        op: OpId,
+        budget_us: u32,
+        direct: bool,
+        more: bool,
+        plan: Vec<NodeId>,
+        body: DownBody,
+    ) {
+        if direct {
+            return self.answer_direct(now, ov, from, op, budget_us, body);
+        }
+        if let Some(r) = self.relays.get_mut(&op) {
+            if r.phase == Phase::AwaitMore && r.from == from {
+                if let DownBody::Scatter { items } = body {
+                    r.pending_items.extend(items);
+                }
+                if !more {
+                    r.phase = Phase::Collecting;
+                    let items = std::mem::take(&mut r.pending_items);
+                    self.route_scatter(now, ov, op, budget_us, items);
+                    self.try_finish(now, ov, op);
+                }
+            } else if from != self.me {
+                // Already reached through another path: counted there, not here.
+                self.send_up(from, op, UpPart::default());
+            }
+            return;
+        }
+        if self.relays.len() >= MAX_RELAYS {
+            self.refused_floods += 1;
+            tracing::warn!(%from, "too many collective operations in flight; one refused");
+            return;
+        }
+        let deadline = now + Duration::from_micros(budget_us as u64);
+        let mut relay = Relay {
+            from,
+            kind: OpKind::Broadcast,
+            key: String::new(),
+            request: Vec::new(),
+            reducer: None,
+            phase: Phase::Collecting,
+            deadline,
+            forget_at: deadline + REMEMBER,
+            waiting: BTreeMap::new(),
+            acc: Acc::default(),
+            own: Own::None,
+            delivered: false,
+            pending_items: Vec::new(),
+            direct_waiters: Vec::new(),
+            entry: false,
+        };
+        let forward = match body {
+            DownBody::Broadcast { payload, purpose } => {
+                relay.delivered = true;
+                relay.acc.reached.insert(self.me);
+                self.deliver(op, from, delivery_kind(purpose), payload.clone(), purpose);
+                Some(DownBody::Broadcast { payload, purpose })
+            }
+            DownBody::Stream { len, digest } => {
+                relay.own = Own::Stream;
+                Some(DownBody::Stream { len, digest })
+            }
+            DownBody::Scatter { items } => {
+                relay.kind = OpKind::Scatter;
+                if more {
+                    relay.phase = Phase::AwaitMore;
+                    relay.pending_items = items;
+                    self.insert_relay(op, relay);
+                    return;
+                }
+                self.insert_relay(op, relay);
+                self.route_scatter(now, ov, op, budget_us, items);
+                self.try_finish(now, ov, op);
+                return;
+            }
+            DownBody::Gather {
+                key,
+                request,
+                purpose,
+            } => {
+                relay.kind = OpKind::Gather;
+                relay.own = Own::Pending;
+                relay.acc.reached.insert(self.me);
+                relay.key = key.clone();
+                relay.request = request.clone();
+                Some(DownBody::Gather {
+                    key,
+                    request,
+                    purpose,
+                })
+            }
+            DownBody::Reduce {
+                key,
+                request,
+                reducer,
+                purpose,
+            } => {
+                relay.kind = OpKind::Reduce;
+                relay.own = Own::Pending;
+                relay.acc.reached.insert(self.me);
+                relay.key = key.clone();
+                relay.request = request.clone();
+                relay.reducer = Some(reducer.clone());
+                Some(DownBody::Reduce {
+                    key,
+                    request,
+                    reducer,
+                    purpose,
+                })
+            }
+        };
+        self.insert_relay(op, relay);
+        if let Some(body) = forward {
+            for (to, delegation) in self.targets(ov, op, from, plan) {
+                let b = child_budget(budget_us, ov.rtt_us(to));
+                self.send_down_planned(to, op, b, false, false, delegation, body.clone());
+                self.relays
+                    .get_mut(&op)
+                    .expect("just inserted")
+                    .waiting
+                    .insert(to, true);
+            }
+        }
+        if self.relays.get(&op).is_some_and(|r| r.own == Own::Pending) {
+            self.resolve_own(now, ov, op);
+        }
+        if let Some(ok) = self.streams_done.remove(&op) {
+            self.stream_done(now, ov, op, ok);
+        }
+        self.try_finish(now, ov, op);
+    }
+
+    /// The data plane has (`ok`) or failed to get the payload of streamed broadcast `op`.
+    pub fn stream_done(&mut self, now: Time, ov: &dyn Overlay, op: OpId, ok: bool) {
+        let me = self.me;
+        let Some(r) = self.relays.get_mut(&op) else {
+            // The bytes came before the control message: remember until it does.
+            self.streams_done.insert(op, ok);
+            self.streams_forget.push_back((now + REMEMBER, op));
+            return;
+        };
+        let waited = r.own == Own::Stream;
+        if waited {
+            r.own = Own::None;
+        }
+        let waiters = std::mem::take(&mut r.direct_waiters);
+        if !ok {
+            return self.try_finish(now, ov, op);
+        }
+        let first = !r.delivered;
+        r.delivered = true;
+        if waited && r.phase == Phase::Collecting {
+            r.acc.reached.insert(me);
+        }
+        if first {
+            let from = self.relays.get(&op).map_or(op.root, |r| r.from);
+            self.deliver(op, from, DeliveryKind::Broadcast, Vec::new(), Purpose::Data);
+        }
+        for w in waiters {
+            self.reply(ov, w, op, reached_only(me));
+        }
+        self.try_finish(now, ov, op);
+    }
+
+    pub(super) fn insert_relay(&mut self, op: OpId, relay: Relay) {
+        self.wake(relay.deadline, op, Slot::Relay);
+        self.forget.push_back((relay.forget_at, op));
+        self.relays.insert(op, relay);
+    }
+
+    /// Looks up this node's value for a gather or reduce: published, or asked for.
+    pub(super) fn resolve_own(&mut self, now: Time, ov: &dyn Overlay, op: OpId) {
+        let Some(r) = self.relays.get(&op) else {
+            return;
+        };
+        match self.published.get(&r.key) {
+            Some(v) => {
+                let v = v.clone();
+                self.set_own(now, ov, op, Some(v));
+            }
+            None => self.events.push_back(Event::ContributionNeeded {
+                op,
+                key: r.key.clone(),
+                request: r.request.clone(),
+            }),
+        }
+    }
+
+    pub(super) fn set_own(&mut self, now: Time, ov: &dyn Overlay, op: OpId, value: Option<Vec<u8>>) {
+        let me = self.me;
+        let Some(r) = self.relays.get_mut(&op) else {
+            return;
+        };
+        r.own = Own::Given(value.clone());
+        let reducer = r.reducer.clone();
+        if r.phase == Phase::Collecting {
+            r.acc
+                .add_own(me, value.as_ref(), reducer.as_ref(), &self.reducers);
+        }
+        let waiters = std::mem::take(&mut r.direct_waiters);
+        for w in waiters {
+            let part = own_part(me, value.as_ref(), reducer.as_ref(), &self.reducers);
+            self.reply(ov, w, op, part);
+        }
+        self.try_finish(now, ov, op);
+    }
+
+    /// A direct request: deliver or contribute here, answer the sender, forward nothing.
+    pub(super) fn answer_direct(
+        &mut self,
+        now: Time,
+        ov: &dyn Overlay,
+        from: NodeId,
+        op: OpId,
+        budget_us: u32,
+        body: DownBody,
+    ) {
+        let me = self.me;
+        if !self.relays.contains_key(&op) {
+            if self.relays.len() >= MAX_RELAYS {
+                self.refused_floods += 1;
+                return;
+            }
+            let deadline = now + Duration::from_micros(budget_us as u64);
+            let relay = Relay {
+                from,
+                kind: OpKind::Broadcast,
+                key: String::new(),
+                request: Vec::new(),
+                reducer: None,
+                phase: Phase::Done,
+                deadline,
+                forget_at: deadline + REMEMBER,
+                waiting: BTreeMap::new(),
+                acc: Acc::default(),
+                own: Own::None,
+                delivered: false,
+                pending_items: Vec::new(),
+                direct_waiters: Vec::new(),
+                entry: false,
+            };
+            self.insert_relay(op, relay);
+        }
+        let r = self.relays.get_mut(&op).expect("present");
+        match body {
+            DownBody::Broadcast { payload, purpose } => {
+                let first = !r.delivered;
+                r.delivered = true;
+                if first {
+                    self.deliver(op, from, delivery_kind(purpose), payload, purpose);
+                }
+                self.reply(ov, from, op, reached_only(me));
+            }
+            DownBody::Stream { .. } => {
+                if r.delivered {
+                    return self.reply(ov, from, op, reached_only(me));
+                }
+                r.direct_waiters.push(from);
+                if r.own != Own::Stream {
+                    r.own = Own::Stream;
+                    let deadline = r
+                        .deadline
+                        .max(now + Duration::from_micros(budget_us as u64));
+                    r.deadline = deadline;
+                    self.wake(deadline, op, Slot::Relay);
+                }
+                if let Some(ok) = self.streams_done.remove(&op) {
+                    self.stream_done(now, ov, op, ok);
+                }
+            }
+            DownBody::Scatter { items } => {
+                let mine: Vec<Vec<u8>> = items
+                    .into_iter()
+                    .filter(|(d, _)| *d == me)
+                    .map(|(_, v)| v)
+                    .collect();
+                let Some(item) = mine.into_iter().next() else {
+                    return self.reply(ov, from, op, UpPart::default());
+                };
+                let first = !r.delivered;
+                r.delivered = true;
+                if first {
+                    self.events.push_back(Event::Delivered(Delivery {
+                        op,
+                        from,
+                        kind: DeliveryKind::Scatter,
+                        payload: item,
+                    }));
+                }
+                self.reply(ov, from, op, reached_only(me));
+            }
+            DownBody::Gather { key, request, .. } => {
+                r.kind = OpKind::Gather;
+                self.direct_contribution(now, ov, from, op, key, request, None)
+            }
+            DownBody::Reduce {
+                key,
+                request,
+                reducer,
+                ..
+            } => {
+                r.kind = OpKind::Reduce;
+                self.direct_contribution(now, ov, from, op, key, request, Some(reducer))
+            }
+        }
+    }
+
+    /// A direct request for this node's own value: answer with it, now or when it is known.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn direct_contribution(
+        &mut self,
+        now: Time,
+        ov: &dyn Overlay,
+        from: NodeId,
+        op: OpId,
+        key: String,
+        request: Vec<u8>,
+        reducer: Option<Reducer>,
+    ) {
+        let me = self.me;
+        let r = self.relays.get_mut(&op).expect("present");
+        if r.reducer.is_none() {
+            r.reducer = reducer;
+        }
+        r.key = key;
+        r.request = request;
+        match r.own.clone() {
+            Own::Given(v) => {
+                let red = r.reducer.clone();
+                let part = own_part(me, v.as_ref(), red.as_ref(), &self.reducers);
+                self.reply(ov, from, op, part);
+            }
+            Own::Pending | Own::Stream => r.direct_waiters.push(from),
+            Own::None => {
+                r.own = Own::Pending;
+                r.direct_waiters.push(from);
+                let deadline = r.deadline;
+                self.wake(deadline, op, Slot::Relay);
+                self.resolve_own(now, ov, op);
+            }
+        }
+    }
+
+    /// Splits scatter items: this node's own, those for a child's subtree (as the child's
+    /// last answer described it, or the child itself), the rest directly to its destination.
+    pub(super) fn route_scatter(
+        &mut self,
+        now: Time,
+        ov: &dyn Overlay,
+        op: OpId,
+        budget_us: u32,
+        items: Vec<(NodeId, Vec<u8>)>,
+    ) {
+        let me = self.me;
+        let from = self.relays.get(&op).map(|r| r.from).unwrap_or(me);
+        let children = self.ordered_children(ov, op.root, from);
+        let mut owner: HashMap<NodeId, NodeId> = HashMap::new();
+        for c in &children {
+            if let Some(sub) = self.subtrees.get(&(op.root, *c)) {
+                for n in sub {
+                    owner.entry(*n).or_insert(*c);
+                }
+            }
+            owner.insert(*c, *c);
+        }
+        let mut per_child: BTreeMap<NodeId, Vec<(NodeId, Vec<u8>)>> = BTreeMap::new();
+        let mut direct: Vec<(NodeId, Vec<u8>)> = Vec::new();
+        for (dest, v) in items {
+            if dest == me {
+                let r = self.relays.get_mut(&op).expect("relay");
+                if !r.delivered {
+                    r.delivered = true;
+                    r.acc.reached.insert(me);
+                    self.events.push_back(Event::Delivered(Delivery {
+                        op,
+                        from,
+                        kind: DeliveryKind::Scatter,
+                        payload: v,
+                    }));
+                }
+            } else if let Some(c) = owner.get(&dest).filter(|c| **c != from) {
+                per_child.entry(*c).or_default().push((dest, v));
+            } else if dest != from && ov.is_alive(&dest) {
+                direct.push((dest, v));
+            }
+        }
+        for child in children {
+            let Some(items) = per_child.remove(&child) else {
+                continue;
+            };
+            let b = child_budget(budget_us, ov.rtt_us(child));
+            let chunks = chunk_items(items);
+            let n = chunks.len();
+            for (i, chunk) in chunks.into_iter().enumerate() {
+                self.send_down(
+                    child,
+                    op,
+                    b,
+                    false,
+                    i + 1 < n,
+                    DownBody::Scatter { items: chunk },
+                );
+            }
+            self.relays
+                .get_mut(&op)
+                .expect("relay")
+                .waiting
+                .insert(child, true);
+        }
+        for (dest, v) in direct {
+            let b = child_budget(budget_us, ov.rtt_us(dest));
+            self.send_down(
+                dest,
+                op,
+                b,
+                true,
+                false,
+                DownBody::Scatter {
+                    items: vec![(dest, v)],
+                },
+            );
+            self.relays
+                .get_mut(&op)
+                .expect("relay")
+                .waiting
+                .insert(dest, false);
+        }
+        let _ = now;
+    }
+
+    pub(super) fn accept_up(
+        &mut self,
+        now: Time,
+        ov: &dyn Overlay,
+        from: NodeId,
+        op: OpId,
+        last: bool,
+        part: UpPart,
+    ) {
+        let collecting = self
+            .relays
+            .get(&op)
+            .is_some_and(|r| r.phase == Phase::Collecting && r.waiting.contains_key(&from));
+        if collecting {
+            let r = self.relays.get_mut(&op).expect("relay");
+            let tree_child = r.waiting.get(&from).copied().unwrap_or(false);
+            if tree_child
+                && last
+                && matches!(r.kind, OpKind::Broadcast | OpKind::Gather | OpKind::Reduce)
+            {
+                self.subtrees.insert((op.root, from), part.reached.clone());
+            }
+            let r = self.relays.get_mut(&op).expect("relay");
+            let reducer = r.reducer.clone();
+            r.acc.merge(part, reducer.as_ref(), &self.reducers);
+            if last {
+                r.waiting.remove(&from);
+            }
+            self.try_finish(now, ov, op);
+        } else if op.root == self.me {
+            self.merge_at_origin(now, ov, op, part);
+        } else if ov.is_alive(&op.root) && !is_empty(&part) {
+            // Our answer went up already (or we never took part): late news goes to the root.
+            self.send_up(op.root, op, part);
+        }
+    }
+}
