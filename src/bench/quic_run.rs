@@ -244,14 +244,17 @@ fn roots(clusters: &[usize], per_cluster: usize) -> Vec<usize> {
 
 type Receipts = Arc<Mutex<HashMap<(NodeId, u64), HashMap<usize, Instant>>>>;
 
-/// 1 KB broadcasts from every root: ours, then the static trees over QUIC.
+/// Timed broadcasts per root and contender; they alternate (ours, MagPIe, unaware) so that
+/// every contender sees the same machine.
+const ROUNDS: usize = 5;
+
+/// 1 KB broadcasts from every root: ours and the static trees over QUIC, alternating.
 async fn broadcasts(
     overlay: &LocalOverlay,
     topo: &Topology,
     out: &mut QuicRun,
     progress: &impl Fn(&str),
 ) -> anyhow::Result<()> {
-    let n = overlay.nodes.len();
     let receipts: Receipts = Arc::default();
     let mut listeners = Vec::new();
     for (i, node) in overlay.nodes.iter().enumerate() {
@@ -265,70 +268,85 @@ async fn broadcasts(
             }
         }));
     }
-    let payload = vec![0x5au8; 1024];
-    let wait = Duration::from_secs(5);
-    for &root in &out.roots {
-        progress(&format!("quic: broadcasts from node {root} (ours)"));
-        // The first teaches the relays their subtrees (send order, in-cluster plans).
-        overlay.nodes[root].broadcast(payload.clone()).await?;
-        let t0 = Instant::now();
-        let report = overlay.nodes[root].broadcast(payload.clone()).await?;
-        let key = (overlay.nodes[root].id(), report.op);
-        let deadline = Instant::now() + wait;
-        loop {
-            let count = {
-                let r = receipts.lock().unwrap_or_else(|e| e.into_inner());
-                r.get(&key).map_or(0, |m| m.len())
-            };
-            if count >= n || Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let got = receipts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key)
-            .unwrap_or_default();
-        for v in (0..n).filter(|&v| v != root) {
-            match got.get(&v) {
-                Some(t) => out.ours.ms.push(ms(t.saturating_duration_since(t0))),
-                None => out.ours.missed += 1,
-            }
-        }
-        for (v, us) in trees::lower_bound(root, topo).into_iter().enumerate() {
-            if v != root {
-                out.bound.ms.push(us / 1e3);
-            }
-        }
-    }
-    for l in listeners {
-        l.abort();
-    }
-
     let net = StaticNet::start(overlay.map.clone(), &overlay.clusters)?;
     let ids: Vec<NodeId> = overlay.nodes.iter().map(|n| n.id()).collect();
+    let payload = vec![0x5au8; 1024];
+    let wait = Duration::from_secs(5);
     let mut tree_id = 0u32;
     for &root in &out.roots {
-        progress(&format!("quic: broadcasts from node {root} (static trees)"));
-        for (tree, times) in [
-            (trees::magpie(root, &ids, topo), &mut out.magpie),
-            (trees::binomial_unaware(root, &ids), &mut out.unaware),
-        ] {
-            tree_id += 1;
-            net.install(tree_id, tree);
-            // The first opens the tree's connections; the second is timed.
-            net.broadcast(tree_id, 0, &payload, wait).await;
-            let got = net.broadcast(tree_id, 1, &payload, wait).await;
-            for (_, t) in got.into_iter().enumerate().filter(|(v, _)| *v != root) {
-                match t {
-                    Some(t) => times.ms.push(ms(t)),
-                    None => times.missed += 1,
+        progress(&format!(
+            "quic: {ROUNDS} broadcasts per contender from node {root}"
+        ));
+        let magpie = tree_id + 1;
+        let unaware = tree_id + 2;
+        tree_id += 2;
+        net.install(magpie, trees::magpie(root, &ids, topo));
+        net.install(unaware, trees::binomial_unaware(root, &ids));
+        // Warm-ups: ours teaches the relays their subtrees (send order, in-cluster plans);
+        // the static ones open their trees' connections.
+        overlay.nodes[root].broadcast(payload.clone()).await?;
+        net.broadcast(magpie, 0, &payload, wait).await;
+        net.broadcast(unaware, 0, &payload, wait).await;
+        for round in 1..=ROUNDS as u32 {
+            ours_once(overlay, &receipts, root, &payload, wait, &mut out.ours).await?;
+            for (id, times) in [(magpie, &mut out.magpie), (unaware, &mut out.unaware)] {
+                let got = net.broadcast(id, round, &payload, wait).await;
+                for (_, t) in got.into_iter().enumerate().filter(|(v, _)| *v != root) {
+                    match t {
+                        Some(t) => times.ms.push(ms(t)),
+                        None => times.missed += 1,
+                    }
+                }
+            }
+            for (v, us) in trees::lower_bound(root, topo).into_iter().enumerate() {
+                if v != root {
+                    out.bound.ms.push(us / 1e3);
                 }
             }
         }
     }
     net.close();
+    for l in listeners {
+        l.abort();
+    }
+    Ok(())
+}
+
+/// One timed broadcast of ours from `root`.
+async fn ours_once(
+    overlay: &LocalOverlay,
+    receipts: &Receipts,
+    root: usize,
+    payload: &[u8],
+    wait: Duration,
+    times: &mut Times,
+) -> anyhow::Result<()> {
+    let n = overlay.nodes.len();
+    let t0 = Instant::now();
+    let report = overlay.nodes[root].broadcast(payload.to_vec()).await?;
+    let key = (overlay.nodes[root].id(), report.op);
+    let deadline = Instant::now() + wait;
+    loop {
+        let count = {
+            let r = receipts.lock().unwrap_or_else(|e| e.into_inner());
+            r.get(&key).map_or(0, |m| m.len())
+        };
+        if count >= n || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let got = receipts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&key)
+        .unwrap_or_default();
+    for v in (0..n).filter(|&v| v != root) {
+        match got.get(&v) {
+            Some(t) => times.ms.push(ms(t.saturating_duration_since(t0))),
+            None => times.missed += 1,
+        }
+    }
     Ok(())
 }
 
