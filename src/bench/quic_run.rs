@@ -170,7 +170,8 @@ async fn wait(
                 conns as f64 / statuses.len().max(1) as f64
             ));
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Asking every node for its status costs them CPU too: not too often.
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
