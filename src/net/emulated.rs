@@ -1,5 +1,5 @@
-//! An emulated-latency UDP socket for quinn: real QUIC over real loopback UDP sockets that
-//! experiences the wide-area latency of a topology file.
+//! An emulated wide-area UDP socket for quinn: real QUIC over real loopback UDP sockets that
+//! experiences the latency, and optionally the bandwidth, of a topology file.
 //!
 //! Every socket of one emulated network shares a [`LatencyMap`] that says which topology
 //! cluster each bound address belongs to. An [`EmulatedUdpSocket`] holds every outgoing
@@ -8,10 +8,19 @@
 //! Because only the sender delays, a datagram crosses the emulated network exactly once,
 //! and an exchange `A -> B -> A` costs `one_way(A, B) + one_way(B, A)`.
 //!
-//! What is emulated: propagation delay only. Not emulated: bandwidth, loss (apart from
-//! drops when a delay queue is full), reordering, ECN marks (outgoing ECN bits are not set
-//! and incoming ones are not reported, so quinn sees a path without ECN) and GSO/GRO (one
-//! datagram per transmit and per receive, which keeps the delay per datagram exact).
+//! Bandwidth (only with [`LatencyMap::with_bandwidth`]; [`LatencyMap::new`] emulates latency
+//! alone, so tests that do not ask for it are not slowed): a datagram from a node of
+//! cluster A to a node of cluster B is first serialized on the sender's NIC at A's per-node
+//! `bandwidth_mbit`, then, if A and B differ, on the directed link A -> B at that link's
+//! `bandwidth_mbit` (one pipe shared by every node of A sending to B), and then delayed by
+//! the one-way latency. Each pipe is first come, first served with a finite buffer
+//! ([`pipe::BUFFER_TIME`] at its rate, at least [`pipe::MIN_BUFFER`]); a datagram that does
+//! not fit is dropped, so QUIC's congestion control sees loss and backs off. A pipe without
+//! a figure in the file is unlimited. The receiver's NIC is not modelled.
+//!
+//! Not emulated: loss other than full queues, reordering, ECN marks (outgoing ECN bits are
+//! not set and incoming ones are not reported, so quinn sees a path without ECN) and GSO/GRO
+//! (one datagram per transmit and per receive, which keeps the time of each datagram exact).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -22,6 +31,9 @@
 //! # Ok(()) }
 //! ```
 
+pub mod pipe;
+
+use self::pipe::Pipe;
 use crate::topology::Topology;
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
@@ -44,6 +56,18 @@ use tokio::time::Instant;
 pub struct LatencyMap {
     topology: Topology,
     clusters: RwLock<HashMap<SocketAddr, usize>>,
+    /// Whether sockets on this map emulate bandwidth.
+    bandwidth: bool,
+    /// The directed inter-cluster links with a bandwidth, `[from * n + to]` (empty when
+    /// bandwidth is not emulated). One lock per link: senders to different clusters do not
+    /// wait for each other.
+    links: Vec<Option<Mutex<Pipe>>>,
+}
+
+/// Where a datagram goes: the one-way latency and the shared link it crosses, if any.
+struct Route<'a> {
+    latency: Duration,
+    link: Option<&'a Mutex<Pipe>>,
 }
 
 impl fmt::Debug for LatencyMap {
@@ -52,18 +76,58 @@ impl fmt::Debug for LatencyMap {
         f.debug_struct("LatencyMap")
             .field("topology", &self.topology.name)
             .field("registered", &self.read().len())
+            .field("bandwidth", &self.bandwidth)
             .finish()
     }
 }
 
 impl LatencyMap {
-    /// An empty map over `topology`; shared by reference count because every socket of the
-    /// network keeps it for lookups on each send.
+    /// An empty map over `topology` that emulates latency only; shared by reference count
+    /// because every socket of the network keeps it for lookups on each send.
     pub fn new(topology: Topology) -> Arc<LatencyMap> {
         Arc::new(LatencyMap {
             topology,
             clusters: RwLock::new(HashMap::new()),
+            bandwidth: false,
+            links: Vec::new(),
         })
+    }
+
+    /// An empty map over `topology` that emulates latency and the bandwidths of the
+    /// topology file: each socket's NIC at its cluster's `bandwidth_mbit`, each directed
+    /// inter-cluster link at the link's (see the module documentation). Pipes the file
+    /// gives no bandwidth for are unlimited.
+    pub fn with_bandwidth(topology: Topology) -> Arc<LatencyMap> {
+        let n = topology.clusters.len();
+        let links = (0..n * n)
+            .map(|cell| {
+                let (from, to) = (cell / n, cell % n);
+                // Inside a cluster only the NICs limit; there is no shared link.
+                let mbit = (from != to).then(|| topology.bandwidth_mbit(from, to))??;
+                Pipe::with_rate(mbit).map(Mutex::new)
+            })
+            .collect();
+        Arc::new(LatencyMap {
+            topology,
+            clusters: RwLock::new(HashMap::new()),
+            bandwidth: true,
+            links,
+        })
+    }
+
+    /// Whether sockets on this map emulate bandwidth ([`LatencyMap::with_bandwidth`]).
+    pub fn emulates_bandwidth(&self) -> bool {
+        self.bandwidth
+    }
+
+    /// A fresh NIC pipe for a socket in `cluster`, if bandwidth is emulated and the cluster
+    /// has a `bandwidth_mbit`.
+    fn nic(&self, cluster: usize) -> Option<Pipe> {
+        if !self.bandwidth {
+            return None;
+        }
+        let mbit = self.topology.clusters.get(cluster)?.bandwidth_mbit?;
+        Pipe::with_rate(mbit)
     }
 
     /// Places `addr` in cluster `cluster`, replacing any earlier registration of `addr`.
@@ -104,6 +168,20 @@ impl LatencyMap {
         };
         // Both indices were range-checked by `register`, so this cannot panic.
         Some(self.topology.latency(a, b))
+    }
+
+    /// The latency from `from` to `to` and the link the datagram crosses; `None` if either
+    /// address is not registered.
+    fn route(&self, from: SocketAddr, to: SocketAddr) -> Option<Route<'_>> {
+        let (a, b) = {
+            let map = self.read();
+            (*map.get(&from)?, *map.get(&to)?)
+        };
+        let n = self.topology.clusters.len();
+        Some(Route {
+            latency: self.topology.latency(a, b),
+            link: self.links.get(a * n + b).and_then(Option::as_ref),
+        })
     }
 
     /// The topology the latencies come from.
@@ -193,7 +271,11 @@ struct DelayQueue {
     last_due: HashMap<SocketAddr, Instant>,
     prune_at: usize,
     limits: QueueLimits,
+    /// Datagrams dropped: this queue full, or (bandwidth emulation) a full NIC or link.
     dropped: u64,
+    /// The sender's NIC, when bandwidth is emulated; under the queue's lock because every
+    /// datagram passes both.
+    nic: Option<Pipe>,
 }
 
 impl DelayQueue {
@@ -206,7 +288,34 @@ impl DelayQueue {
             prune_at: LAST_DUE_PRUNE,
             limits,
             dropped: 0,
+            nic: None,
         }
+    }
+
+    /// Passes a datagram of `len` bytes, handed over at `now`, through the sender's NIC and
+    /// then `link`: when it has left the last pipe, or `None` if a pipe dropped it (counted).
+    fn serialize(
+        &mut self,
+        now: Instant,
+        len: usize,
+        link: Option<&Mutex<Pipe>>,
+    ) -> Option<Instant> {
+        let mut at = now;
+        if let Some(nic) = &mut self.nic {
+            at = nic.send(at, len).or_else(|| {
+                self.dropped += 1;
+                None
+            })?;
+        }
+        if let Some(link) = link {
+            // Same reasoning as `LatencyMap::read`: a pipe is consistent after every call.
+            let mut link = link.lock().unwrap_or_else(PoisonError::into_inner);
+            at = link.send(at, len).or_else(|| {
+                self.dropped += 1;
+                None
+            })?;
+        }
+        Some(at)
     }
 
     /// Queues `bytes` for `dest`, due `delay` after `now`; returns the due time, or `None`
@@ -337,13 +446,15 @@ impl EmulatedUdpSocket {
                 format!("cluster {cluster} out of range: topology has {clusters} clusters"),
             ));
         }
+        let mut queue = DelayQueue::new(limits);
+        queue.nic = map.nic(cluster);
         let std_socket = std::net::UdpSocket::bind(addr)?;
         std_socket.set_nonblocking(true)?;
         let io = Arc::new(UdpSocket::from_std(std_socket)?);
         let registered = registered_addr(io.local_addr()?);
         map.register(registered, cluster)?;
         let shared = Arc::new(Shared {
-            queue: Mutex::new(DelayQueue::new(limits)),
+            queue: Mutex::new(queue),
             wake: Notify::new(),
             closed: AtomicBool::new(false),
         });
@@ -377,7 +488,8 @@ impl EmulatedUdpSocket {
         self.shared.queue().len()
     }
 
-    /// Datagrams dropped so far because the delay queue was full.
+    /// Datagrams dropped so far because the delay queue was full or, when bandwidth is
+    /// emulated, because the NIC's or the link's buffer was.
     pub fn dropped(&self) -> u64 {
         self.shared.queue().dropped
     }
@@ -469,10 +581,13 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
     fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
         let dest = transmit.destination;
         let from = self.registered;
-        let delay = self.map.one_way(from, dest).unwrap_or_else(|| {
-            tracing::debug!(%from, %dest, "emulated socket: unknown destination, no delay");
-            Duration::ZERO
-        });
+        let (latency, link, known) = match self.map.route(from, dest) {
+            Some(r) => (r.latency, r.link, true),
+            None => {
+                tracing::debug!(%from, %dest, "emulated socket: unknown destination, no delay");
+                (Duration::ZERO, None, false)
+            }
+        };
         // We report one segment per transmit, so quinn does not set `segment_size`; split
         // anyway in case a caller does, so each datagram keeps its own boundary.
         let segment = transmit
@@ -485,6 +600,17 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
         {
             let mut queue = self.shared.queue();
             for chunk in transmit.contents.chunks(segment) {
+                // A destination outside the map passes no pipe either: it is not emulated.
+                let left = if known {
+                    queue.serialize(now, chunk.len(), link)
+                } else {
+                    Some(now)
+                };
+                let Some(left) = left else {
+                    dropped += 1;
+                    continue;
+                };
+                let delay = (left - now) + latency;
                 match queue.push(now, delay, dest, chunk) {
                     // The task sleeps until the old head; wake it only if it must wake sooner.
                     Some(due) => new_head |= queue.next_due() == Some(due),
@@ -493,7 +619,7 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
             }
         }
         if dropped > 0 {
-            tracing::trace!(%dest, dropped, "emulated socket: delay queue full, dropped");
+            tracing::trace!(%dest, dropped, "emulated socket: queue or pipe full, dropped");
         }
         if new_head {
             self.shared.wake.notify_one();
@@ -593,6 +719,7 @@ pub fn endpoint(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use anyhow::Context as _;
     use quinn::{ClientConfig, Connection, Endpoint, ServerConfig};
 
     /// Two clusters: 1 ms inside each, 50 ms one way between them.
@@ -615,6 +742,42 @@ latency_ms = 50.0
 
     const NEAR: usize = 0;
     const FAR: usize = 1;
+
+    /// Two clusters 5 ms apart: NICs of 1000 Mbit/s, 10 Mbit/s from near to far and
+    /// 1000 Mbit/s back.
+    const NARROW_LINK: &str = r#"
+name = "emulated-bandwidth-test"
+source = "unit test: a 10 Mbit/s link one way"
+[[cluster]]
+name = "near"
+nodes = 1
+latency_ms = 0.1
+bandwidth_mbit = 1000
+[[cluster]]
+name = "far"
+nodes = 1
+latency_ms = 0.1
+bandwidth_mbit = 1000
+[[link]]
+from = "near"
+to = "far"
+latency_ms = 5.0
+bandwidth_mbit = 10
+[[link]]
+from = "far"
+to = "near"
+latency_ms = 5.0
+bandwidth_mbit = 1000
+"#;
+
+    fn narrow_link(bandwidth: bool) -> Arc<LatencyMap> {
+        let topology = Topology::parse(NARROW_LINK, "test").unwrap();
+        if bandwidth {
+            LatencyMap::with_bandwidth(topology)
+        } else {
+            LatencyMap::new(topology)
+        }
+    }
 
     fn two_clusters() -> Arc<LatencyMap> {
         LatencyMap::new(Topology::parse(TWO_CLUSTERS, "test").unwrap())
@@ -941,5 +1104,116 @@ latency_ms = 50.0
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(task_state.strong_count(), 0, "sender task still running");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quic_transfer_runs_at_the_link_bandwidth() {
+        const SIZE: usize = 1_000_000;
+        let map = narrow_link(true);
+        let (server_config, client_config) = tls_configs();
+        let server = endpoint(lo(), map.clone(), FAR, Some(server_config)).unwrap();
+        let server_addr = server.local_addr().unwrap();
+        // Reads a stream to its end and answers with the number of bytes read.
+        tokio::spawn(async move {
+            let conn = server.accept().await.context("no connection")?.await?;
+            let (mut send, mut recv) = conn.accept_bi().await?;
+            let data = recv.read_to_end(2 * SIZE).await?;
+            send.write_all(&(data.len() as u64).to_le_bytes()).await?;
+            send.finish()?;
+            let _ = send.stopped().await;
+            anyhow::Ok(())
+        });
+        // The client's socket is kept to read its drop counter.
+        let socket = EmulatedUdpSocket::bind(lo(), map.clone(), NEAR).unwrap();
+        let mut client = Endpoint::new_with_abstract_socket(
+            quinn::EndpointConfig::default(),
+            None,
+            socket.clone(),
+            Arc::new(quinn::TokioRuntime),
+        )
+        .unwrap();
+        client.set_default_client_config(client_config);
+        let (conn, _) = connect(&client, server_addr).await;
+        let start = Instant::now();
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(&vec![7u8; SIZE]).await.unwrap();
+        send.finish().unwrap();
+        let answer = recv.read_to_end(64).await.unwrap();
+        let took = start.elapsed();
+        assert_eq!(answer, (SIZE as u64).to_le_bytes());
+        // 1 MB at 10 Mbit/s is 0.8 s; QUIC's headers and acknowledgements come on top, and
+        // congestion control may leave the link idle for a while after a loss.
+        let ideal = SIZE as f64 * 8.0 / 10e6;
+        eprintln!(
+            "1 MB over an emulated 10 Mbit/s link: {took:?} (ideal {ideal:.2} s, {:.0}% of \
+             the link), {} datagrams dropped by full pipes",
+            ideal / took.as_secs_f64() * 100.0,
+            socket.dropped()
+        );
+        assert!(
+            took.as_secs_f64() >= ideal,
+            "{took:?}: faster than the link"
+        );
+        assert!(
+            took.as_secs_f64() < ideal * 3.0,
+            "{took:?}: far below the link rate"
+        );
+        conn.close(0u32.into(), b"done");
+    }
+
+    #[tokio::test]
+    async fn a_burst_beyond_the_link_buffer_is_dropped_and_the_rest_paced() {
+        let map = narrow_link(true);
+        let a = EmulatedUdpSocket::bind(lo(), map.clone(), NEAR).unwrap();
+        let b = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
+        let start = Instant::now();
+        for i in 0..200u8 {
+            a.try_send(&transmit(b.registered_addr(), &[i; 1000]))
+                .unwrap();
+        }
+        // The 10 Mbit/s link buffers 64 KiB (50 ms at its rate is less): 65 datagrams of
+        // 1000 bytes fit, counting the one being sent (a few more if the loop was slow
+        // enough for some to leave meanwhile); the NIC (1000 Mbit/s) drops nothing.
+        let accepted = 200 - a.dropped() as usize;
+        assert!((65..=75).contains(&accepted), "dropped {}", a.dropped());
+        let mut got = Vec::new();
+        for _ in 0..accepted {
+            got.push(recv_one(&b).await.0[0]);
+        }
+        let took = start.elapsed();
+        assert_eq!(
+            got[..65],
+            (0..65).collect::<Vec<u8>>(),
+            "the head of the burst passes"
+        );
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "in order: {got:?}");
+        // The last one leaves the link after 0.8 ms per datagram, then travels 5 ms.
+        let ideal = Duration::from_micros(accepted as u64 * 800 + 5000);
+        eprintln!(
+            "burst of 200 over 10 Mbit/s: {accepted} delivered in {took:?} (ideal {ideal:?})"
+        );
+        assert!(took >= ideal, "{took:?} < {ideal:?}");
+        assert!(took < ideal * 4, "{took:?}: sanity cap");
+    }
+
+    #[tokio::test]
+    async fn without_bandwidth_emulation_a_burst_is_not_limited() {
+        // The same file through `LatencyMap::new`: latency only, as before bandwidth existed.
+        let map = narrow_link(false);
+        assert!(!map.emulates_bandwidth());
+        let a = EmulatedUdpSocket::bind(lo(), map.clone(), NEAR).unwrap();
+        let b = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
+        let start = Instant::now();
+        for i in 0..200u8 {
+            a.try_send(&transmit(b.registered_addr(), &[i; 1000]))
+                .unwrap();
+        }
+        // With the link emulated, 135 of these would have been dropped.
+        assert_eq!(a.dropped(), 0);
+        assert_eq!(recv_one(&b).await.0, [0; 1000]);
+        assert!(
+            start.elapsed() >= Duration::from_millis(5),
+            "the latency still applies"
+        );
     }
 }
