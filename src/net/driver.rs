@@ -10,7 +10,7 @@
 
 use super::link::{self, DialError, LinkContext, LinkInput};
 use super::ops::{OpCommand, Ops};
-use super::stream::Streams;
+use super::stream::{Forwarding, Streams};
 use crate::api::{MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot};
 use crate::proto::gossip::{Gossip, GossipEvent};
 use crate::proto::{
@@ -41,6 +41,8 @@ pub enum ApiCommand {
     Leave(oneshot::Sender<()>),
     /// A collective operation or its set-up.
     Op(OpCommand),
+    /// How this node forwards streamed payloads from now on.
+    SetForwarding(Forwarding),
 }
 
 /// The member that admitted this node, or why the join failed.
@@ -113,6 +115,8 @@ pub struct DriverParts {
     pub events: broadcast::Sender<NodeEvent>,
     /// Seeds the numbering of this run's collective operations.
     pub seed: u64,
+    /// How streamed payloads are passed on to children.
+    pub forwarding: Forwarding,
 }
 
 impl Driver {
@@ -140,7 +144,7 @@ impl Driver {
             next_query: 0,
             dropped: 0,
             ops: Ops::new(parts.seed),
-            streams: Streams::default(),
+            streams: Streams::new(parts.forwarding),
         }
     }
 
@@ -212,6 +216,10 @@ impl Driver {
                 });
             }
             ApiCommand::Tree(root, reply) => self.start_tree_query(root, reply),
+            ApiCommand::SetForwarding(forwarding) => {
+                debug!(?forwarding, "data plane forwarding changed");
+                self.streams.set_forwarding(forwarding);
+            }
             ApiCommand::Op(OpCommand::StartStream {
                 payload,
                 digest,

@@ -11,6 +11,11 @@
 //! the SHA-256 matches; a second stream for a payload already arriving or complete (a node
 //! reached twice) is stopped at once.
 //!
+//! [`Forwarding::StoreAndForward`] turns pipelining off: a relay opens its children's
+//! streams only once the whole payload is in and its SHA-256 matched, so every hop adds a
+//! full transfer time. It exists to measure what pipelining gains (`bench large`); the
+//! default is [`Forwarding::Pipelined`].
+//!
 //! [`DownBody::Stream`]: crate::proto::DownBody::Stream
 //! [`Command::StreamDone`]: crate::proto::Command::StreamDone
 
@@ -19,6 +24,7 @@ use super::link::{LinkContext, LinkInput};
 use crate::proto::collective::MAX_STREAM_PAYLOAD;
 use crate::proto::{DataHeader, NodeId, OpId, Packet};
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,6 +38,28 @@ const KEEP: Duration = Duration::from_secs(120);
 /// Stream stop/reset code: "already have it" or "gave up".
 const STOP_DUPLICATE: u32 = 1;
 const RESET_FAILED: u32 = 2;
+
+/// When a relay passes a streamed payload on to its children.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Forwarding {
+    /// Every chunk as soon as it arrives (the default): a payload crosses a chain of hops in
+    /// about the time of the slowest hop, not the sum of them.
+    #[default]
+    Pipelined,
+    /// Only once all of it arrived and its SHA-256 matched: each hop adds the payload's
+    /// whole transfer time. For comparison; nothing is gained by it in normal use.
+    StoreAndForward,
+}
+
+impl Forwarding {
+    /// A short name for tables: `pipelined` or `store-and-forward`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Forwarding::Pipelined => "pipelined",
+            Forwarding::StoreAndForward => "store-and-forward",
+        }
+    }
+}
 
 /// How far a buffer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,9 +129,23 @@ impl Buf {
 #[derive(Default)]
 pub struct Streams {
     bufs: HashMap<OpId, Arc<Buf>>,
+    forwarding: Forwarding,
 }
 
 impl Streams {
+    /// No payloads yet; streams to children are forwarded as `forwarding` says.
+    pub fn new(forwarding: Forwarding) -> Streams {
+        Streams {
+            bufs: HashMap::new(),
+            forwarding,
+        }
+    }
+
+    /// Changes how streams opened from now on are forwarded (those running keep theirs).
+    pub fn set_forwarding(&mut self, forwarding: Forwarding) {
+        self.forwarding = forwarding;
+    }
+
     /// The root's own payload, complete from the start.
     pub fn insert_complete(&mut self, op: OpId, payload: Bytes, digest: [u8; 32]) {
         let len = payload.len() as u64;
@@ -131,8 +173,9 @@ impl Streams {
             .or_insert_with(|| Buf::new(len, digest, None))
             .clone();
         let header = DataHeader { op, len, digest };
+        let forwarding = self.forwarding;
         tokio::spawn(async move {
-            if let Err(e) = send(conn, header, buf).await {
+            if let Err(e) = send(conn, header, buf, forwarding).await {
                 debug!(peer = %to, error = %e, "data stream stopped");
             }
         });
@@ -235,8 +278,28 @@ async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<(), String> 
     Ok(())
 }
 
-/// Streams `buf` to a peer as it fills.
-async fn send(conn: quinn::Connection, header: DataHeader, buf: Arc<Buf>) -> Result<(), String> {
+/// Streams `buf` to a peer as it fills, or once it is complete and checked
+/// ([`Forwarding::StoreAndForward`]).
+async fn send(
+    conn: quinn::Connection,
+    header: DataHeader,
+    buf: Arc<Buf>,
+    forwarding: Forwarding,
+) -> Result<(), String> {
+    if forwarding == Forwarding::StoreAndForward {
+        let mut progress = buf.progress.subscribe();
+        loop {
+            match *progress.borrow_and_update() {
+                Progress::Done => break,
+                Progress::Failed => return Err("the incoming stream failed".into()),
+                Progress::Filled(_) => {}
+            }
+            progress
+                .changed()
+                .await
+                .map_err(|_| "buffer dropped".to_string())?;
+        }
+    }
     let mut out = conn.open_uni().await.map_err(|e| e.to_string())?;
     let frame = Packet::Data(header).encode().map_err(|e| e.to_string())?;
     write_frame(&mut out, &frame)
