@@ -1,6 +1,11 @@
 //! Benchmark support: the baseline trees and cost model ([`trees`]), summary statistics
-//! and SVG plots ([`plot`]). The benchmark program is `examples/bench.rs`.
+//! and SVG plots ([`plot`]), and the large-broadcast benchmark ([`large`], its bandwidth
+//! bound [`bandwidth`] and its tables [`large_report`]). The benchmark program is
+//! `examples/bench.rs`.
 
+pub mod bandwidth;
+pub mod large;
+pub mod large_report;
 pub mod plot;
 pub mod trees;
 
