@@ -233,7 +233,7 @@ impl Driver {
                     nonce,
                 };
                 let len = payload.len() as u64;
-                self.streams.insert_complete(op, payload, digest);
+                self.streams.insert_complete(op, payload, digest, timeout);
                 // The root has the payload: it counts as reached from the start.
                 self.core
                     .handle(now, Input::Command(Command::StreamDone { op, ok: true }));

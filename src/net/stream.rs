@@ -33,7 +33,9 @@ use tracing::{debug, warn};
 
 /// Bytes copied per write.
 const CHUNK: usize = 256 * 1024;
-/// Buffers are dropped this long after they were made (retries are over by then).
+/// Buffers are dropped this long after their payload arrived or failed, or after they were
+/// made if nothing ever arrived (retries are over by then). A buffer still receiving is
+/// kept however long the transfer takes: a large payload on a slow link can take minutes.
 const KEEP: Duration = Duration::from_secs(120);
 /// Stream stop/reset code: "already have it" or "gave up".
 const STOP_DUPLICATE: u32 = 1;
@@ -76,6 +78,9 @@ struct State {
     data: Vec<u8>,
     complete: Option<Bytes>,
     receiving: bool,
+    /// [`KEEP`] counts from here: creation, the end of the last transfer in, or (the root's
+    /// own payload) the operation's deadline.
+    keep_from: Instant,
 }
 
 /// One operation's payload at this node.
@@ -84,7 +89,6 @@ struct Buf {
     digest: [u8; 32],
     state: Mutex<State>,
     progress: watch::Sender<Progress>,
-    created: Instant,
 }
 
 impl Buf {
@@ -97,6 +101,7 @@ impl Buf {
                 data: Vec::new(),
                 complete,
                 receiving: false,
+                keep_from: Instant::now(),
             }),
             progress: watch::channel(if done {
                 Progress::Done
@@ -104,7 +109,6 @@ impl Buf {
                 Progress::Filled(0)
             })
             .0,
-            created: Instant::now(),
         })
     }
 
@@ -146,10 +150,21 @@ impl Streams {
         self.forwarding = forwarding;
     }
 
-    /// The root's own payload, complete from the start.
-    pub fn insert_complete(&mut self, op: OpId, payload: Bytes, digest: [u8; 32]) {
+    /// The root's own payload, complete from the start; kept until [`KEEP`] after
+    /// `timeout`, the operation's deadline, since the root may retry until then.
+    pub fn insert_complete(
+        &mut self,
+        op: OpId,
+        payload: Bytes,
+        digest: [u8; 32],
+        timeout: Duration,
+    ) {
         let len = payload.len() as u64;
-        self.bufs.insert(op, Buf::new(len, digest, Some(payload)));
+        let buf = Buf::new(len, digest, Some(payload));
+        if let Some(deadline) = Instant::now().checked_add(timeout) {
+            buf.state.lock().expect("not poisoned").keep_from = deadline;
+        }
+        self.bufs.insert(op, buf);
     }
 
     /// The whole payload of `op`, once it is here.
@@ -223,7 +238,9 @@ impl Streams {
                 Err(e) => {
                     debug!(%peer, error = %e, "data stream failed");
                     buf.progress.send_replace(Progress::Failed);
-                    buf.state.lock().expect("not poisoned").receiving = false;
+                    let mut st = buf.state.lock().expect("not poisoned");
+                    st.receiving = false;
+                    st.keep_from = Instant::now();
                     false
                 }
             };
@@ -231,9 +248,13 @@ impl Streams {
         });
     }
 
-    /// Drops buffers old enough that no retry can need them.
+    /// Drops buffers old enough that no retry can need them; never one still receiving.
     pub fn prune(&mut self) {
-        self.bufs.retain(|_, b| b.created.elapsed() < KEEP);
+        self.bufs.retain(|_, b| {
+            let st = b.state.lock().expect("not poisoned");
+            // `elapsed` of an instant still to come is zero: the root's payload stays.
+            st.receiving || st.keep_from.elapsed() < KEEP
+        });
     }
 }
 
@@ -273,6 +294,7 @@ async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<(), String> 
     let data = std::mem::take(&mut st.data);
     st.complete = Some(Bytes::from(data));
     st.receiving = false;
+    st.keep_from = Instant::now();
     drop(st);
     buf.progress.send_replace(Progress::Done);
     Ok(())
@@ -335,4 +357,49 @@ pub fn digest(payload: &[u8]) -> [u8; 32] {
         .as_ref()
         .try_into()
         .expect("32 bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(nonce: u64) -> OpId {
+        OpId {
+            root: NodeId::from_bytes([1; 16]),
+            nonce,
+        }
+    }
+
+    #[test]
+    fn prune_keeps_transfers_in_progress_and_the_roots_payload_until_its_deadline() {
+        let Some(long_ago) = Instant::now().checked_sub(KEEP * 2) else {
+            return; // a clock this young cannot have old buffers
+        };
+        let mut streams = Streams::new(Forwarding::Pipelined);
+        // A slow transfer that started long ago and is still coming in.
+        let slow = Buf::new(10, [0; 32], None);
+        {
+            let mut st = slow.state.lock().unwrap();
+            st.receiving = true;
+            st.keep_from = long_ago;
+        }
+        streams.bufs.insert(op(1), slow);
+        // A payload that arrived long ago: no retry needs it any more.
+        let old = Buf::new(1, [0; 32], Some(Bytes::from_static(b"x")));
+        old.state.lock().unwrap().keep_from = long_ago;
+        streams.bufs.insert(op(2), old);
+        // The root's own payload of an operation with ten minutes to go.
+        let ten_minutes = Duration::from_secs(600);
+        streams.insert_complete(op(3), Bytes::from_static(b"y"), [0; 32], ten_minutes);
+        streams.prune();
+        assert!(
+            streams.bufs.contains_key(&op(1)),
+            "a transfer in progress was dropped"
+        );
+        assert!(
+            !streams.bufs.contains_key(&op(2)),
+            "an old payload was kept"
+        );
+        assert_eq!(streams.payload(op(3)).as_deref(), Some(&b"y"[..]));
+    }
 }
