@@ -65,12 +65,29 @@ fn bottleneck(o: &Outcome) -> String {
     )
 }
 
+/// The overlay's tree between clusters, e.g. `VU->Leiden, VU->UvA`: whether payloads cross
+/// one wide-area hop or several in a row decides what store-and-forward costs.
+fn hops(o: &Outcome) -> String {
+    let mut seen: Vec<(usize, usize)> = Vec::new();
+    for &(a, b) in o.tree_edges.iter().filter(|(a, b)| a != b) {
+        if !seen.contains(&(a, b)) {
+            seen.push((a, b));
+        }
+    }
+    let names: Vec<String> = seen
+        .iter()
+        .map(|&(a, b)| format!("{}->{}", name(o, a), name(o, b)))
+        .collect();
+    names.join(", ")
+}
+
 /// The text table `bench large` prints.
 pub fn text(o: &Outcome, out_dir: &str) -> String {
     let mut s = format!(
-        "large ({})\n  {}\n  plot: {out_dir}/{SVG}\n",
+        "large ({})\n  {}\n  the overlay's tree between clusters: {}\n  plot: {out_dir}/{SVG}\n",
         setup(o),
-        bottleneck(o)
+        bottleneck(o),
+        hops(o)
     );
     let _ = writeln!(
         s,
@@ -109,7 +126,8 @@ pub fn markdown(o: &Outcome) -> String {
     let mut md = String::from("## Large broadcasts: pipelined against store-and-forward\n\n");
     let _ = writeln!(
         md,
-        "Made by `{COMMAND}` (also part of `all`): {}. The {}. A hop from cluster A to \
+        "Made by `{COMMAND}` (also part of `all`): {}. The {}; its hops between clusters: \
+         {}. A hop from cluster A to \
          cluster B carries at most the smaller of A's per-node bandwidth and the link A -> B; \
          a single tree is as fast as its narrowest hop, and the best single tree reaches every \
          cluster along its widest path (maximin). Not counted: a relay sharing its NIC among \
@@ -120,7 +138,8 @@ pub fn markdown(o: &Outcome) -> String {
          over pipelined's. Absolute times depend on the machine (QUIC on 2 shared cores). \
          Plot: `{SVG}`.\n",
         setup(o),
-        bottleneck(o)
+        bottleneck(o),
+        hops(o)
     );
     md.push_str(
         "| size | mode | completion s | throughput Mbit/s | share of best tree | share of overlay's tree |\n\
@@ -203,7 +222,7 @@ mod tests {
                 mbit: 5.0,
                 cluster: 1,
             },
-            tree_edges: vec![(0, 1)],
+            tree_edges: vec![(0, 0), (0, 1), (1, 1)],
             converged_s: 12.0,
             runs: vec![
                 run(1, Forwarding::Pipelined, Some(2.0)),
@@ -226,6 +245,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("widest path to Leiden"), "{t}");
+        assert!(t.contains("between clusters: VU->Leiden\n"), "{t}");
         let md = markdown(&o);
         assert!(
             md.contains(COMMAND) && md.contains("| 16 MiB | - |"),
