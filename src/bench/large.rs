@@ -8,8 +8,13 @@
 //! optimal, one node broadcasts each payload size twice, once with every node forwarding
 //! pipelined and once store-and-forward, and the run is timed from the call to the last
 //! node's delivery. Throughput is payload bits over that time; its share is measured against
-//! the best single tree's rate and against the rate of the tree the overlay built
-//! ([`super::bandwidth`]).
+//! the best single tree's rate and against the rate of the tree the overlay had when the
+//! run started ([`super::bandwidth`]).
+//!
+//! The root's tree is read again before every run because it can change between runs: a
+//! saturated link queues, the RTTs the nodes measure across it grow, and a long transfer
+//! can move a cluster's entry to another link. Two runs of one size are like for like only
+//! when their trees are the same; the tables say when they are not.
 
 use super::bandwidth::{self, Bound};
 use crate::api::{Forwarding, Node};
@@ -31,7 +36,8 @@ pub const SIZES_MIB: [usize; 3] = [1, 16, 64];
 pub const DEFAULT_NODES_PER_CLUSTER: usize = 2;
 /// The most nodes per cluster accepted.
 pub const MAX_NODES_PER_CLUSTER: usize = 32;
-/// Pause between two broadcasts, so queues drain and one run does not slow the next.
+/// Before each broadcast the trees must have been wide-area optimal this long (queues from
+/// the run before have drained by then).
 const SETTLE: Duration = Duration::from_secs(2);
 /// How often a running broadcast reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(15);
@@ -64,8 +70,14 @@ pub struct Run {
     pub throughput_mbit: Option<f64>,
     /// Throughput over the best single tree's rate.
     pub share_of_bound: Option<f64>,
-    /// Throughput over the rate of the tree the overlay built.
+    /// Throughput over the rate of the root's tree as it was when the run started.
     pub share_of_tree: Option<f64>,
+    /// That tree's rate and where it binds.
+    pub tree: Bound,
+    /// That tree's hops between clusters (parent's cluster, child's cluster), each once.
+    pub tree_hops: Vec<(usize, usize)>,
+    /// Whether every tree was wide-area optimal when the run started.
+    pub optimal: bool,
 }
 
 /// The whole benchmark's result.
@@ -85,10 +97,6 @@ pub struct Outcome {
     pub root: String,
     /// The best single tree's rate from the root.
     pub bound: Bound,
-    /// The rate of the root's tree as the overlay built it (checked before the first run).
-    pub tree: Bound,
-    /// The tree's hops between clusters (parent's cluster, child's cluster).
-    pub tree_edges: Vec<(usize, usize)>,
     /// When every tree was wide-area optimal, s after the first node started.
     pub converged_s: f64,
     /// Every broadcast, by size, pipelined first.
@@ -148,23 +156,24 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         .position(|&c| c == root_cluster)
         .context("the root cluster has no node")?;
     let ids: Vec<NodeId> = overlay.nodes.iter().map(Node::id).collect();
-    let tree_edges = tree_edges(&overlay, ids[root]).await;
-    let tree = bandwidth::tree_rate(&topo, root_cluster, &tree_edges);
     let mut rx = tap(&overlay.nodes);
     let mut runs = Vec::new();
     for &mib in &opts.sizes_mib {
         let payload = payload(mib << 20);
         for mode in [Forwarding::Pipelined, Forwarding::StoreAndForward] {
+            let (check, _) = overlay.wait_optimal(Duration::from_secs(60), SETTLE).await;
+            let hops = tree_hops(&overlay, ids[root]).await;
             let broadcast = Broadcast {
                 nodes: &overlay.nodes,
                 root,
                 payload: &payload,
                 mode,
-                tree: tree.mbit,
+                tree: bandwidth::tree_rate(&topo, root_cluster, &hops),
             };
-            let r = broadcast.run(&mut rx, bound.mbit, progress).await;
+            let mut r = broadcast.run(&mut rx, bound.mbit, progress).await;
+            r.tree_hops = hops;
+            r.optimal = check.all_optimal();
             runs.push(r);
-            tokio::time::sleep(SETTLE).await;
         }
     }
     overlay.shutdown().await;
@@ -176,16 +185,16 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         clusters: topo.clusters.iter().map(|c| c.name.clone()).collect(),
         root: format!("{}-1", topo.clusters[root_cluster].name),
         bound,
-        tree,
-        tree_edges,
         converged_s: converged.as_secs_f64(),
         runs,
         wall_s: wall.elapsed().as_secs_f64(),
     })
 }
 
-/// The hops of `root`'s tree between clusters, as every node reports its parent.
-async fn tree_edges(overlay: &LocalOverlay, root: NodeId) -> Vec<(usize, usize)> {
+/// The hops of `root`'s tree between clusters, each once, as every node reports its
+/// parent. Hops inside a cluster are left out: the payload spreads there by a planned
+/// schedule, not along the tree.
+async fn tree_hops(overlay: &LocalOverlay, root: NodeId) -> Vec<(usize, usize)> {
     let index: HashMap<NodeId, usize> = overlay
         .nodes
         .iter()
@@ -204,10 +213,14 @@ async fn tree_edges(overlay: &LocalOverlay, root: NodeId) -> Vec<(usize, usize)>
             .and_then(|t| t.parent)
             .and_then(|p| index.get(&p));
         if let Some(&parent) = parent {
-            edges.push((overlay.clusters[parent], overlay.clusters[child]));
+            let hop = (overlay.clusters[parent], overlay.clusters[child]);
+            if hop.0 != hop.1 {
+                edges.push(hop);
+            }
         }
     }
     edges.sort_unstable();
+    edges.dedup();
     edges
 }
 
@@ -252,8 +265,8 @@ struct Broadcast<'a> {
     root: usize,
     payload: &'a [u8],
     mode: Forwarding,
-    /// The tree's rate, Mbit/s: sets the deadlines.
-    tree: f64,
+    /// The tree's rate: the share of it is reported, and it sets the deadline.
+    tree: Bound,
 }
 
 impl Broadcast<'_> {
@@ -273,7 +286,7 @@ impl Broadcast<'_> {
             let _ = node.set_forwarding(self.mode).await;
         }
         while rx.try_recv().is_ok() {}
-        let ideal = len as f64 * 8.0 / (self.tree * 1e6);
+        let ideal = len as f64 * 8.0 / (self.tree.mbit * 1e6);
         let limit = Duration::try_from_secs_f64(ideal * 3.0 + 60.0).unwrap_or(Duration::MAX);
         progress(&format!(
             "large: {label}: broadcasting to {n} nodes (the tree's rate alone takes {ideal:.1} s)"
@@ -328,7 +341,10 @@ impl Broadcast<'_> {
             delivered: got.len(),
             throughput_mbit: throughput,
             share_of_bound: throughput.map(|t| t / bound_mbit),
-            share_of_tree: throughput.map(|t| t / self.tree),
+            share_of_tree: throughput.map(|t| t / self.tree.mbit),
+            tree: self.tree.clone(),
+            tree_hops: Vec::new(),
+            optimal: false,
         };
         progress(&format!(
             "large: {label}: {}",

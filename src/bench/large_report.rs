@@ -43,6 +43,12 @@ pub fn ratio(o: &Outcome, size: usize) -> Option<f64> {
     Some(s / p)
 }
 
+/// Whether both runs of `size` started on the same tree (like for like).
+fn same_tree(o: &Outcome, size: usize) -> bool {
+    let hops = |m| find(o, size, m).map(|r| &r.tree_hops);
+    hops(Forwarding::Pipelined) == hops(Forwarding::StoreAndForward)
+}
+
 /// The setup, in one line.
 fn setup(o: &Outcome) -> String {
     format!(
@@ -53,64 +59,71 @@ fn setup(o: &Outcome) -> String {
     )
 }
 
-/// The two rates the shares are measured against, in one line.
+/// The best tree's rate, in one line.
 fn bottleneck(o: &Outcome) -> String {
     format!(
         "bottleneck: the best single tree from the root reaches {:.1} Mbit/s (widest path \
-         to {}); the tree the overlay built reaches {:.1} Mbit/s (its narrowest hop, into {})",
+         to {})",
         o.bound.mbit,
         name(o, o.bound.cluster),
-        o.tree.mbit,
-        name(o, o.tree.cluster),
     )
 }
 
-/// The overlay's tree between clusters, e.g. `VU->Leiden, VU->UvA`: whether payloads cross
-/// one wide-area hop or several in a row decides what store-and-forward costs.
-fn hops(o: &Outcome) -> String {
-    let mut seen: Vec<(usize, usize)> = Vec::new();
-    for &(a, b) in o.tree_edges.iter().filter(|(a, b)| a != b) {
-        if !seen.contains(&(a, b)) {
-            seen.push((a, b));
-        }
-    }
-    let names: Vec<String> = seen
+/// A run's tree between clusters, e.g. `VU->Leiden VU->UvA`: whether payloads cross one
+/// wide-area hop or several in a row decides what store-and-forward costs.
+fn hops(o: &Outcome, r: &Run) -> String {
+    let names: Vec<String> = r
+        .tree_hops
         .iter()
         .map(|&(a, b)| format!("{}->{}", name(o, a), name(o, b)))
         .collect();
-    names.join(", ")
+    let mut s = names.join(" ");
+    if !r.optimal {
+        s.push_str(" (not wide-area optimal)");
+    }
+    s
+}
+
+/// The ratio of `size`, marked when the two runs' trees differ.
+fn ratio_text(o: &Outcome, size: usize) -> String {
+    let mut s = num(ratio(o, size), 3);
+    if !same_tree(o, size) {
+        s.push_str(" (on different trees: not like for like)");
+    }
+    s
 }
 
 /// The text table `bench large` prints.
 pub fn text(o: &Outcome, out_dir: &str) -> String {
     let mut s = format!(
-        "large ({})\n  {}\n  the overlay's tree between clusters: {}\n  plot: {out_dir}/{SVG}\n",
+        "large ({})\n  {}\n  plot: {out_dir}/{SVG}\n",
         setup(o),
-        bottleneck(o),
-        hops(o)
+        bottleneck(o)
     );
     let _ = writeln!(
         s,
-        "  {:>8} {:<18} {:>12} {:>12} {:>10} {:>10}",
-        "size", "mode", "completion s", "Mbit/s", "of bound", "of tree"
+        "  {:>8} {:<18} {:>12} {:>8} {:>8} {:>11} {:>8}  the tree's hops between clusters",
+        "size", "mode", "completion s", "Mbit/s", "of bound", "tree Mbit/s", "of tree"
     );
     for r in &o.runs {
         let _ = writeln!(
             s,
-            "  {:>4} MiB {:<18} {:>12} {:>12} {:>10} {:>10}",
+            "  {:>4} MiB {:<18} {:>12} {:>8} {:>8} {:>11.1} {:>8}  {}",
             r.size_mib,
             r.mode.name(),
             num(r.completion_s, 2),
             num(r.throughput_mbit, 2),
             num(r.share_of_bound, 3),
-            num(r.share_of_tree, 3)
+            r.tree.mbit,
+            num(r.share_of_tree, 3),
+            hops(o, r)
         );
     }
     for size in sizes(o) {
         let _ = writeln!(
             s,
             "  {size:>4} MiB: store-and-forward / pipelined completion time {}",
-            num(ratio(o, size), 3)
+            ratio_text(o, size)
         );
     }
     let _ = write!(
@@ -126,42 +139,52 @@ pub fn markdown(o: &Outcome) -> String {
     let mut md = String::from("## Large broadcasts: pipelined against store-and-forward\n\n");
     let _ = writeln!(
         md,
-        "Made by `{COMMAND}` (also part of `all`): {}. The {}; its hops between clusters: \
-         {}. A hop from cluster A to \
+        "Made by `{COMMAND}` (also part of `all`): {}. The {}. A hop from cluster A to \
          cluster B carries at most the smaller of A's per-node bandwidth and the link A -> B; \
          a single tree is as fast as its narrowest hop, and the best single tree reaches every \
          cluster along its widest path (maximin). Not counted: a relay sharing its NIC among \
          several children (das-4's NICs, 400 Mbit/s, are far from binding). Completion: from \
          the broadcast call (the root hashes the payload first) to the last node's delivery, \
          every node having checked the SHA-256. Throughput: payload bits over that time. \
-         Share: throughput over a bottleneck rate. Ratio: store-and-forward's completion time \
-         over pipelined's. Absolute times depend on the machine (QUIC on 2 shared cores). \
-         Plot: `{SVG}`.\n",
+         Share: throughput over the best tree's rate (\"of bound\") and over the rate of the \
+         tree the root had when the run started (\"of tree\"; it is read before every run \
+         because it can change between runs). Ratio: store-and-forward's completion time over pipelined's. \
+         Absolute times depend on the machine (QUIC on 2 shared cores). Plot: `{SVG}`.\n",
         setup(o),
         bottleneck(o),
-        hops(o)
     );
     md.push_str(
-        "| size | mode | completion s | throughput Mbit/s | share of best tree | share of overlay's tree |\n\
-         |---|---|---|---|---|---|\n",
+        "| size | mode | completion s | throughput Mbit/s | share of bound | tree Mbit/s | share of tree | tree between clusters |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for r in &o.runs {
         let _ = writeln!(
             md,
-            "| {} MiB | {} | {} | {} | {} | {} |",
+            "| {} MiB | {} | {} | {} | {} | {:.1} | {} | {} |",
             r.size_mib,
             r.mode.name(),
             num(r.completion_s, 2),
             num(r.throughput_mbit, 2),
             num(r.share_of_bound, 3),
-            num(r.share_of_tree, 3)
+            r.tree.mbit,
+            num(r.share_of_tree, 3),
+            hops(o, r)
         );
     }
     md.push_str("\n| size | store-and-forward / pipelined |\n|---|---|\n");
     for size in sizes(o) {
-        let _ = writeln!(md, "| {size} MiB | {} |", num(ratio(o, size), 3));
+        let _ = writeln!(md, "| {size} MiB | {} |", ratio_text(o, size));
     }
     md.push('\n');
+    if sizes(o).iter().any(|&size| !same_tree(o, size)) {
+        md.push_str(
+            "Where a ratio says \"on different trees\", the root's tree changed between the two \
+             runs of that size, so the ratio mixes the forwarding mode with the tree. A long \
+             transfer keeps a link's queue full (up to 50 ms of it, at least 64 KiB), the RTTs \
+             the nodes measure across that link grow, and once the minimum over the RTT window \
+             has grown, a cluster's entry can move to another link.\n\n",
+        );
+    }
     md
 }
 
@@ -197,7 +220,7 @@ mod tests {
     use crate::bench::bandwidth::Bound;
 
     fn outcome() -> Outcome {
-        let run = |size_mib, mode, s: Option<f64>| Run {
+        let run = |size_mib, mode, s: Option<f64>, hops: Vec<(usize, usize)>| Run {
             size_mib,
             mode,
             completion_s: s,
@@ -206,29 +229,32 @@ mod tests {
             throughput_mbit: s.map(|s| 8.0 / s),
             share_of_bound: s.map(|s| 1.0 / s),
             share_of_tree: s.map(|s| 2.0 / s),
+            tree: Bound {
+                mbit: 4.0,
+                cluster: 1,
+            },
+            tree_hops: hops,
+            optimal: true,
         };
+        let direct = vec![(0, 1), (0, 2)];
+        let chain = vec![(0, 2), (2, 1)];
         Outcome {
             benchmark: "large".into(),
             topology: "das-4".into(),
             nodes_per_cluster: 2,
             nodes: 8,
-            clusters: vec!["VU".into(), "Leiden".into()],
+            clusters: vec!["VU".into(), "Leiden".into(), "UvA".into()],
             root: "VU-1".into(),
             bound: Bound {
                 mbit: 6.0,
                 cluster: 1,
             },
-            tree: Bound {
-                mbit: 5.0,
-                cluster: 1,
-            },
-            tree_edges: vec![(0, 0), (0, 1), (1, 1)],
             converged_s: 12.0,
             runs: vec![
-                run(1, Forwarding::Pipelined, Some(2.0)),
-                run(1, Forwarding::StoreAndForward, Some(4.0)),
-                run(16, Forwarding::Pipelined, Some(32.0)),
-                run(16, Forwarding::StoreAndForward, None),
+                run(1, Forwarding::Pipelined, Some(2.0), direct.clone()),
+                run(1, Forwarding::StoreAndForward, Some(4.0), direct.clone()),
+                run(16, Forwarding::Pipelined, Some(32.0), direct),
+                run(16, Forwarding::StoreAndForward, None, chain),
             ],
             wall_s: 100.0,
         }
@@ -241,14 +267,18 @@ mod tests {
         assert_eq!(ratio(&o, 16), None, "an incomplete run has no ratio");
         let t = text(&o, "docs");
         assert!(
-            t.contains("store-and-forward / pipelined completion time 2.000"),
+            t.contains("store-and-forward / pipelined completion time 2.000\n"),
             "{t}"
         );
         assert!(t.contains("widest path to Leiden"), "{t}");
-        assert!(t.contains("between clusters: VU->Leiden\n"), "{t}");
+        assert!(t.contains("VU->UvA UvA->Leiden"), "{t}");
+        assert!(
+            t.contains("- (on different trees: not like for like)"),
+            "{t}"
+        );
         let md = markdown(&o);
         assert!(
-            md.contains(COMMAND) && md.contains("| 16 MiB | - |"),
+            md.contains(COMMAND) && md.contains("| 16 MiB | - (on different"),
             "{md}"
         );
         let svg = svg(&o);
