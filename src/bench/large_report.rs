@@ -188,9 +188,10 @@ pub fn markdown(o: &Outcome) -> String {
     md
 }
 
-/// The plot: share of the best tree's rate against payload size, one line per mode.
+/// The plot: share of the best tree's rate against payload size, one line per mode, and
+/// the bound itself at 1 for reference.
 pub fn svg(o: &Outcome) -> String {
-    let series: Vec<Series> = [Forwarding::Pipelined, Forwarding::StoreAndForward]
+    let mut series: Vec<Series> = [Forwarding::Pipelined, Forwarding::StoreAndForward]
         .into_iter()
         .map(|mode| Series {
             name: mode.name().to_string(),
@@ -202,6 +203,13 @@ pub fn svg(o: &Outcome) -> String {
                 .collect(),
         })
         .collect();
+    let sizes = sizes(o);
+    if let (Some(lo), Some(hi)) = (sizes.iter().min(), sizes.iter().max()) {
+        series.push(Series {
+            name: "best single tree".into(),
+            points: vec![(*lo as f64, 1.0), (*hi as f64, 1.0)],
+        });
+    }
     line_chart(
         &format!(
             "{}, {} nodes: broadcast throughput / bottleneck ({:.1} Mbit/s)",
