@@ -6,6 +6,7 @@
 //! cargo run --release --example bench -- collectives [--json]
 //! cargo run --release --example bench -- convergence [--json]
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K]
+//! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
 //!
@@ -67,6 +68,16 @@ enum What {
     /// Fig. 5, convergence and repair over real QUIC: every node in this process over the
     /// emulated-latency socket; the static trees run over the same QUIC stack.
     Quic,
+    /// 1, 16 and 64 MiB broadcasts on das-4 with emulated bandwidth over real QUIC,
+    /// pipelined against store-and-forward (see overlay::bench::large).
+    Large {
+        /// Nodes started in every das-4 cluster.
+        #[arg(long, default_value_t = overlay::bench::large::DEFAULT_NODES_PER_CLUSTER)]
+        nodes_per_cluster: usize,
+        /// Skip payloads larger than this many MiB (for a quick look).
+        #[arg(long, default_value_t = usize::MAX)]
+        max_mib: usize,
+    },
     /// Everything above; writes docs/BENCHMARKS.md and the plots.
     All,
 }
@@ -465,6 +476,29 @@ fn overhead(cli: &Cli) -> anyhow::Result<serde_json::Value> {
     Ok(json!({"benchmark": "overhead", "runs": rows}))
 }
 
+fn large(cli: &Cli, nodes_per_cluster: usize, max_mib: usize) -> anyhow::Result<serde_json::Value> {
+    use overlay::bench::{large, large_report};
+    let opts = large::Options {
+        topology: topology("das-4")?,
+        nodes_per_cluster,
+        root_cluster: "VU".into(),
+        sizes_mib: large::SIZES_MIB
+            .into_iter()
+            .filter(|&m| m <= max_mib)
+            .collect(),
+    };
+    let outcome = large::run(&opts, &progress)?;
+    std::fs::create_dir_all(&cli.out)?;
+    std::fs::write(cli.out.join(large_report::SVG), large_report::svg(&outcome))?;
+    if !cli.json {
+        println!(
+            "{}",
+            large_report::text(&outcome, &cli.out.display().to_string())
+        );
+    }
+    Ok(serde_json::to_value(&outcome)?)
+}
+
 /// docs/BENCHMARKS.md from the results of `all`.
 fn markdown(results: &[serde_json::Value], seed: u64) -> String {
     use std::fmt::Write as _;
@@ -586,6 +620,11 @@ fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 }
                 md.push('\n');
             }
+            Some("large") => {
+                if let Ok(o) = serde_json::from_value(r.clone()) {
+                    md.push_str(&overlay::bench::large_report::markdown(&o));
+                }
+            }
             _ => {}
         }
     }
@@ -670,12 +709,21 @@ fn main() -> anyhow::Result<()> {
         What::Convergence => vec![convergence(&cli)?],
         What::Overhead => vec![overhead(&cli)?],
         What::Quic => vec![quic(&cli)?],
+        What::Large {
+            nodes_per_cluster,
+            max_mib,
+        } => vec![large(&cli, nodes_per_cluster, max_mib)?],
         What::All => vec![
             fig5(&cli)?,
             collectives(&cli)?,
             convergence(&cli)?,
             overhead(&cli)?,
             quic(&cli)?,
+            large(
+                &cli,
+                overlay::bench::large::DEFAULT_NODES_PER_CLUSTER,
+                usize::MAX,
+            )?,
         ],
     };
     if cli.json {

@@ -1,12 +1,15 @@
 //! Collectives over real QUIC, in one process: 27 nodes on 127.0.0.1 over the
 //! emulated-latency socket with the phoenix-27 topology. Broadcast, scatter, gather and
 //! reduce (and allreduce and barrier) from different roots must be exactly right; bad
-//! input gets a clear error.
+//! input gets a clear error. On a small network with emulated bandwidth, store-and-forward
+//! relays must wait for whole payloads and pipelined ones must not.
 //!
 //! `cargo test --release --test quic_collectives -- --nocapture` prints the figures.
 
 use futures::StreamExt;
-use overlay::api::{Delivery, INFO_KEY, Node, NodeError, NodeInfo, decode_reduce_outcome};
+use overlay::api::{
+    Delivery, Forwarding, INFO_KEY, Node, NodeError, NodeInfo, decode_reduce_outcome,
+};
 use overlay::local::LocalOverlay;
 use overlay::proto::collective::MAX_INLINE_PAYLOAD;
 use overlay::proto::{Config, DeliveryKind, NodeId, NumKind, Reducer};
@@ -292,6 +295,99 @@ async fn a_64_mib_broadcast_arrives_identical_everywhere_over_quic() {
         peak / 1024,
         rss_before / 1024,
         (peak - rss_before) as f64 / 1024.0 / n as f64
+    );
+    overlay.shutdown().await;
+}
+
+/// Two clusters of two nodes, 5 ms apart; every NIC 80 Mbit/s (10 MB/s), links unlimited.
+const TWO_BY_TWO: &str = r#"
+name = "two-by-two"
+source = "test: NICs limit, so a relay's forwarding shows in the delivery times"
+[[cluster]]
+name = "A"
+nodes = 2
+latency_ms = 0.1
+bandwidth_mbit = 80
+[[cluster]]
+name = "B"
+nodes = 2
+latency_ms = 0.1
+bandwidth_mbit = 80
+[[link]]
+from = "A"
+to = "B"
+latency_ms = 5.0
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_and_forward_relays_only_whole_payloads_and_pipelining_does_not_wait() {
+    const SIZE: usize = 4 << 20;
+    let topology = Topology::parse(TWO_BY_TWO, "test").expect("valid");
+    let map = overlay::net::emulated::LatencyMap::with_bandwidth(topology);
+    let overlay = LocalOverlay::start_on(map, Config::wan())
+        .await
+        .expect("4 nodes start");
+    let (check, converged) = overlay
+        .wait_optimal(Duration::from_secs(60), Duration::from_secs(1))
+        .await;
+    assert!(converged.is_some(), "trees did not converge: {check:?}");
+    let nodes = &overlay.nodes;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for (i, node) in nodes.iter().enumerate() {
+        let mut s = Box::pin(node.deliveries());
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(d) = s.next().await {
+                let _ = tx.send((i, Instant::now(), overlay::net::stream::digest(&d.payload)));
+            }
+        });
+    }
+    let payload: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
+    let want = overlay::net::stream::digest(&payload);
+    // Serializing the payload once on a relay's NIC.
+    let hop = Duration::from_secs_f64(SIZE as f64 * 8.0 / 80e6);
+    let mut gaps = Vec::new();
+    for mode in [Forwarding::StoreAndForward, Forwarding::Pipelined] {
+        for node in nodes {
+            node.set_forwarding(mode).await.expect("running");
+        }
+        let report = nodes[0]
+            .broadcast(payload.clone())
+            .await
+            .expect("broadcast");
+        assert!(report.missing.is_empty(), "{mode:?}: {report:?}");
+        let mut at = HashMap::new();
+        while at.len() < nodes.len() {
+            let (i, t, digest) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+                .await
+                .expect("every node delivers")
+                .expect("open");
+            assert_eq!(digest, want, "{mode:?}: node {i} got other bytes");
+            at.insert(i, t);
+        }
+        // Cluster B (nodes 2 and 3) is entered by one of them, which relays to the other.
+        let gap = if at[&2] > at[&3] {
+            at[&2] - at[&3]
+        } else {
+            at[&3] - at[&2]
+        };
+        eprintln!(
+            "{mode:?}: B's relay and its child delivered {gap:?} apart (one NIC hop {hop:?})"
+        );
+        gaps.push(gap);
+    }
+    // Store-and-forward: the child's copy leaves the relay only after the relay has it all.
+    assert!(
+        gaps[0] >= hop,
+        "store-and-forward gap {:?} < {hop:?}",
+        gaps[0]
+    );
+    // Pipelined: the child's copy follows the relay's closely.
+    assert!(
+        gaps[1] < gaps[0],
+        "pipelined {:?} vs {:?}",
+        gaps[1],
+        gaps[0]
     );
     overlay.shutdown().await;
 }

@@ -26,6 +26,7 @@ use crate::net::driver::{ApiCommand, Driver, DriverParts};
 use crate::net::emulated::LatencyMap;
 use crate::net::identity::{Identity, IdentityError};
 use crate::net::link::{LinkContext, LinkStats};
+pub use crate::net::stream::Forwarding;
 use crate::net::token::{JoinToken, TokenError};
 use crate::proto::gossip::{Gossip, GossipConfig};
 use crate::proto::{Config, Core, DownReason, Liveness, NodeId, Time, TreeView};
@@ -241,6 +242,7 @@ pub struct NodeBuilder {
     transport: Transport,
     join_timeout: Duration,
     op_timeout: Duration,
+    forwarding: Forwarding,
 }
 
 impl Default for NodeBuilder {
@@ -257,6 +259,7 @@ impl Default for NodeBuilder {
             transport: Transport::Udp,
             join_timeout: Duration::from_secs(20),
             op_timeout: crate::proto::collective::DEFAULT_TIMEOUT,
+            forwarding: Forwarding::Pipelined,
         }
     }
 }
@@ -322,6 +325,13 @@ impl NodeBuilder {
     /// it, members that have not answered are reported missing.
     pub fn op_timeout(mut self, timeout: Duration) -> Self {
         self.op_timeout = timeout;
+        self
+    }
+
+    /// How this node passes large broadcasts on to its children (default
+    /// [`Forwarding::Pipelined`]; see [`crate::net::stream`]).
+    pub fn forwarding(mut self, forwarding: Forwarding) -> Self {
+        self.forwarding = forwarding;
         self
     }
 
@@ -422,6 +432,7 @@ impl NodeBuilder {
             commands,
             events: events.clone(),
             seed,
+            forwarding: self.forwarding,
         });
         let task = tokio::spawn(driver.run());
         let node = Node {
@@ -600,6 +611,23 @@ impl Node {
             .await
             .map_err(|_| NodeError::Stopped)?;
         rx.await.map_err(|_| NodeError::Stopped)
+    }
+
+    /// How this node passes large broadcasts on to its children from now on (transfers
+    /// already running keep theirs).
+    pub async fn set_forwarding(&self, forwarding: Forwarding) -> Result<(), NodeError> {
+        self.commands
+            .send(ApiCommand::SetForwarding(forwarding))
+            .await
+            .map_err(|_| NodeError::Stopped)
+    }
+
+    /// This handle with another deadline for the collective operations it starts (see
+    /// [`NodeBuilder::op_timeout`]); other handles of the node keep theirs. A broadcast of
+    /// a large payload over slow links needs more than the default.
+    pub fn with_op_timeout(mut self, timeout: Duration) -> Node {
+        self.op_timeout = timeout;
+        self
     }
 
     /// The filtered RTT to `peer`, if measured.

@@ -1,6 +1,7 @@
 //! Many real nodes in one process: every node a full [`Node`] with its own QUIC endpoint on
-//! 127.0.0.1, over emulated-latency sockets that delay datagrams by a topology's one-way
-//! latency. What the demo, the in-process tests and the benchmarks run on.
+//! 127.0.0.1, over emulated sockets that delay datagrams by a topology's one-way latency
+//! (and, with [`LocalOverlay::start_on`] and [`LatencyMap::with_bandwidth`], limit them to
+//! its bandwidths). What the demo, the in-process tests and the benchmarks run on.
 
 use crate::api::{Node, NodeError, NodeStatus, Transport};
 use crate::net::emulated::LatencyMap;
@@ -90,12 +91,18 @@ impl LocalOverlay {
     /// in small concurrent batches, each through a node already in (spread over them, so
     /// no single node answers every join).
     pub async fn start(topology: Topology, config: Config) -> Result<LocalOverlay, NodeError> {
-        Self::start_with(topology, LocalOptions::new(config)).await
+        LocalOverlay::start_with(LatencyMap::new(topology), LocalOptions::new(config)).await
     }
 
-    /// [`LocalOverlay::start`] with every option.
+    /// [`LocalOverlay::start`] on a given emulated network: one node per node of the map's
+    /// topology.
+    pub async fn start_on(map: Arc<LatencyMap>, config: Config) -> Result<LocalOverlay, NodeError> {
+        LocalOverlay::start_with(map, LocalOptions::new(config)).await
+    }
+
+    /// [`LocalOverlay::start_on`] with every option.
     pub async fn start_with(
-        topology: Topology,
+        map: Arc<LatencyMap>,
         options: LocalOptions,
     ) -> Result<LocalOverlay, NodeError> {
         let LocalOptions {
@@ -104,10 +111,10 @@ impl LocalOverlay {
             join_batch,
             join_timeout,
         } = options;
+        let topology = map.topology();
         let clusters = topology.node_clusters();
-        let net = NetModel::from_topology(&topology);
+        let net = NetModel::from_topology(topology);
         let names: Vec<String> = topology.clusters.iter().map(|c| c.name.clone()).collect();
-        let map = LatencyMap::new(topology);
         let started = Instant::now();
         let node_in = |i: usize, count: &mut HashMap<usize, usize>| {
             let c = clusters[i];

@@ -1,7 +1,12 @@
 //! Benchmark support: the baseline trees and cost model ([`trees`]), static trees over
 //! real QUIC ([`quic_tree`]), the real-QUIC run ([`quic_run`]), summary statistics and SVG
-//! plots ([`plot`]). The benchmark program is `examples/bench.rs`.
+//! plots ([`plot`]), and the large-broadcast benchmark ([`large`], its bandwidth bound
+//! [`bandwidth`] and its tables [`large_report`]). The benchmark program is
+//! `examples/bench.rs`.
 
+pub mod bandwidth;
+pub mod large;
+pub mod large_report;
 pub mod plot;
 pub mod quic_run;
 pub mod quic_tree;

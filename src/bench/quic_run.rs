@@ -72,7 +72,7 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
         topo.name
     ));
     let options = LocalOptions::new(Config::wan()).slowed(k);
-    let overlay = LocalOverlay::start_with(topo.clone(), options).await?;
+    let overlay = LocalOverlay::start_with(crate::net::emulated::LatencyMap::new(topo.clone()), options).await?;
     let mut out = QuicRun {
         nodes: overlay.nodes.len(),
         started: overlay.started.elapsed(),

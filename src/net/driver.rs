@@ -11,7 +11,7 @@
 use super::link::{self, DialError, LinkContext, LinkInput};
 use super::links::{Links, Outgoing, Priority, Sent};
 use super::ops::{OpCommand, Ops};
-use super::stream::Streams;
+use super::stream::{Forwarding, Streams};
 use crate::api::{MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot};
 use crate::proto::gossip::{Gossip, GossipEvent};
 use crate::proto::{
@@ -39,6 +39,8 @@ pub enum ApiCommand {
     Leave(oneshot::Sender<()>),
     /// A collective operation or its set-up.
     Op(OpCommand),
+    /// How this node forwards streamed payloads from now on.
+    SetForwarding(Forwarding),
 }
 
 /// The member that admitted this node, or why the join failed.
@@ -95,6 +97,8 @@ pub struct DriverParts {
     pub events: broadcast::Sender<NodeEvent>,
     /// Seeds the numbering of this run's collective operations.
     pub seed: u64,
+    /// How streamed payloads are passed on to children.
+    pub forwarding: Forwarding,
 }
 
 impl Driver {
@@ -126,7 +130,7 @@ impl Driver {
             queries: HashMap::new(),
             next_query: 0,
             ops: Ops::new(parts.seed),
-            streams: Streams::default(),
+            streams: Streams::new(parts.forwarding),
         }
     }
 
@@ -206,6 +210,10 @@ impl Driver {
                 });
             }
             ApiCommand::Tree(root, reply) => self.start_tree_query(root, reply),
+            ApiCommand::SetForwarding(forwarding) => {
+                debug!(?forwarding, "data plane forwarding changed");
+                self.streams.set_forwarding(forwarding);
+            }
             ApiCommand::Op(OpCommand::StartStream {
                 payload,
                 digest,
@@ -219,7 +227,7 @@ impl Driver {
                     nonce,
                 };
                 let len = payload.len() as u64;
-                self.streams.insert_complete(op, payload, digest);
+                self.streams.insert_complete(op, payload, digest, timeout);
                 // The root has the payload: it counts as reached from the start.
                 self.core
                     .handle(now, Input::Command(Command::StreamDone { op, ok: true }));

@@ -1,5 +1,5 @@
-//! An emulated-latency UDP socket for quinn: real QUIC over real loopback UDP sockets that
-//! experiences the wide-area latency of a topology file.
+//! An emulated wide-area UDP socket for quinn: real QUIC over real loopback UDP sockets that
+//! experiences the latency, and optionally the bandwidth, of a topology file.
 //!
 //! Every socket of one emulated network shares a [`LatencyMap`] that says which topology
 //! cluster each bound address belongs to. An [`EmulatedUdpSocket`] holds every outgoing
@@ -8,10 +8,19 @@
 //! Because only the sender delays, a datagram crosses the emulated network exactly once,
 //! and an exchange `A -> B -> A` costs `one_way(A, B) + one_way(B, A)`.
 //!
-//! What is emulated: propagation delay only. Not emulated: bandwidth, loss (apart from
-//! drops when a delay queue is full), reordering, ECN marks (outgoing ECN bits are not set
-//! and incoming ones are not reported, so quinn sees a path without ECN) and GSO/GRO (one
-//! datagram per transmit and per receive, which keeps the delay per datagram exact).
+//! Bandwidth (only with [`LatencyMap::with_bandwidth`]; [`LatencyMap::new`] emulates latency
+//! alone, so tests that do not ask for it are not slowed): a datagram from a node of
+//! cluster A to a node of cluster B is first serialized on the sender's NIC at A's per-node
+//! `bandwidth_mbit`, then, if A and B differ, on the directed link A -> B at that link's
+//! `bandwidth_mbit` (one pipe shared by every node of A sending to B), and then delayed by
+//! the one-way latency. Each pipe is first come, first served with a finite buffer
+//! ([`pipe::BUFFER_TIME`] at its rate, at least [`pipe::MIN_BUFFER`]); a datagram that does
+//! not fit is dropped, so QUIC's congestion control sees loss and backs off. A pipe without
+//! a figure in the file is unlimited. The receiver's NIC is not modelled.
+//!
+//! Not emulated: loss other than full queues, reordering, ECN marks (outgoing ECN bits are
+//! not set and incoming ones are not reported, so quinn sees a path without ECN) and GSO/GRO
+//! (one datagram per transmit and per receive, which keeps the time of each datagram exact).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -22,6 +31,9 @@
 //! # Ok(()) }
 //! ```
 
+pub mod pipe;
+
+use self::pipe::Pipe;
 use crate::topology::Topology;
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
@@ -47,6 +59,18 @@ pub struct LatencyMap {
     /// Addresses cut off the network: every datagram from or to them is lost (a crashed
     /// host, as its peers see it).
     cut: RwLock<std::collections::HashSet<SocketAddr>>,
+    /// Whether sockets on this map emulate bandwidth.
+    bandwidth: bool,
+    /// The directed inter-cluster links with a bandwidth, `[from * n + to]` (empty when
+    /// bandwidth is not emulated). One lock per link: senders to different clusters do not
+    /// wait for each other.
+    links: Vec<Option<Mutex<Pipe>>>,
+}
+
+/// Where a datagram goes: the one-way latency and the shared link it crosses, if any.
+struct Route<'a> {
+    latency: Duration,
+    link: Option<&'a Mutex<Pipe>>,
 }
 
 impl fmt::Debug for LatencyMap {
@@ -55,19 +79,60 @@ impl fmt::Debug for LatencyMap {
         f.debug_struct("LatencyMap")
             .field("topology", &self.topology.name)
             .field("registered", &self.read().len())
+            .field("bandwidth", &self.bandwidth)
             .finish()
     }
 }
 
 impl LatencyMap {
-    /// An empty map over `topology`; shared by reference count because every socket of the
-    /// network keeps it for lookups on each send.
+    /// An empty map over `topology` that emulates latency only; shared by reference count
+    /// because every socket of the network keeps it for lookups on each send.
     pub fn new(topology: Topology) -> Arc<LatencyMap> {
         Arc::new(LatencyMap {
             topology,
             clusters: RwLock::new(HashMap::new()),
+            bandwidth: false,
+            links: Vec::new(),
             cut: RwLock::default(),
         })
+    }
+
+    /// An empty map over `topology` that emulates latency and the bandwidths of the
+    /// topology file: each socket's NIC at its cluster's `bandwidth_mbit`, each directed
+    /// inter-cluster link at the link's (see the module documentation). Pipes the file
+    /// gives no bandwidth for are unlimited.
+    pub fn with_bandwidth(topology: Topology) -> Arc<LatencyMap> {
+        let n = topology.clusters.len();
+        let links = (0..n * n)
+            .map(|cell| {
+                let (from, to) = (cell / n, cell % n);
+                // Inside a cluster only the NICs limit; there is no shared link.
+                let mbit = (from != to).then(|| topology.bandwidth_mbit(from, to))??;
+                Pipe::with_rate(mbit).map(Mutex::new)
+            })
+            .collect();
+        Arc::new(LatencyMap {
+            topology,
+            clusters: RwLock::new(HashMap::new()),
+            bandwidth: true,
+            links,
+            cut: RwLock::default(),
+        })
+    }
+
+    /// Whether sockets on this map emulate bandwidth ([`LatencyMap::with_bandwidth`]).
+    pub fn emulates_bandwidth(&self) -> bool {
+        self.bandwidth
+    }
+
+    /// A fresh NIC pipe for a socket in `cluster`, if bandwidth is emulated and the cluster
+    /// has a `bandwidth_mbit`.
+    fn nic(&self, cluster: usize) -> Option<Pipe> {
+        if !self.bandwidth {
+            return None;
+        }
+        let mbit = self.topology.clusters.get(cluster)?.bandwidth_mbit?;
+        Pipe::with_rate(mbit)
     }
 
     /// Cuts `addr` off the network (or restores it): from now on every datagram from or to
@@ -124,6 +189,20 @@ impl LatencyMap {
         };
         // Both indices were range-checked by `register`, so this cannot panic.
         Some(self.topology.latency(a, b))
+    }
+
+    /// The latency from `from` to `to` and the link the datagram crosses; `None` if either
+    /// address is not registered.
+    fn route(&self, from: SocketAddr, to: SocketAddr) -> Option<Route<'_>> {
+        let (a, b) = {
+            let map = self.read();
+            (*map.get(&from)?, *map.get(&to)?)
+        };
+        let n = self.topology.clusters.len();
+        Some(Route {
+            latency: self.topology.latency(a, b),
+            link: self.links.get(a * n + b).and_then(Option::as_ref),
+        })
     }
 
     /// The topology the latencies come from.
@@ -213,7 +292,11 @@ struct DelayQueue {
     last_due: HashMap<SocketAddr, Instant>,
     prune_at: usize,
     limits: QueueLimits,
+    /// Datagrams dropped: this queue full, or (bandwidth emulation) a full NIC or link.
     dropped: u64,
+    /// The sender's NIC, when bandwidth is emulated; under the queue's lock because every
+    /// datagram passes both.
+    nic: Option<Pipe>,
 }
 
 impl DelayQueue {
@@ -226,7 +309,34 @@ impl DelayQueue {
             prune_at: LAST_DUE_PRUNE,
             limits,
             dropped: 0,
+            nic: None,
         }
+    }
+
+    /// Passes a datagram of `len` bytes, handed over at `now`, through the sender's NIC and
+    /// then `link`: when it has left the last pipe, or `None` if a pipe dropped it (counted).
+    fn serialize(
+        &mut self,
+        now: Instant,
+        len: usize,
+        link: Option<&Mutex<Pipe>>,
+    ) -> Option<Instant> {
+        let mut at = now;
+        if let Some(nic) = &mut self.nic {
+            at = nic.send(at, len).or_else(|| {
+                self.dropped += 1;
+                None
+            })?;
+        }
+        if let Some(link) = link {
+            // Same reasoning as `LatencyMap::read`: a pipe is consistent after every call.
+            let mut link = link.lock().unwrap_or_else(PoisonError::into_inner);
+            at = link.send(at, len).or_else(|| {
+                self.dropped += 1;
+                None
+            })?;
+        }
+        Some(at)
     }
 
     /// Queues `bytes` for `dest`, due `delay` after `now`; returns the due time, or `None`
@@ -357,6 +467,8 @@ impl EmulatedUdpSocket {
                 format!("cluster {cluster} out of range: topology has {clusters} clusters"),
             ));
         }
+        let mut queue = DelayQueue::new(limits);
+        queue.nic = map.nic(cluster);
         let std_socket = std::net::UdpSocket::bind(addr)?;
         std_socket.set_nonblocking(true)?;
         super::sockbuf::enlarge(&std_socket);
@@ -364,7 +476,7 @@ impl EmulatedUdpSocket {
         let registered = registered_addr(io.local_addr()?);
         map.register(registered, cluster)?;
         let shared = Arc::new(Shared {
-            queue: Mutex::new(DelayQueue::new(limits)),
+            queue: Mutex::new(queue),
             wake: Notify::new(),
             closed: AtomicBool::new(false),
         });
@@ -398,7 +510,8 @@ impl EmulatedUdpSocket {
         self.shared.queue().len()
     }
 
-    /// Datagrams dropped so far because the delay queue was full.
+    /// Datagrams dropped so far because the delay queue was full or, when bandwidth is
+    /// emulated, because the NIC's or the link's buffer was.
     pub fn dropped(&self) -> u64 {
         self.shared.queue().dropped
     }
@@ -493,10 +606,13 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
         if self.map.is_cut(from, dest) {
             return Ok(());
         }
-        let delay = self.map.one_way(from, dest).unwrap_or_else(|| {
-            tracing::debug!(%from, %dest, "emulated socket: unknown destination, no delay");
-            Duration::ZERO
-        });
+        let (latency, link, known) = match self.map.route(from, dest) {
+            Some(r) => (r.latency, r.link, true),
+            None => {
+                tracing::debug!(%from, %dest, "emulated socket: unknown destination, no delay");
+                (Duration::ZERO, None, false)
+            }
+        };
         // We report one segment per transmit, so quinn does not set `segment_size`; split
         // anyway in case a caller does, so each datagram keeps its own boundary.
         let segment = transmit
@@ -509,6 +625,17 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
         {
             let mut queue = self.shared.queue();
             for chunk in transmit.contents.chunks(segment) {
+                // A destination outside the map passes no pipe either: it is not emulated.
+                let left = if known {
+                    queue.serialize(now, chunk.len(), link)
+                } else {
+                    Some(now)
+                };
+                let Some(left) = left else {
+                    dropped += 1;
+                    continue;
+                };
+                let delay = (left - now) + latency;
                 match queue.push(now, delay, dest, chunk) {
                     // The task sleeps until the old head; wake it only if it must wake sooner.
                     Some(due) => new_head |= queue.next_due() == Some(due),
@@ -517,7 +644,7 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
             }
         }
         if dropped > 0 {
-            tracing::trace!(%dest, dropped, "emulated socket: delay queue full, dropped");
+            tracing::trace!(%dest, dropped, "emulated socket: queue or pipe full, dropped");
         }
         if new_head {
             self.shared.wake.notify_one();
@@ -615,355 +742,4 @@ pub fn endpoint(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use quinn::{ClientConfig, Connection, Endpoint, ServerConfig};
-
-    /// Two clusters: 1 ms inside each, 50 ms one way between them.
-    const TWO_CLUSTERS: &str = r#"
-name = "emulated-test"
-source = "unit test: 1 ms intra-cluster, 50 ms between clusters"
-[[cluster]]
-name = "near"
-nodes = 2
-latency_ms = 1.0
-[[cluster]]
-name = "far"
-nodes = 1
-latency_ms = 1.0
-[[link]]
-from = "near"
-to = "far"
-latency_ms = 50.0
-"#;
-
-    const NEAR: usize = 0;
-    const FAR: usize = 1;
-
-    fn two_clusters() -> Arc<LatencyMap> {
-        LatencyMap::new(Topology::parse(TWO_CLUSTERS, "test").unwrap())
-    }
-
-    fn lo() -> SocketAddr {
-        "127.0.0.1:0".parse().unwrap()
-    }
-
-    fn transmit(dest: SocketAddr, contents: &[u8]) -> Transmit<'_> {
-        Transmit {
-            destination: dest,
-            ecn: None,
-            contents,
-            segment_size: None,
-            src_ip: None,
-        }
-    }
-
-    /// Receives one datagram through the quinn-facing receive path.
-    async fn recv_one(socket: &EmulatedUdpSocket) -> (Vec<u8>, SocketAddr) {
-        let mut buf = vec![0u8; 2048];
-        let meta = std::future::poll_fn(|cx| {
-            let mut bufs = [IoSliceMut::new(&mut buf)];
-            let mut meta = [RecvMeta::default()];
-            socket
-                .poll_recv(cx, &mut bufs, &mut meta)
-                .map(|r| r.map(|n| (n, meta[0])))
-        })
-        .await
-        .unwrap();
-        assert_eq!(meta.0, 1);
-        buf.truncate(meta.1.len);
-        (buf, meta.1.addr)
-    }
-
-    /// A self-signed certificate for "localhost" and a client that trusts exactly it.
-    fn tls_configs() -> (ServerConfig, ClientConfig) {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-        let cert = ck.cert.der().clone();
-        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der());
-        let server = ServerConfig::with_single_cert(vec![cert.clone()], key.into()).unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert).unwrap();
-        let client = ClientConfig::with_root_certificates(Arc::new(roots)).unwrap();
-        (server, client)
-    }
-
-    /// Echoes every bidirectional stream of every connection back to its sender.
-    fn spawn_echo_server(server: Endpoint) {
-        tokio::spawn(async move {
-            while let Some(incoming) = server.accept().await {
-                tokio::spawn(async move {
-                    let Ok(conn) = incoming.await else { return };
-                    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
-                        tokio::spawn(async move {
-                            let data = recv.read_to_end(64 * 1024).await?;
-                            send.write_all(&data).await?;
-                            send.finish()?;
-                            // Keep the stream until the peer has everything.
-                            let _ = send.stopped().await;
-                            anyhow::Ok(())
-                        });
-                    }
-                });
-            }
-        });
-    }
-
-    /// Connects `client` to `server`; returns the connection and how long the handshake took.
-    async fn connect(client: &Endpoint, server: SocketAddr) -> (Connection, Duration) {
-        let start = Instant::now();
-        let conn = client
-            .connect(server, "localhost")
-            .unwrap()
-            .await
-            .expect("handshake");
-        (conn, start.elapsed())
-    }
-
-    /// Round trip of a small echo on a fresh bidirectional stream.
-    async fn echo_rtt(conn: &Connection) -> Duration {
-        let start = Instant::now();
-        let (mut send, mut recv) = conn.open_bi().await.unwrap();
-        send.write_all(b"ping").await.unwrap();
-        send.finish().unwrap();
-        let back = recv.read_to_end(1024).await.unwrap();
-        assert_eq!(back, b"ping");
-        start.elapsed()
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn quic_echo_pays_the_topology_latency() {
-        let topology = Topology::builtin("fig2-shortcut").unwrap();
-        let root = topology.cluster_index("root").unwrap();
-        let b = topology.cluster_index("B").unwrap();
-        let map = LatencyMap::new(topology);
-        let (server_config, client_config) = tls_configs();
-        let server = endpoint(lo(), map.clone(), root, Some(server_config)).unwrap();
-        let server_addr = server.local_addr().unwrap();
-        spawn_echo_server(server);
-        let mut client = endpoint(lo(), map.clone(), b, None).unwrap();
-        client.set_default_client_config(client_config);
-        let client_addr = client.local_addr().unwrap();
-
-        let there = map.one_way(client_addr, server_addr).unwrap();
-        let back = map.one_way(server_addr, client_addr).unwrap();
-        assert_eq!(there, Duration::from_millis(100));
-        let round = there + back;
-
-        let (conn, handshake) = connect(&client, server_addr).await;
-        let mut rtts = Vec::new();
-        for _ in 0..3 {
-            rtts.push(echo_rtt(&conn).await);
-        }
-        eprintln!(
-            "fig2-shortcut B->root: one-way {there:?}, handshake {handshake:?}, \
-             echo RTTs {rtts:?}, quinn RTT estimate {:?}",
-            conn.rtt()
-        );
-        // The client hears the server's handshake reply only after a full round trip.
-        assert!(handshake >= round, "handshake {handshake:?} < {round:?}");
-        for rtt in &rtts {
-            assert!(*rtt >= round, "echo {rtt:?} < {round:?}");
-            assert!(*rtt < round * 10, "echo {rtt:?}: sanity cap");
-        }
-        conn.close(0u32.into(), b"done");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn intra_cluster_echo_is_faster_than_inter_cluster() {
-        let map = two_clusters();
-        let (server_config, client_config) = tls_configs();
-        let server = endpoint(lo(), map.clone(), NEAR, Some(server_config)).unwrap();
-        let server_addr = server.local_addr().unwrap();
-        spawn_echo_server(server);
-
-        let mut rtt = Vec::new();
-        for cluster in [NEAR, FAR] {
-            let mut client = endpoint(lo(), map.clone(), cluster, None).unwrap();
-            client.set_default_client_config(client_config.clone());
-            let (conn, handshake) = connect(&client, server_addr).await;
-            let mut best = Duration::MAX;
-            for _ in 0..3 {
-                best = best.min(echo_rtt(&conn).await);
-            }
-            let expected = map.topology().latency(cluster, NEAR) * 2;
-            eprintln!(
-                "cluster {cluster} -> {NEAR}: expected round trip {expected:?}, \
-                 handshake {handshake:?}, best echo {best:?}"
-            );
-            assert!(best >= expected, "echo {best:?} < {expected:?}");
-            rtt.push(best);
-            conn.close(0u32.into(), b"done");
-        }
-        let (intra, inter) = (rtt[0], rtt[1]);
-        assert!(
-            intra + Duration::from_millis(30) < inter,
-            "intra {intra:?} vs inter {inter:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn datagrams_arrive_after_the_one_way_latency_in_order() {
-        let map = two_clusters();
-        let a = EmulatedUdpSocket::bind(lo(), map.clone(), NEAR).unwrap();
-        let b = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
-        let dest = b.registered_addr();
-        let start = Instant::now();
-        for i in 0..100u8 {
-            a.try_send(&transmit(dest, &[i])).unwrap();
-        }
-        // A transmit with a segment size carries several datagrams; each keeps its boundary.
-        a.try_send(&Transmit {
-            segment_size: Some(4),
-            ..transmit(dest, b"abcdefghij")
-        })
-        .unwrap();
-        for i in 0..100u8 {
-            let (data, from) = recv_one(&b).await;
-            assert_eq!((data.as_slice(), from), (&[i][..], a.registered_addr()));
-        }
-        let elapsed = start.elapsed();
-        for want in [&b"abcd"[..], b"efgh", b"ij"] {
-            assert_eq!(recv_one(&b).await.0, want);
-        }
-        eprintln!("near->far datagrams: first batch after {elapsed:?} (one-way 50 ms)");
-        assert!(elapsed >= Duration::from_millis(50), "{elapsed:?}");
-        assert!(elapsed < Duration::from_secs(2), "{elapsed:?}: sanity cap");
-    }
-
-    #[tokio::test]
-    async fn unknown_destination_is_not_delayed() {
-        let map = two_clusters();
-        let a = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
-        // A plain socket, not in the map.
-        let plain = tokio::net::UdpSocket::bind(lo()).await.unwrap();
-        let dest = plain.local_addr().unwrap();
-        assert_eq!(map.one_way(a.registered_addr(), dest), None);
-        let start = Instant::now();
-        a.try_send(&transmit(dest, b"x")).unwrap();
-        let mut buf = [0u8; 16];
-        let (n, _) = plain.recv_from(&mut buf).await.unwrap();
-        assert_eq!(&buf[..n], b"x");
-        assert!(start.elapsed() < Duration::from_millis(40));
-    }
-
-    #[tokio::test]
-    async fn full_queue_drops_and_counts() {
-        let map = two_clusters();
-        let limits = QueueLimits {
-            datagrams: 10,
-            bytes: 1 << 20,
-        };
-        let a = EmulatedUdpSocket::bind_with_limits(lo(), map.clone(), NEAR, limits).unwrap();
-        let b = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
-        for i in 0..100u8 {
-            a.try_send(&transmit(b.registered_addr(), &[i])).unwrap();
-        }
-        assert_eq!((a.queued(), a.dropped()), (10, 90));
-        // The ten that fit are the first ten, delivered in order; nothing else follows.
-        for i in 0..10u8 {
-            assert_eq!(recv_one(&b).await.0, [i]);
-        }
-        let more = tokio::time::timeout(Duration::from_millis(120), recv_one(&b)).await;
-        assert!(more.is_err(), "an 11th datagram arrived");
-        assert_eq!(a.queued(), 0);
-    }
-
-    #[test]
-    fn delay_queue_is_bounded_by_datagrams_and_bytes() {
-        let dest: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        let now = Instant::now();
-        let delay = Duration::from_millis(5);
-
-        let mut q = DelayQueue::new(QueueLimits {
-            datagrams: 3,
-            bytes: 1000,
-        });
-        for _ in 0..5 {
-            q.push(now, delay, dest, &[0; 10]);
-        }
-        assert_eq!((q.len(), q.bytes, q.dropped), (3, 30, 2));
-
-        let mut q = DelayQueue::new(QueueLimits {
-            datagrams: 1000,
-            bytes: 25,
-        });
-        for _ in 0..5 {
-            q.push(now, delay, dest, &[0; 10]);
-        }
-        assert_eq!((q.len(), q.bytes, q.dropped), (2, 20, 3));
-        // Leaving makes room again.
-        assert!(q.pop_due(now).is_none(), "not due yet");
-        assert!(q.pop_due(now + delay).is_some());
-        assert!(q.push(now, delay, dest, &[0; 5]).is_some());
-        assert_eq!((q.len(), q.bytes), (2, 15));
-    }
-
-    #[test]
-    fn delay_queue_orders_by_due_then_fifo_and_keeps_per_destination_order() {
-        let d1: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let d2: SocketAddr = "127.0.0.1:2".parse().unwrap();
-        let now = Instant::now();
-        let ms = Duration::from_millis;
-        let mut q = DelayQueue::new(QueueLimits::default());
-        q.push(now, ms(50), d1, b"a");
-        q.push(now, ms(10), d2, b"b");
-        q.push(now, ms(10), d2, b"c");
-        // d1's latency dropped (re-registration): "d" must still not overtake "a".
-        q.push(now, ms(1), d1, b"d");
-        let order: Vec<_> = std::iter::from_fn(|| q.pop_due(now + ms(100)))
-            .map(|d| d.bytes[0])
-            .collect();
-        assert_eq!(order, b"bcad");
-    }
-
-    #[tokio::test]
-    async fn latency_map_lookups_and_errors() {
-        let map = two_clusters();
-        let a: SocketAddr = "127.0.0.1:1000".parse().unwrap();
-        let b: SocketAddr = "127.0.0.1:2000".parse().unwrap();
-        assert_eq!(map.one_way(a, b), None);
-        map.register(a, NEAR).unwrap();
-        assert_eq!(map.one_way(a, b), None, "one side unknown");
-        assert_eq!(map.one_way(b, a), None, "one side unknown");
-        map.register(b, FAR).unwrap();
-        assert_eq!(map.one_way(a, b), Some(Duration::from_millis(50)));
-        assert_eq!(map.one_way(a, a), Some(Duration::from_millis(1)));
-        let err = map.register(a, 2).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-        assert_eq!(
-            map.cluster_of(a),
-            Some(NEAR),
-            "failed register changes nothing"
-        );
-        map.unregister(b);
-        assert_eq!(map.one_way(a, b), None);
-
-        let err = EmulatedUdpSocket::bind(lo(), map.clone(), 7).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-    }
-
-    #[test]
-    fn bind_outside_a_runtime_is_an_error() {
-        let err = EmulatedUdpSocket::bind(lo(), two_clusters(), NEAR).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::Other);
-    }
-
-    #[tokio::test]
-    async fn drop_unregisters_delivers_in_flight_and_ends_the_task() {
-        let map = two_clusters();
-        let a = EmulatedUdpSocket::bind(lo(), map.clone(), NEAR).unwrap();
-        let b = EmulatedUdpSocket::bind(lo(), map.clone(), FAR).unwrap();
-        let a_addr = a.registered_addr();
-        a.try_send(&transmit(b.registered_addr(), b"last")).unwrap();
-        let task_state = Arc::downgrade(&a.shared);
-        drop(a);
-        assert_eq!(map.cluster_of(a_addr), None);
-        // Already sent means already on the wire.
-        assert_eq!(recv_one(&b).await.0, b"last");
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while task_state.strong_count() > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(task_state.strong_count(), 0, "sender task still running");
-    }
-}
+mod tests;

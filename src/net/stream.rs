@@ -11,6 +11,11 @@
 //! the SHA-256 matches; a second stream for a payload already arriving or complete (a node
 //! reached twice) is stopped at once.
 //!
+//! [`Forwarding::StoreAndForward`] turns pipelining off: a relay opens its children's
+//! streams only once the whole payload is in and its SHA-256 matched, so every hop adds a
+//! full transfer time. It exists to measure what pipelining gains (`bench large`); the
+//! default is [`Forwarding::Pipelined`].
+//!
 //! [`DownBody::Stream`]: crate::proto::DownBody::Stream
 //! [`Command::StreamDone`]: crate::proto::Command::StreamDone
 
@@ -19,6 +24,7 @@ use super::link::{LinkContext, LinkInput};
 use crate::proto::collective::MAX_STREAM_PAYLOAD;
 use crate::proto::{DataHeader, NodeId, OpId, Packet};
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,11 +33,35 @@ use tracing::{debug, warn};
 
 /// Bytes copied per write.
 const CHUNK: usize = 256 * 1024;
-/// Buffers are dropped this long after they were made (retries are over by then).
+/// Buffers are dropped this long after their payload arrived or failed, or after they were
+/// made if nothing ever arrived (retries are over by then). A buffer still receiving is
+/// kept however long the transfer takes: a large payload on a slow link can take minutes.
 const KEEP: Duration = Duration::from_secs(120);
 /// Stream stop/reset code: "already have it" or "gave up".
 const STOP_DUPLICATE: u32 = 1;
 const RESET_FAILED: u32 = 2;
+
+/// When a relay passes a streamed payload on to its children.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Forwarding {
+    /// Every chunk as soon as it arrives (the default): a payload crosses a chain of hops in
+    /// about the time of the slowest hop, not the sum of them.
+    #[default]
+    Pipelined,
+    /// Only once all of it arrived and its SHA-256 matched: each hop adds the payload's
+    /// whole transfer time. For comparison; nothing is gained by it in normal use.
+    StoreAndForward,
+}
+
+impl Forwarding {
+    /// A short name for tables: `pipelined` or `store-and-forward`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Forwarding::Pipelined => "pipelined",
+            Forwarding::StoreAndForward => "store-and-forward",
+        }
+    }
+}
 
 /// How far a buffer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +78,9 @@ struct State {
     data: Vec<u8>,
     complete: Option<Bytes>,
     receiving: bool,
+    /// [`KEEP`] counts from here: creation, the end of the last transfer in, or (the root's
+    /// own payload) the operation's deadline.
+    keep_from: Instant,
 }
 
 /// One operation's payload at this node.
@@ -56,7 +89,6 @@ struct Buf {
     digest: [u8; 32],
     state: Mutex<State>,
     progress: watch::Sender<Progress>,
-    created: Instant,
 }
 
 impl Buf {
@@ -69,6 +101,7 @@ impl Buf {
                 data: Vec::new(),
                 complete,
                 receiving: false,
+                keep_from: Instant::now(),
             }),
             progress: watch::channel(if done {
                 Progress::Done
@@ -76,7 +109,6 @@ impl Buf {
                 Progress::Filled(0)
             })
             .0,
-            created: Instant::now(),
         })
     }
 
@@ -101,13 +133,38 @@ impl Buf {
 #[derive(Default)]
 pub struct Streams {
     bufs: HashMap<OpId, Arc<Buf>>,
+    forwarding: Forwarding,
 }
 
 impl Streams {
-    /// The root's own payload, complete from the start.
-    pub fn insert_complete(&mut self, op: OpId, payload: Bytes, digest: [u8; 32]) {
+    /// No payloads yet; streams to children are forwarded as `forwarding` says.
+    pub fn new(forwarding: Forwarding) -> Streams {
+        Streams {
+            bufs: HashMap::new(),
+            forwarding,
+        }
+    }
+
+    /// Changes how streams opened from now on are forwarded (those running keep theirs).
+    pub fn set_forwarding(&mut self, forwarding: Forwarding) {
+        self.forwarding = forwarding;
+    }
+
+    /// The root's own payload, complete from the start; kept until [`KEEP`] after
+    /// `timeout`, the operation's deadline, since the root may retry until then.
+    pub fn insert_complete(
+        &mut self,
+        op: OpId,
+        payload: Bytes,
+        digest: [u8; 32],
+        timeout: Duration,
+    ) {
         let len = payload.len() as u64;
-        self.bufs.insert(op, Buf::new(len, digest, Some(payload)));
+        let buf = Buf::new(len, digest, Some(payload));
+        if let Some(deadline) = Instant::now().checked_add(timeout) {
+            buf.state.lock().expect("not poisoned").keep_from = deadline;
+        }
+        self.bufs.insert(op, buf);
     }
 
     /// The whole payload of `op`, once it is here.
@@ -131,8 +188,9 @@ impl Streams {
             .or_insert_with(|| Buf::new(len, digest, None))
             .clone();
         let header = DataHeader { op, len, digest };
+        let forwarding = self.forwarding;
         tokio::spawn(async move {
-            if let Err(e) = send(conn, header, buf).await {
+            if let Err(e) = send(conn, header, buf, forwarding).await {
                 debug!(peer = %to, error = %e, "data stream stopped");
             }
         });
@@ -180,7 +238,9 @@ impl Streams {
                 Err(e) => {
                     debug!(%peer, error = %e, "data stream failed");
                     buf.progress.send_replace(Progress::Failed);
-                    buf.state.lock().expect("not poisoned").receiving = false;
+                    let mut st = buf.state.lock().expect("not poisoned");
+                    st.receiving = false;
+                    st.keep_from = Instant::now();
                     false
                 }
             };
@@ -188,9 +248,13 @@ impl Streams {
         });
     }
 
-    /// Drops buffers old enough that no retry can need them.
+    /// Drops buffers old enough that no retry can need them; never one still receiving.
     pub fn prune(&mut self) {
-        self.bufs.retain(|_, b| b.created.elapsed() < KEEP);
+        self.bufs.retain(|_, b| {
+            let st = b.state.lock().expect("not poisoned");
+            // `elapsed` of an instant still to come is zero: the root's payload stays.
+            st.receiving || st.keep_from.elapsed() < KEEP
+        });
     }
 }
 
@@ -230,13 +294,34 @@ async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<(), String> 
     let data = std::mem::take(&mut st.data);
     st.complete = Some(Bytes::from(data));
     st.receiving = false;
+    st.keep_from = Instant::now();
     drop(st);
     buf.progress.send_replace(Progress::Done);
     Ok(())
 }
 
-/// Streams `buf` to a peer as it fills.
-async fn send(conn: quinn::Connection, header: DataHeader, buf: Arc<Buf>) -> Result<(), String> {
+/// Streams `buf` to a peer as it fills, or once it is complete and checked
+/// ([`Forwarding::StoreAndForward`]).
+async fn send(
+    conn: quinn::Connection,
+    header: DataHeader,
+    buf: Arc<Buf>,
+    forwarding: Forwarding,
+) -> Result<(), String> {
+    if forwarding == Forwarding::StoreAndForward {
+        let mut progress = buf.progress.subscribe();
+        loop {
+            match *progress.borrow_and_update() {
+                Progress::Done => break,
+                Progress::Failed => return Err("the incoming stream failed".into()),
+                Progress::Filled(_) => {}
+            }
+            progress
+                .changed()
+                .await
+                .map_err(|_| "buffer dropped".to_string())?;
+        }
+    }
     let mut out = conn.open_uni().await.map_err(|e| e.to_string())?;
     let frame = Packet::Data(header).encode().map_err(|e| e.to_string())?;
     write_frame(&mut out, &frame)
@@ -272,4 +357,49 @@ pub fn digest(payload: &[u8]) -> [u8; 32] {
         .as_ref()
         .try_into()
         .expect("32 bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(nonce: u64) -> OpId {
+        OpId {
+            root: NodeId::from_bytes([1; 16]),
+            nonce,
+        }
+    }
+
+    #[test]
+    fn prune_keeps_transfers_in_progress_and_the_roots_payload_until_its_deadline() {
+        let Some(long_ago) = Instant::now().checked_sub(KEEP * 2) else {
+            return; // a clock this young cannot have old buffers
+        };
+        let mut streams = Streams::new(Forwarding::Pipelined);
+        // A slow transfer that started long ago and is still coming in.
+        let slow = Buf::new(10, [0; 32], None);
+        {
+            let mut st = slow.state.lock().unwrap();
+            st.receiving = true;
+            st.keep_from = long_ago;
+        }
+        streams.bufs.insert(op(1), slow);
+        // A payload that arrived long ago: no retry needs it any more.
+        let old = Buf::new(1, [0; 32], Some(Bytes::from_static(b"x")));
+        old.state.lock().unwrap().keep_from = long_ago;
+        streams.bufs.insert(op(2), old);
+        // The root's own payload of an operation with ten minutes to go.
+        let ten_minutes = Duration::from_secs(600);
+        streams.insert_complete(op(3), Bytes::from_static(b"y"), [0; 32], ten_minutes);
+        streams.prune();
+        assert!(
+            streams.bufs.contains_key(&op(1)),
+            "a transfer in progress was dropped"
+        );
+        assert!(
+            !streams.bufs.contains_key(&op(2)),
+            "an old payload was kept"
+        );
+        assert_eq!(streams.payload(op(3)).as_deref(), Some(&b"y"[..]));
+    }
 }

@@ -1,0 +1,358 @@
+//! `bench large`: large broadcasts over the emulated wide area with its bandwidths,
+//! pipelined against store-and-forward (the program is `examples/bench.rs`; the tables and
+//! the plot are in [`super::large_report`]).
+//!
+//! The overlay runs once, in process: a few real nodes per cluster of a topology (das-4 by
+//! default), each with its own QUIC endpoint on an emulated socket that enforces the file's
+//! latencies and bandwidths ([`LatencyMap::with_bandwidth`]). Once every tree is wide-area
+//! optimal, one node broadcasts each payload size twice, once with every node forwarding
+//! pipelined and once store-and-forward, and the run is timed from the call to the last
+//! node's delivery. Throughput is payload bits over that time; its share is measured against
+//! the best single tree's rate and against the rate of the tree the overlay had when the
+//! run started ([`super::bandwidth`]).
+//!
+//! The root's tree is read again before every run because it can change between runs: a
+//! saturated link queues, the RTTs the nodes measure across it grow, and a long transfer
+//! can move a cluster's entry to another link. Two runs of one size are like for like only
+//! when their trees are the same; the tables say when they are not.
+
+use super::bandwidth::{self, Bound};
+use crate::api::{Forwarding, Node};
+use crate::local::LocalOverlay;
+use crate::net::emulated::LatencyMap;
+use crate::proto::{Config, DeliveryKind, NodeId};
+use crate::topology::Topology;
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Payload sizes measured, MiB.
+pub const SIZES_MIB: [usize; 3] = [1, 16, 64];
+/// Nodes started per cluster unless asked otherwise: enough for a hop inside every cluster,
+/// few enough that 2 cores keep up with the QUIC traffic.
+pub const DEFAULT_NODES_PER_CLUSTER: usize = 2;
+/// The most nodes per cluster accepted.
+pub const MAX_NODES_PER_CLUSTER: usize = 32;
+/// Before each broadcast the trees must have been wide-area optimal this long (queues from
+/// the run before have drained by then).
+const SETTLE: Duration = Duration::from_secs(2);
+/// How often a running broadcast reports progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(15);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The topology (its bandwidths are emulated; its node counts are replaced).
+    pub topology: Topology,
+    /// Nodes started in every cluster.
+    pub nodes_per_cluster: usize,
+    /// The cluster whose first node broadcasts.
+    pub root_cluster: String,
+    /// Payload sizes, MiB.
+    pub sizes_mib: Vec<usize>,
+}
+
+/// One broadcast.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// Payload size, MiB.
+    pub size_mib: usize,
+    /// How relays forwarded it.
+    pub mode: Forwarding,
+    /// From the call to the last node's delivery, s (`None`: not every node delivered).
+    pub completion_s: Option<f64>,
+    /// Nodes that delivered it (the root included).
+    pub delivered: usize,
+    /// Payload bits over the completion time, Mbit/s.
+    pub throughput_mbit: Option<f64>,
+    /// Throughput over the best single tree's rate.
+    pub share_of_bound: Option<f64>,
+    /// Throughput over the rate of the root's tree as it was when the run started.
+    pub share_of_tree: Option<f64>,
+    /// That tree's rate and where it binds.
+    pub tree: Bound,
+    /// That tree's hops between clusters (parent's cluster, child's cluster), each once.
+    pub tree_hops: Vec<(usize, usize)>,
+    /// Whether every tree was wide-area optimal when the run started.
+    pub optimal: bool,
+}
+
+/// The whole benchmark's result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Always `"large"`.
+    pub benchmark: String,
+    /// Topology name.
+    pub topology: String,
+    /// Nodes per cluster.
+    pub nodes_per_cluster: usize,
+    /// Nodes in all.
+    pub nodes: usize,
+    /// Cluster names, by index.
+    pub clusters: Vec<String>,
+    /// The broadcasting node's name.
+    pub root: String,
+    /// The best single tree's rate from the root.
+    pub bound: Bound,
+    /// When every tree was wide-area optimal, s after the first node started.
+    pub converged_s: f64,
+    /// Every broadcast, by size, pipelined first.
+    pub runs: Vec<Run>,
+    /// Wall time of the whole benchmark, s.
+    pub wall_s: f64,
+}
+
+/// Runs the benchmark on a runtime of its own; `progress` gets one line at a time.
+pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(run_async(opts, progress))
+}
+
+async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
+    let wall = Instant::now();
+    if !(1..=MAX_NODES_PER_CLUSTER).contains(&opts.nodes_per_cluster) {
+        bail!(
+            "nodes per cluster must be 1..={MAX_NODES_PER_CLUSTER}, got {}",
+            opts.nodes_per_cluster
+        );
+    }
+    let mut topo = opts.topology.clone();
+    for c in &mut topo.clusters {
+        c.nodes = opts.nodes_per_cluster;
+    }
+    let Some(root_cluster) = topo.cluster_index(&opts.root_cluster) else {
+        bail!("{} has no cluster {}", topo.name, opts.root_cluster);
+    };
+    let bound = bandwidth::best_tree(&topo, root_cluster);
+    progress(&format!(
+        "large: starting {} nodes on {} with emulated bandwidth",
+        topo.node_count(),
+        topo.name
+    ));
+    let overlay = LocalOverlay::start_on(LatencyMap::with_bandwidth(topo.clone()), Config::wan())
+        .await
+        .context("starting the overlay")?;
+    let (check, converged) = overlay
+        .wait_optimal(Duration::from_secs(180), Duration::from_secs(2))
+        .await;
+    let Some(converged) = converged else {
+        overlay.shutdown().await;
+        bail!("the trees did not become wide-area optimal: {check:?}");
+    };
+    progress(&format!(
+        "large: trees wide-area optimal after {:.1} s",
+        converged.as_secs_f64()
+    ));
+    let root = overlay
+        .clusters
+        .iter()
+        .position(|&c| c == root_cluster)
+        .context("the root cluster has no node")?;
+    let ids: Vec<NodeId> = overlay.nodes.iter().map(Node::id).collect();
+    let mut rx = tap(&overlay.nodes);
+    let mut runs = Vec::new();
+    for &mib in &opts.sizes_mib {
+        let payload = payload(mib << 20);
+        for mode in [Forwarding::Pipelined, Forwarding::StoreAndForward] {
+            let (check, _) = overlay.wait_optimal(Duration::from_secs(60), SETTLE).await;
+            let hops = tree_hops(&overlay, ids[root]).await;
+            let broadcast = Broadcast {
+                nodes: &overlay.nodes,
+                root,
+                payload: &payload,
+                mode,
+                tree: bandwidth::tree_rate(&topo, root_cluster, &hops),
+            };
+            let mut r = broadcast.run(&mut rx, bound.mbit, progress).await;
+            r.tree_hops = hops;
+            r.optimal = check.all_optimal();
+            runs.push(r);
+        }
+    }
+    overlay.shutdown().await;
+    Ok(Outcome {
+        benchmark: "large".into(),
+        topology: topo.name.clone(),
+        nodes_per_cluster: opts.nodes_per_cluster,
+        nodes: ids.len(),
+        clusters: topo.clusters.iter().map(|c| c.name.clone()).collect(),
+        root: format!("{}-1", topo.clusters[root_cluster].name),
+        bound,
+        converged_s: converged.as_secs_f64(),
+        runs,
+        wall_s: wall.elapsed().as_secs_f64(),
+    })
+}
+
+/// The hops of `root`'s tree between clusters, each once, as every node reports its
+/// parent. Hops inside a cluster are left out: the payload spreads there by a planned
+/// schedule, not along the tree.
+async fn tree_hops(overlay: &LocalOverlay, root: NodeId) -> Vec<(usize, usize)> {
+    let index: HashMap<NodeId, usize> = overlay
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.id(), i))
+        .collect();
+    let mut edges = Vec::new();
+    for s in overlay.statuses().await {
+        let Some(&child) = index.get(&s.id) else {
+            continue;
+        };
+        let parent = s
+            .trees
+            .iter()
+            .find(|t| t.root == root)
+            .and_then(|t| t.parent)
+            .and_then(|p| index.get(&p));
+        if let Some(&parent) = parent {
+            let hop = (overlay.clusters[parent], overlay.clusters[child]);
+            if hop.0 != hop.1 {
+                edges.push(hop);
+            }
+        }
+    }
+    edges.sort_unstable();
+    edges.dedup();
+    edges
+}
+
+/// One delivery seen by the benchmark: receiver, root, kind, length, when.
+type Seen = (usize, NodeId, DeliveryKind, usize, Instant);
+
+/// Every node's deliveries in one channel; payloads are dropped at once, only lengths kept
+/// (the data plane has checked each one's SHA-256 before delivering it).
+fn tap(nodes: &[Node]) -> mpsc::UnboundedReceiver<Seen> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    for (i, n) in nodes.iter().enumerate() {
+        let mut deliveries = Box::pin(n.deliveries());
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(d) = deliveries.next().await {
+                let seen = (i, d.root, d.kind, d.payload.len(), Instant::now());
+                if tx.send(seen).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// A payload of `len` pseudo-random bytes (xorshift), so nothing on the way can compress it.
+fn payload(len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for chunk in out.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    out
+}
+
+/// One timed broadcast.
+struct Broadcast<'a> {
+    nodes: &'a [Node],
+    root: usize,
+    payload: &'a [u8],
+    mode: Forwarding,
+    /// The tree's rate: the share of it is reported, and it sets the deadline.
+    tree: Bound,
+}
+
+impl Broadcast<'_> {
+    /// Sets every node's forwarding, broadcasts and waits for every delivery (or a deadline
+    /// of three times the tree's ideal time plus a minute).
+    async fn run(
+        &self,
+        rx: &mut mpsc::UnboundedReceiver<Seen>,
+        bound_mbit: f64,
+        progress: &dyn Fn(&str),
+    ) -> Run {
+        let (len, n) = (self.payload.len(), self.nodes.len());
+        let mib = len >> 20;
+        let label = format!("{mib} MiB {}", self.mode.name());
+        for node in self.nodes {
+            // A node that stopped shows up as a missing delivery below.
+            let _ = node.set_forwarding(self.mode).await;
+        }
+        while rx.try_recv().is_ok() {}
+        let ideal = len as f64 * 8.0 / (self.tree.mbit * 1e6);
+        let limit = Duration::try_from_secs_f64(ideal * 3.0 + 60.0).unwrap_or(Duration::MAX);
+        progress(&format!(
+            "large: {label}: broadcasting to {n} nodes (the tree's rate alone takes {ideal:.1} s)"
+        ));
+        let root_id = self.nodes[self.root].id();
+        // The root must not give up and retry directly while a slow transfer progresses.
+        let root = self.nodes[self.root]
+            .clone()
+            .with_op_timeout(limit + Duration::from_secs(30));
+        let payload = self.payload.to_vec();
+        let t0 = Instant::now();
+        let report = tokio::spawn(async move { root.broadcast(payload).await });
+        let mut got: HashSet<usize> = HashSet::new();
+        let mut last = t0;
+        let mut next_progress = t0 + PROGRESS_EVERY;
+        while got.len() < n && t0.elapsed() < limit {
+            let wait = next_progress.min(t0 + limit);
+            match tokio::time::timeout_at(wait.into(), rx.recv()).await {
+                Ok(Some((i, from, DeliveryKind::Broadcast, l, at)))
+                    if from == root_id && l == len && got.insert(i) =>
+                {
+                    last = last.max(at);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => {
+                    progress(&format!(
+                        "large: {label}: {}/{n} delivered after {:.0} s",
+                        got.len(),
+                        t0.elapsed().as_secs_f64()
+                    ));
+                    next_progress += PROGRESS_EVERY;
+                }
+            }
+        }
+        let completion = (got.len() == n).then(|| (last - t0).as_secs_f64());
+        match tokio::time::timeout(Duration::from_secs(60), report).await {
+            Ok(Ok(Ok(r))) if !r.missing.is_empty() => {
+                tracing::warn!(
+                    missing = r.missing.len(),
+                    "broadcast report names missing nodes"
+                )
+            }
+            Ok(Ok(Ok(_))) => {}
+            other => tracing::warn!(?other, "no broadcast report"),
+        }
+        let throughput = completion.map(|s| len as f64 * 8.0 / s / 1e6);
+        let run = Run {
+            size_mib: mib,
+            mode: self.mode,
+            completion_s: completion,
+            delivered: got.len(),
+            throughput_mbit: throughput,
+            share_of_bound: throughput.map(|t| t / bound_mbit),
+            share_of_tree: throughput.map(|t| t / self.tree.mbit),
+            tree: self.tree.clone(),
+            tree_hops: Vec::new(),
+            optimal: false,
+        };
+        progress(&format!(
+            "large: {label}: {}",
+            match (completion, throughput) {
+                (Some(s), Some(t)) => format!("all {n} delivered in {s:.2} s ({t:.2} Mbit/s)"),
+                _ => format!("only {}/{n} delivered", got.len()),
+            }
+        ));
+        run
+    }
+}

@@ -1,0 +1,298 @@
+//! How `bench large` shows its [`Outcome`]: a text table, a BENCHMARKS.md section and an
+//! SVG plot of the share of the bottleneck bandwidth against the payload size.
+
+use super::large::{Outcome, Run};
+use super::plot::{Series, line_chart};
+use crate::api::Forwarding;
+use std::fmt::Write as _;
+
+/// The command that reproduces the benchmark's defaults.
+pub const COMMAND: &str = "cargo run --release --example bench -- large";
+
+/// File name of the plot, in the output directory.
+pub const SVG: &str = "large-share.svg";
+
+fn name(o: &Outcome, cluster: usize) -> &str {
+    o.clusters.get(cluster).map_or("?", String::as_str)
+}
+
+fn num(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+}
+
+/// The run of `size` in `mode`, if there was one.
+fn find(o: &Outcome, size: usize, mode: Forwarding) -> Option<&Run> {
+    o.runs.iter().find(|r| r.size_mib == size && r.mode == mode)
+}
+
+/// Payload sizes in run order, each once.
+fn sizes(o: &Outcome) -> Vec<usize> {
+    let mut s: Vec<usize> = Vec::new();
+    for r in &o.runs {
+        if !s.contains(&r.size_mib) {
+            s.push(r.size_mib);
+        }
+    }
+    s
+}
+
+/// Store-and-forward's completion time over pipelined's, for `size`.
+pub fn ratio(o: &Outcome, size: usize) -> Option<f64> {
+    let p = find(o, size, Forwarding::Pipelined)?.completion_s?;
+    let s = find(o, size, Forwarding::StoreAndForward)?.completion_s?;
+    Some(s / p)
+}
+
+/// Whether both runs of `size` started on the same tree (like for like).
+fn same_tree(o: &Outcome, size: usize) -> bool {
+    let hops = |m| find(o, size, m).map(|r| &r.tree_hops);
+    hops(Forwarding::Pipelined) == hops(Forwarding::StoreAndForward)
+}
+
+/// The setup, in one line.
+fn setup(o: &Outcome) -> String {
+    format!(
+        "{} with its bandwidths emulated (sender NIC, then the shared directed link, then \
+         the latency; tail drop); {} nodes ({} per cluster), real QUIC in one process; \
+         root {}",
+        o.topology, o.nodes, o.nodes_per_cluster, o.root,
+    )
+}
+
+/// The best tree's rate, in one line.
+fn bottleneck(o: &Outcome) -> String {
+    format!(
+        "bottleneck: the best single tree from the root reaches {:.1} Mbit/s (widest path \
+         to {})",
+        o.bound.mbit,
+        name(o, o.bound.cluster),
+    )
+}
+
+/// A run's tree between clusters, e.g. `VU->Leiden VU->UvA`: whether payloads cross one
+/// wide-area hop or several in a row decides what store-and-forward costs.
+fn hops(o: &Outcome, r: &Run) -> String {
+    let names: Vec<String> = r
+        .tree_hops
+        .iter()
+        .map(|&(a, b)| format!("{}->{}", name(o, a), name(o, b)))
+        .collect();
+    let mut s = names.join(" ");
+    if !r.optimal {
+        s.push_str(" (not wide-area optimal)");
+    }
+    s
+}
+
+/// The ratio of `size`, marked when the two runs' trees differ.
+fn ratio_text(o: &Outcome, size: usize) -> String {
+    let mut s = num(ratio(o, size), 3);
+    if !same_tree(o, size) {
+        s.push_str(" (on different trees: not like for like)");
+    }
+    s
+}
+
+/// The text table `bench large` prints.
+pub fn text(o: &Outcome, out_dir: &str) -> String {
+    let mut s = format!(
+        "large ({})\n  {}\n  plot: {out_dir}/{SVG}\n",
+        setup(o),
+        bottleneck(o)
+    );
+    let _ = writeln!(
+        s,
+        "  {:>8} {:<18} {:>12} {:>8} {:>8} {:>11} {:>8}  the tree's hops between clusters",
+        "size", "mode", "completion s", "Mbit/s", "of bound", "tree Mbit/s", "of tree"
+    );
+    for r in &o.runs {
+        let _ = writeln!(
+            s,
+            "  {:>4} MiB {:<18} {:>12} {:>8} {:>8} {:>11.1} {:>8}  {}",
+            r.size_mib,
+            r.mode.name(),
+            num(r.completion_s, 2),
+            num(r.throughput_mbit, 2),
+            num(r.share_of_bound, 3),
+            r.tree.mbit,
+            num(r.share_of_tree, 3),
+            hops(o, r)
+        );
+    }
+    for size in sizes(o) {
+        let _ = writeln!(
+            s,
+            "  {size:>4} MiB: store-and-forward / pipelined completion time {}",
+            ratio_text(o, size)
+        );
+    }
+    let _ = write!(
+        s,
+        "  converged after {:.1} s; whole benchmark {:.0} s wall",
+        o.converged_s, o.wall_s
+    );
+    s
+}
+
+/// The BENCHMARKS.md section.
+pub fn markdown(o: &Outcome) -> String {
+    let mut md = String::from("## Large broadcasts: pipelined against store-and-forward\n\n");
+    let _ = writeln!(
+        md,
+        "Made by `{COMMAND}` (also part of `all`): {}. The {}. A hop from cluster A to \
+         cluster B carries at most the smaller of A's per-node bandwidth and the link A -> B; \
+         a single tree is as fast as its narrowest hop, and the best single tree reaches every \
+         cluster along its widest path (maximin). Not counted: a relay sharing its NIC among \
+         several children (das-4's NICs, 400 Mbit/s, are far from binding). Completion: from \
+         the broadcast call (the root hashes the payload first) to the last node's delivery, \
+         every node having checked the SHA-256. Throughput: payload bits over that time. \
+         Share: throughput over the best tree's rate (\"of bound\") and over the rate of the \
+         tree the root had when the run started (\"of tree\"; it is read before every run \
+         because it can change between runs). Ratio: store-and-forward's completion time over pipelined's. \
+         Absolute times depend on the machine (QUIC on 2 shared cores). Plot: `{SVG}`.\n",
+        setup(o),
+        bottleneck(o),
+    );
+    md.push_str(
+        "| size | mode | completion s | throughput Mbit/s | share of bound | tree Mbit/s | share of tree | tree between clusters |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for r in &o.runs {
+        let _ = writeln!(
+            md,
+            "| {} MiB | {} | {} | {} | {} | {:.1} | {} | {} |",
+            r.size_mib,
+            r.mode.name(),
+            num(r.completion_s, 2),
+            num(r.throughput_mbit, 2),
+            num(r.share_of_bound, 3),
+            r.tree.mbit,
+            num(r.share_of_tree, 3),
+            hops(o, r)
+        );
+    }
+    md.push_str("\n| size | store-and-forward / pipelined |\n|---|---|\n");
+    for size in sizes(o) {
+        let _ = writeln!(md, "| {size} MiB | {} |", ratio_text(o, size));
+    }
+    md.push('\n');
+    if sizes(o).iter().any(|&size| !same_tree(o, size)) {
+        md.push_str(
+            "Where a ratio says \"on different trees\", the root's tree changed between the two \
+             runs of that size, so the ratio mixes the forwarding mode with the tree. A long \
+             transfer keeps a link's queue full (up to 50 ms of it, at least 64 KiB), the RTTs \
+             the nodes measure across that link grow, and once the minimum over the RTT window \
+             has grown, a cluster's entry can move to another link.\n\n",
+        );
+    }
+    md
+}
+
+/// The plot: share of the best tree's rate against payload size, one line per mode, and
+/// the bound itself at 1 for reference.
+pub fn svg(o: &Outcome) -> String {
+    let mut series: Vec<Series> = [Forwarding::Pipelined, Forwarding::StoreAndForward]
+        .into_iter()
+        .map(|mode| Series {
+            name: mode.name().to_string(),
+            points: o
+                .runs
+                .iter()
+                .filter(|r| r.mode == mode)
+                .filter_map(|r| Some((r.size_mib as f64, r.share_of_bound?)))
+                .collect(),
+        })
+        .collect();
+    let sizes = sizes(o);
+    if let (Some(lo), Some(hi)) = (sizes.iter().min(), sizes.iter().max()) {
+        series.push(Series {
+            name: "best single tree".into(),
+            points: vec![(*lo as f64, 1.0), (*hi as f64, 1.0)],
+        });
+    }
+    line_chart(
+        &format!(
+            "{}, {} nodes: broadcast throughput / bottleneck ({:.1} Mbit/s)",
+            o.topology, o.nodes, o.bound.mbit
+        ),
+        "payload (MiB, log scale)",
+        "share of the bottleneck bandwidth",
+        &series,
+        true,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::bandwidth::Bound;
+
+    fn outcome() -> Outcome {
+        let run = |size_mib, mode, s: Option<f64>, hops: Vec<(usize, usize)>| Run {
+            size_mib,
+            mode,
+            completion_s: s,
+            delivered: if s.is_some() { 8 } else { 5 },
+            // Powers of two, so the numbers survive a trip through JSON exactly.
+            throughput_mbit: s.map(|s| 8.0 / s),
+            share_of_bound: s.map(|s| 1.0 / s),
+            share_of_tree: s.map(|s| 2.0 / s),
+            tree: Bound {
+                mbit: 4.0,
+                cluster: 1,
+            },
+            tree_hops: hops,
+            optimal: true,
+        };
+        let direct = vec![(0, 1), (0, 2)];
+        let chain = vec![(0, 2), (2, 1)];
+        Outcome {
+            benchmark: "large".into(),
+            topology: "das-4".into(),
+            nodes_per_cluster: 2,
+            nodes: 8,
+            clusters: vec!["VU".into(), "Leiden".into(), "UvA".into()],
+            root: "VU-1".into(),
+            bound: Bound {
+                mbit: 6.0,
+                cluster: 1,
+            },
+            converged_s: 12.0,
+            runs: vec![
+                run(1, Forwarding::Pipelined, Some(2.0), direct.clone()),
+                run(1, Forwarding::StoreAndForward, Some(4.0), direct.clone()),
+                run(16, Forwarding::Pipelined, Some(32.0), direct),
+                run(16, Forwarding::StoreAndForward, None, chain),
+            ],
+            wall_s: 100.0,
+        }
+    }
+
+    #[test]
+    fn tables_show_ratios_and_missing_runs_without_panicking() {
+        let o = outcome();
+        assert_eq!(ratio(&o, 1), Some(2.0));
+        assert_eq!(ratio(&o, 16), None, "an incomplete run has no ratio");
+        let t = text(&o, "docs");
+        assert!(
+            t.contains("store-and-forward / pipelined completion time 2.000\n"),
+            "{t}"
+        );
+        assert!(t.contains("widest path to Leiden"), "{t}");
+        assert!(t.contains("VU->UvA UvA->Leiden"), "{t}");
+        assert!(
+            t.contains("- (on different trees: not like for like)"),
+            "{t}"
+        );
+        let md = markdown(&o);
+        assert!(
+            md.contains(COMMAND) && md.contains("| 16 MiB | - (on different"),
+            "{md}"
+        );
+        let svg = svg(&o);
+        assert!(svg.starts_with("<svg") && svg.contains("store-and-forward"));
+        // Survives JSON, as `bench all` stores it.
+        let back: Outcome = serde_json::from_value(serde_json::to_value(&o).unwrap()).unwrap();
+        assert_eq!(back, o);
+    }
+}
