@@ -74,6 +74,58 @@ pub enum Message {
     /// A collective operation (broadcast, scatter, gather, reduce) travelling a tree;
     /// handled by [`crate::proto::collective`].
     Collective(CollectiveMessage),
+    /// Cluster discovery: the summaries every node publishes of its measured latencies,
+    /// spread to every member; handled by [`crate::proto::clusters`]. Added after the
+    /// other variants, so older frames still decode.
+    Cluster(ClusterMessage),
+}
+
+/// At most this many edges in one [`ClusterSummary`]; a longer list is cut on receipt.
+pub const MAX_CLUSTER_EDGES: usize = 32;
+
+/// At most this many summaries in one [`ClusterMessage::Summaries`]; more go in several.
+pub const MAX_CLUSTER_SUMMARIES: usize = 64;
+
+/// At most this many entries in one [`ClusterMessage::Versions`] (about 180 KB).
+pub const MAX_CLUSTER_VERSIONS: usize = 8192;
+
+/// One measured latency a node publishes: its filtered RTT to `peer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterEdge {
+    /// The peer measured.
+    pub peer: NodeId,
+    /// The filtered RTT, in microseconds.
+    pub rtt_us: u32,
+}
+
+/// What one node publishes for cluster discovery: a few of its measured latencies, chosen
+/// so that the union over all nodes holds the links that join groups (see
+/// [`crate::proto::clusters`]). About 21 bytes per edge, at most [`MAX_CLUSTER_EDGES`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSummary {
+    /// The node that measured.
+    pub node: NodeId,
+    /// Bumped by `node` whenever its summary changes; the higher version wins.
+    pub version: u32,
+    /// The latencies it publishes.
+    pub edges: Vec<ClusterEdge>,
+}
+
+/// Messages that spread the cluster summaries (news pushed, then push-pull anti-entropy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClusterMessage {
+    /// A fingerprint of the summaries the sender holds (`count` of them); a receiver whose
+    /// own differs answers with [`ClusterMessage::Versions`].
+    Digest { hash: u64, count: u32 },
+    /// The version of every summary the sender holds. The receiver pushes the summaries it
+    /// holds in a newer version (or that the list lacks), and answers with its own list
+    /// when `reply` is set, so both sides end up with the newer of each.
+    Versions {
+        versions: Vec<(NodeId, u32)>,
+        reply: bool,
+    },
+    /// Summaries, new ones or ones the receiver lacks.
+    Summaries { summaries: Vec<ClusterSummary> },
 }
 
 /// Names one collective operation: the root that started it and a number the root picked.
@@ -449,6 +501,21 @@ mod tests {
                     value: Some(vec![1]),
                     exits: vec![b],
                 },
+            }),
+            Message::Cluster(ClusterMessage::Digest { hash: 7, count: 2 }),
+            Message::Cluster(ClusterMessage::Versions {
+                versions: vec![(a, 3), (b, 1)],
+                reply: true,
+            }),
+            Message::Cluster(ClusterMessage::Summaries {
+                summaries: vec![ClusterSummary {
+                    node: a,
+                    version: 4,
+                    edges: vec![ClusterEdge {
+                        peer: b,
+                        rtt_us: 3_000,
+                    }],
+                }],
             }),
         ]
     }

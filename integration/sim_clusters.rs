@@ -1,0 +1,144 @@
+//! Cluster discovery in the simulator: every node, from its own measurements and the
+//! summaries it receives, must come to see exactly the topology's clusters at level 1 and,
+//! where the topology has sites, exactly its sites at level 2; and keep seeing them.
+//!
+//! The check is the same function for the right and for a wrong partition, and each test
+//! also shows that it rejects a wrong one (so a view that merged everything, or a level
+//! swapped, would fail). `cargo test --release --test sim_clusters -- --nocapture` prints
+//! when the views agreed.
+
+use overlay::proto::NodeId;
+use overlay::sim::{Sim, SimConfig};
+use overlay::topology::Topology;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+fn topology(name: &str) -> Topology {
+    Topology::builtin(name).unwrap_or_else(|| panic!("{name} is shipped"))
+}
+
+/// The live nodes grouped by `key(cluster index)`, as sorted lists, sorted.
+fn expected(sim: &Sim, key: impl Fn(usize) -> usize) -> Vec<Vec<NodeId>> {
+    let mut groups: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
+    for i in sim.live_nodes() {
+        groups
+            .entry(key(sim.cluster_of(i)))
+            .or_default()
+            .push(sim.id(i));
+    }
+    let mut p: Vec<Vec<NodeId>> = groups
+        .into_values()
+        .map(|mut g| {
+            g.sort();
+            g
+        })
+        .collect();
+    p.sort();
+    p
+}
+
+/// `Ok` if every live node's partition at `level` is `want`; else the first node that
+/// differs and what it sees (group sizes).
+fn every_view_is(sim: &Sim, level: usize, want: &[Vec<NodeId>]) -> Result<(), String> {
+    for i in sim.live_nodes() {
+        let got = sim.core(i).clusters().partition(level);
+        if got != want {
+            let sizes: Vec<usize> = got.iter().map(Vec::len).collect();
+            let wanted: Vec<usize> = want.iter().map(Vec::len).collect();
+            return Err(format!(
+                "node {i} at level {level}: groups of {sizes:?}, want {wanted:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `name` until every node sees `levels` (level, expected partition) or `max` has
+/// passed; then runs 10 s more and checks again (the views must stay). Returns when they
+/// first agreed.
+fn discovers(
+    name: &str,
+    seed: u64,
+    max: Duration,
+    levels: impl Fn(&Sim) -> Vec<Vec<Vec<NodeId>>>,
+) -> Sim {
+    let topo = topology(name);
+    let mut sim = Sim::new(
+        &topo,
+        SimConfig {
+            seed,
+            ..SimConfig::default()
+        },
+    );
+    let check = |sim: &Sim| -> Result<(), String> {
+        for (l, want) in levels(sim).iter().enumerate() {
+            every_view_is(sim, l + 1, want)?;
+        }
+        Ok(())
+    };
+    let step = Duration::from_millis(500);
+    let mut last = Err("not run".to_string());
+    while sim.now().as_micros() < max.as_micros() as u64 {
+        sim.run_for(step);
+        last = check(&sim);
+        if last.is_ok() {
+            break;
+        }
+    }
+    let agreed = sim.now();
+    assert!(
+        last.is_ok(),
+        "{name} seed {seed}: not discovered within {max:?}: {last:?}"
+    );
+    sim.run_for(Duration::from_secs(10));
+    check(&sim).unwrap_or_else(|e| panic!("{name} seed {seed}: the views did not stay: {e}"));
+    let depth = sim.core(0).clusters().depth();
+    println!(
+        "{name} seed {seed}: every node sees the topology's groups at {:.1} s ({depth} levels), \
+         {:.0} B/node/s of control traffic overall",
+        agreed.as_micros() as f64 / 1e6,
+        sim.report().control_bytes_per_node_per_s
+    );
+    sim
+}
+
+#[test]
+fn das_4_every_node_discovers_the_four_clusters() {
+    for seed in 1..=2 {
+        let sim = discovers("das-4", seed, Duration::from_secs(40), |s| {
+            vec![expected(s, |c| c)]
+        });
+        let clusters = expected(&sim, |c| c);
+        assert_eq!(clusters.len(), 4);
+        // The same check fails on wrong partitions.
+        assert!(every_view_is(&sim, 1, &expected(&sim, |_| 0)).is_err());
+        assert!(every_view_is(&sim, 1, &expected(&sim, |c| c.min(2))).is_err());
+        // Nothing above the clusters stands out in DAS-4 (1.5 to 4 ms, no jump of 2x).
+        assert_eq!(sim.core(0).clusters().depth(), 1);
+    }
+}
+
+#[test]
+fn sites_64_every_node_discovers_the_clusters_and_the_sites() {
+    let topo = topology("sites-64");
+    let site = move |c: usize| topo.site_of(c);
+    let sim = discovers("sites-64", 1, Duration::from_secs(40), move |s| {
+        vec![expected(s, |c| c), expected(s, &site)]
+    });
+    let topo = topology("sites-64");
+    assert_eq!(expected(&sim, |c| c).len(), 8);
+    assert_eq!(expected(&sim, |c| topo.site_of(c)).len(), 4);
+    // Levels swapped, or one level missing, fail the same check.
+    assert!(every_view_is(&sim, 1, &expected(&sim, |c| topo.site_of(c))).is_err());
+    assert!(every_view_is(&sim, 2, &expected(&sim, |c| c)).is_err());
+    // The typical RTT inside a cluster and inside a site, as every node sees it.
+    let view = sim.core(0).clusters();
+    let me = sim.id(0);
+    let rtt = |l| {
+        view.group_of(l, &me)
+            .and_then(|g| g.rtt_us)
+            .expect("a group")
+    };
+    assert!(rtt(1) < 1_000, "cluster rtt {} µs", rtt(1));
+    assert!((1_500..3_000).contains(&rtt(2)), "site rtt {} µs", rtt(2));
+}
