@@ -564,6 +564,35 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_cluster_messages_fit_in_a_frame() {
+        let id = NodeId::from_seed(0, 0);
+        let edge = ClusterEdge {
+            peer: id,
+            rtt_us: u32::MAX,
+        };
+        let summary = ClusterSummary {
+            node: id,
+            version: u32::MAX,
+            edges: vec![edge; MAX_CLUSTER_EDGES],
+        };
+        let summaries = Message::Cluster(ClusterMessage::Summaries {
+            summaries: vec![summary.clone(); MAX_CLUSTER_SUMMARIES],
+        });
+        let versions = Message::Cluster(ClusterMessage::Versions {
+            versions: vec![(id, u32::MAX); MAX_CLUSTER_VERSIONS],
+            reply: true,
+        });
+        for m in [summaries, versions] {
+            assert!(m.encode().is_ok_and(|b| b.len() < MAX_MESSAGE_BYTES / 4));
+        }
+        // One summary: about 21 bytes per edge.
+        let one = Message::Cluster(ClusterMessage::Summaries {
+            summaries: vec![summary],
+        });
+        assert!(one.encoded_len() <= 30 + 23 * MAX_CLUSTER_EDGES);
+    }
+
+    #[test]
     fn an_oversized_message_is_refused_at_encoding() {
         let e = AdvertEntry {
             root: NodeId::from_seed(0, 0),

@@ -107,7 +107,7 @@ fn print_clusters(levels: &[ClusterLevel]) {
         return;
     }
     println!(
-        "\nclusters ({} level{}, discovered from measured RTT; * this node's group):",
+        "\nclusters ({} level{}, discovered from measured RTT; * marks this node's group):",
         levels.len(),
         if levels.len() == 1 { "" } else { "s" }
     );
@@ -119,7 +119,7 @@ fn print_clusters(levels: &[ClusterLevel]) {
         for g in groups {
             let rtt = g
                 .rtt_ms
-                .map(|r| format!("rtt ~{r:.2} ms"))
+                .map(|r| format!("rtt {r:.2} ms"))
                 .unwrap_or_else(|| "alone".into());
             let mut names: Vec<String> = g
                 .names
@@ -129,10 +129,11 @@ fn print_clusters(levels: &[ClusterLevel]) {
                 .collect();
             names.sort_by(|a, b| natural(a).cmp(&natural(b)));
             let mark = if g.mine { '*' } else { ' ' };
-            let head = format!("  {mark} {:>3} members, {rtt:<15}", g.members.len());
-            for (i, line) in wrap(&names, 72).into_iter().enumerate() {
+            let head = format!("  {mark} {:>3} members  {rtt:<14}", g.members.len());
+            let indent = head.chars().count();
+            for (i, line) in wrap(&names, 100 - indent).into_iter().enumerate() {
                 let lead = if i == 0 { head.as_str() } else { "" };
-                println!("{lead:<37}{line}");
+                println!("{lead:<indent$}{line}");
             }
         }
     }
