@@ -54,8 +54,8 @@ fn every_view_is(sim: &Sim, level: usize, want: &[Vec<NodeId>]) -> Result<(), St
 }
 
 /// Runs `name` until every node sees `levels` (level, expected partition) or `max` has
-/// passed; then runs 10 s more and checks again (the views must stay). Returns when they
-/// first agreed.
+/// passed; then runs 20 s more, checking again after 10 and 20 s (the views must stay),
+/// and bounds what discovery sends in the last 10 s. Prints the figures.
 fn discovers(
     name: &str,
     seed: u64,
@@ -90,16 +90,48 @@ fn discovers(
         last.is_ok(),
         "{name} seed {seed}: not discovered within {max:?}: {last:?}"
     );
+    let (bytes_agreed, _, _) = cluster_traffic(&sim);
     sim.run_for(Duration::from_secs(10));
     check(&sim).unwrap_or_else(|e| panic!("{name} seed {seed}: the views did not stay: {e}"));
+    // Then 10 s of a settled overlay: only digests, and now and then a node whose
+    // estimates improved republishing (its summary spreads, then everything is quiet).
+    let (bytes_then, _, _) = cluster_traffic(&sim);
+    let settled = Duration::from_secs(10);
+    sim.run_for(settled);
+    check(&sim).unwrap_or_else(|e| panic!("{name} seed {seed}: the views did not stay: {e}"));
+    let (bytes_now, messages, versions) = cluster_traffic(&sim);
+    let n = sim.live_count() as f64;
+    let during = bytes_agreed as f64 / n / (agreed.as_micros() as f64 / 1e6);
+    let after = (bytes_now - bytes_then) as f64 / n / settled.as_secs_f64();
     let depth = sim.core(0).clusters().depth();
     println!(
-        "{name} seed {seed}: every node sees the topology's groups at {:.1} s ({depth} levels), \
-         {:.0} B/node/s of control traffic overall",
+        "{name} seed {seed}: every node sees the topology's groups at {:.1} s ({depth} \
+         levels); discovery sent {during:.0} B/node/s until then, {after:.0} B/node/s once \
+         settled ({messages} messages, {:.1} summary versions per node; all control traffic \
+         {:.0} B/node/s)",
         agreed.as_micros() as f64 / 1e6,
+        versions as f64 / n,
         sim.report().control_bytes_per_node_per_s
     );
+    assert!(
+        after < 500.0,
+        "{name} seed {seed}: discovery still sends {after:.0} B/node/s once settled"
+    );
     sim
+}
+
+/// Bytes, messages and summary versions of cluster discovery sent so far by the live nodes.
+fn cluster_traffic(sim: &Sim) -> (u64, u64, u64) {
+    sim.live_nodes()
+        .into_iter()
+        .fold((0, 0, 0), |(b, m, p), i| {
+            let s = sim.core(i).stats();
+            (
+                b + s.cluster_bytes,
+                m + s.cluster_messages,
+                p + s.cluster_publishes,
+            )
+        })
 }
 
 #[test]
@@ -141,4 +173,17 @@ fn sites_64_every_node_discovers_the_clusters_and_the_sites() {
     };
     assert!(rtt(1) < 1_000, "cluster rtt {} µs", rtt(1));
     assert!((1_500..3_000).contains(&rtt(2)), "site rtt {} µs", rtt(2));
+}
+
+/// Clusters of very different sizes (100, 65 and 3): the large ones must stay whole although
+/// each node measures only a few dozen of their members closely.
+#[test]
+fn phoenix_168_every_node_discovers_the_three_clusters() {
+    let sim = discovers("phoenix-168", 1, Duration::from_secs(40), |s| {
+        vec![expected(s, |c| c)]
+    });
+    let mut sizes: Vec<usize> = expected(&sim, |c| c).iter().map(Vec::len).collect();
+    sizes.sort();
+    assert_eq!(sizes, vec![3, 65, 100]);
+    assert!(every_view_is(&sim, 1, &expected(&sim, |c| c.min(1))).is_err());
 }

@@ -51,6 +51,12 @@ pub struct CoreStats {
     pub asks: u64,
     /// Parent queries sent.
     pub parent_queries: u64,
+    /// Versions of its own cluster summary this node published.
+    pub cluster_publishes: u64,
+    /// Cluster discovery messages sent (summaries, digests, version lists).
+    pub cluster_messages: u64,
+    /// Their encoded bytes.
+    pub cluster_bytes: u64,
 }
 
 /// Index of a root in this core's tables (never reused while the core lives).

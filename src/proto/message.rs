@@ -111,17 +111,27 @@ pub struct ClusterSummary {
     pub edges: Vec<ClusterEdge>,
 }
 
+/// How many buckets the cluster summaries are split into (by the first byte of the node
+/// id) when two nodes find out where their tables differ.
+pub const CLUSTER_BUCKETS: usize = 32;
+
 /// Messages that spread the cluster summaries (news pushed, then push-pull anti-entropy).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClusterMessage {
     /// A fingerprint of the summaries the sender holds (`count` of them); a receiver whose
-    /// own differs answers with [`ClusterMessage::Versions`].
+    /// own differs answers with [`ClusterMessage::Buckets`].
     Digest { hash: u64, count: u32 },
-    /// The version of every summary the sender holds. The receiver pushes the summaries it
-    /// holds in a newer version (or that the list lacks), and answers with its own list
-    /// when `reply` is set, so both sides end up with the newer of each.
+    /// The fingerprints of the sender's summaries bucket by bucket ([`CLUSTER_BUCKETS`] of
+    /// them): the receiver answers with its versions of the buckets that differ, so one
+    /// new summary costs a list of a few versions, not of all.
+    Buckets { hashes: Vec<u64> },
+    /// The version of every summary the sender holds in the buckets set in `buckets` (bit
+    /// `i`: bucket `i`). The receiver pushes the summaries of those buckets it holds in a
+    /// newer version (or that the list lacks), and answers with its own list of the same
+    /// buckets when `reply` is set, so both sides end up with the newer of each.
     Versions {
         versions: Vec<(NodeId, u32)>,
+        buckets: u32,
         reply: bool,
     },
     /// Summaries, new ones or ones the receiver lacks.
@@ -503,8 +513,12 @@ mod tests {
                 },
             }),
             Message::Cluster(ClusterMessage::Digest { hash: 7, count: 2 }),
+            Message::Cluster(ClusterMessage::Buckets {
+                hashes: vec![1, 2, 3],
+            }),
             Message::Cluster(ClusterMessage::Versions {
                 versions: vec![(a, 3), (b, 1)],
+                buckets: 5,
                 reply: true,
             }),
             Message::Cluster(ClusterMessage::Summaries {
@@ -580,9 +594,13 @@ mod tests {
         });
         let versions = Message::Cluster(ClusterMessage::Versions {
             versions: vec![(id, u32::MAX); MAX_CLUSTER_VERSIONS],
+            buckets: u32::MAX,
             reply: true,
         });
-        for m in [summaries, versions] {
+        let buckets = Message::Cluster(ClusterMessage::Buckets {
+            hashes: vec![u64::MAX; CLUSTER_BUCKETS],
+        });
+        for m in [summaries, versions, buckets] {
             assert!(m.encode().is_ok_and(|b| b.len() < MAX_MESSAGE_BYTES / 4));
         }
         // One summary: about 21 bytes per edge.

@@ -114,20 +114,38 @@ fn print_clusters(levels: &[ClusterLevel]) {
     for l in levels {
         let what = if l.level == 1 { "clusters" } else { "groups" };
         println!("  level {}: {} {what}", l.level, l.groups.len());
-        let mut groups: Vec<&ClusterGroup> = l.groups.iter().collect();
-        groups.sort_by_key(|g| (!g.mine, std::cmp::Reverse(g.members.len()), g.label));
-        for g in groups {
+        let mut groups: Vec<(&ClusterGroup, Vec<String>)> = l
+            .groups
+            .iter()
+            .map(|g| {
+                let mut names: Vec<String> = g
+                    .names
+                    .iter()
+                    .zip(&g.members)
+                    .map(|(n, id)| if n.is_empty() { id.short() } else { n.clone() })
+                    .collect();
+                names.sort_by(|a, b| natural(a).cmp(&natural(b)));
+                (g, names)
+            })
+            .collect();
+        // This node's group first, then the larger ones, then by their first name.
+        groups.sort_by(|(a, an), (b, bn)| {
+            (
+                !a.mine,
+                std::cmp::Reverse(a.members.len()),
+                an.first().map(|n| natural(n)),
+            )
+                .cmp(&(
+                    !b.mine,
+                    std::cmp::Reverse(b.members.len()),
+                    bn.first().map(|n| natural(n)),
+                ))
+        });
+        for (g, names) in groups {
             let rtt = g
                 .rtt_ms
                 .map(|r| format!("rtt {r:.2} ms"))
                 .unwrap_or_else(|| "alone".into());
-            let mut names: Vec<String> = g
-                .names
-                .iter()
-                .zip(&g.members)
-                .map(|(n, id)| if n.is_empty() { id.short() } else { n.clone() })
-                .collect();
-            names.sort_by(|a, b| natural(a).cmp(&natural(b)));
             let mark = if g.mine { '*' } else { ' ' };
             let head = format!("  {mark} {:>3} members  {rtt:<14}", g.members.len());
             let indent = head.chars().count();

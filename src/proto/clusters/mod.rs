@@ -20,16 +20,20 @@
 //! A node measures only its candidate set closely, but it has an estimate for every member
 //! it swept once. From its own row of estimates it publishes a [`ClusterSummary`] of a few
 //! edges ([`summary`]): it splits its row into *shells* where the latency jumps by the same
-//! factor, and publishes its nearest peers and the lowest-id peer of every shell. The
-//! lowest latency that joins a group to the rest is then always in the summary of one of
-//! its members (it is that member's nearest peer past the jump), so the union of the
-//! summaries holds the links the hierarchy is made of.
+//! factor, and publishes the nearest peers and the smallest-id peer of every shell. A
+//! group that stands out by a jump is joined to the rest by the lowest latency from one of
+//! its members, and for that member it is the nearest peer past the jump: so the union of
+//! the summaries holds the links the hierarchy is made of, and the nearest peers and the
+//! smallest ids keep every cluster connected inside.
 //!
-//! Summaries spread to every member ([`table`]): a node pushes a new or newer summary to a
-//! few random peers, which push it on once (epidemic), and every
-//! [`crate::proto::Config::cluster_sync`] it compares an 8-byte digest of its table with a
-//! random peer and, when they differ, the two exchange versions and then what the other
-//! lacks. Each summary is at most [`MAX_CLUSTER_EDGES`] edges of 21 bytes.
+//! Summaries spread to every member ([`table`]): a node pushes a new or newer summary to
+//! two random members, which push it on once (epidemic), and every
+//! [`crate::proto::Config::cluster_sync`] it sends a random member the 14-byte digest of
+//! its table; where the digests differ, the two exchange version lists and then push each
+//! other what the other lacks. A summary is at most [`MAX_CLUSTER_EDGES`] edges of about
+//! 21 bytes (a shell costs four), and a node publishes a new version only when its nearest
+//! peers change or an RTT above the floor moves by more than an eighth. Once settled, only
+//! the digests travel.
 //!
 //! Every node runs the same deterministic computation ([`hierarchy`]) on the same table,
 //! so once the table has spread all nodes hold the same groups; a group is named by its

@@ -24,9 +24,9 @@ pub const NEAREST_PER_SHELL: usize = 3;
 /// peers, and so the summary and its version, with every bit of measurement noise.
 const STICKY: f64 = 1.25;
 
-/// A published RTT is republished only when it moved by more than an eighth (or 20 µs).
+/// A published RTT is republished only when it moved by more than an eighth, counting
+/// RTTs below the floor as the floor (the grouping cannot tell them apart).
 const RTT_TOLERANCE_DIV: u32 = 8;
-const RTT_TOLERANCE_MIN_US: u32 = 20;
 
 /// Splits `sorted` (ascending RTT) into shells: a new shell starts where the RTT jumps by
 /// more than the gap factor over the one before.
@@ -68,7 +68,7 @@ pub fn choose(
             .collect();
         let mut picked: Vec<(NodeId, u32)> = Vec::new();
         if let Some(kth) = others.get(others.len().min(NEAREST_PER_SHELL).wrapping_sub(1)) {
-            let sticky_limit = (kth.1 as f64 * STICKY) as u32;
+            let sticky_limit = (kth.1.max(params.floor_us) as f64 * STICKY) as u32;
             picked.extend(
                 others
                     .iter()
@@ -102,16 +102,17 @@ pub fn choose(
 }
 
 /// Whether `new` says something `old` does not: other peers, or an RTT that moved by more
-/// than the tolerance. Small drifts are not republished (each version costs a spread to
-/// every member).
-pub fn differs(old: &[ClusterEdge], new: &[ClusterEdge]) -> bool {
+/// than the tolerance (RTTs below the floor count as the floor). Small drifts are not
+/// republished: each version costs a spread to every member.
+pub fn differs(old: &[ClusterEdge], new: &[ClusterEdge], params: &ClusterParams) -> bool {
     if old.len() != new.len() {
         return true;
     }
+    let eff = |rtt: u32| rtt.max(params.floor_us);
     new.iter().any(|n| {
         old.iter().find(|o| o.peer == n.peer).is_none_or(|o| {
-            let tol = (o.rtt_us / RTT_TOLERANCE_DIV).max(RTT_TOLERANCE_MIN_US);
-            o.rtt_us.abs_diff(n.rtt_us) > tol
+            let (o, n) = (eff(o.rtt_us), eff(n.rtt_us));
+            o.abs_diff(n) > o / RTT_TOLERANCE_DIV
         })
     })
 }

@@ -5,8 +5,10 @@
 //!   the next flush to a few random peers ([`ClusterTable::take_news`]); each node pushes
 //!   each version once, so a version reaches nearly everyone in O(log n) hops.
 //! - Anti-entropy: now and then a node sends a random peer the digest of its table
-//!   ([`ClusterMessage::Digest`], 14 bytes). Where the digests differ, the two exchange
-//!   their version lists and push each other what the other lacks.
+//!   ([`ClusterMessage::Digest`], 14 bytes). Where the digests differ, the peer answers
+//!   with a digest per bucket of ids, and the two exchange the versions of the buckets
+//!   that differ and push each other what the other lacks. A summary in flight thus costs
+//!   a few versions, and a node that has just joined gets the whole table.
 //! - A summary of a node that is not an alive member is refused; a member that goes away
 //!   is dropped ([`ClusterTable::remove`]). A node that sees its own summary in a version
 //!   above its own (it restarted and others remember its previous run) takes a higher one.
@@ -14,7 +16,8 @@
 use super::{ClusterParams, ClusterView, hierarchy, sanitize};
 use crate::proto::id::{IdMap, NodeId};
 use crate::proto::message::{
-    ClusterEdge, ClusterMessage, ClusterSummary, MAX_CLUSTER_SUMMARIES, MAX_CLUSTER_VERSIONS,
+    CLUSTER_BUCKETS, ClusterEdge, ClusterMessage, ClusterSummary, MAX_CLUSTER_SUMMARIES,
+    MAX_CLUSTER_VERSIONS,
 };
 use std::collections::BTreeSet;
 
@@ -117,13 +120,30 @@ impl ClusterTable {
     ) -> Vec<ClusterMessage> {
         match msg {
             ClusterMessage::Digest { .. } if msg == self.digest() => Vec::new(),
-            ClusterMessage::Digest { .. } => vec![self.versions(true)],
-            ClusterMessage::Versions { versions, reply } => {
+            ClusterMessage::Digest { .. } => vec![ClusterMessage::Buckets {
+                hashes: self.bucket_hashes(),
+            }],
+            ClusterMessage::Buckets { hashes } => {
+                let mine = self.bucket_hashes();
+                let differ = (0..CLUSTER_BUCKETS)
+                    .filter(|&b| hashes.get(b) != Some(&mine[b]))
+                    .fold(0u32, |mask, b| mask | 1 << b);
+                if differ == 0 {
+                    return Vec::new();
+                }
+                vec![self.versions(differ, true)]
+            }
+            ClusterMessage::Versions {
+                versions,
+                buckets,
+                reply,
+            } => {
                 let complete = versions.len() < MAX_CLUSTER_VERSIONS;
                 let theirs: IdMap<NodeId, u32> = versions.into_iter().collect();
                 let mut lacking: Vec<NodeId> = self
                     .entries
                     .iter()
+                    .filter(|(id, _)| buckets & 1 << bucket(id) != 0)
                     .filter(|(id, (v, _))| match theirs.get(*id) {
                         Some(t) => t < v,
                         None => complete,
@@ -140,7 +160,7 @@ impl ClusterTable {
                     })
                     .collect();
                 if reply {
-                    out.push(self.versions(false));
+                    out.push(self.versions(buckets, false));
                 }
                 out
             }
@@ -183,10 +203,10 @@ impl ClusterTable {
 
     fn apply(&mut self, s: ClusterSummary, is_member: &impl Fn(&NodeId) -> bool) {
         if s.node == self.me {
-            // Others remember a summary of ours at least this new (from before a restart):
-            // ours must outrank it, or it would never spread.
-            if let Some((v, _)) = self.entries.get_mut(&self.me)
-                && s.version >= *v
+            // Others remember a summary of ours newer than ours, or as new but not the
+            // same (from before a restart): ours must outrank it, or it would never spread.
+            if let Some((v, edges)) = self.entries.get_mut(&self.me)
+                && (s.version > *v || (s.version == *v && s.edges != *edges))
             {
                 *v = s.version.saturating_add(1);
                 self.news.insert(self.me);
@@ -210,13 +230,39 @@ impl ClusterTable {
         })
     }
 
-    fn versions(&self, reply: bool) -> ClusterMessage {
-        let mut versions: Vec<(NodeId, u32)> =
-            self.entries.iter().map(|(id, (v, _))| (*id, *v)).collect();
+    /// The versions of the summaries in the buckets of `mask`.
+    fn versions(&self, mask: u32, reply: bool) -> ClusterMessage {
+        let mut versions: Vec<(NodeId, u32)> = self
+            .entries
+            .iter()
+            .filter(|(id, _)| mask & 1 << bucket(id) != 0)
+            .map(|(id, (v, _))| (*id, *v))
+            .collect();
         versions.sort_unstable();
         versions.truncate(MAX_CLUSTER_VERSIONS);
-        ClusterMessage::Versions { versions, reply }
+        ClusterMessage::Versions {
+            versions,
+            buckets: mask,
+            reply,
+        }
     }
+
+    /// The fingerprint of every bucket, as [`ClusterTable::digest`] but per bucket.
+    fn bucket_hashes(&self) -> Vec<u64> {
+        let mut hashes = vec![0u64; CLUSTER_BUCKETS];
+        for (id, (v, _)) in &self.entries {
+            hashes[bucket(id)] ^= mix(id, *v);
+        }
+        hashes
+    }
+}
+
+// The buckets that differ travel as the bits of a u32.
+const _: () = assert!(CLUSTER_BUCKETS <= 32);
+
+/// The bucket of a node id (ids are uniformly random bytes).
+fn bucket(id: &NodeId) -> usize {
+    id.0[0] as usize % CLUSTER_BUCKETS
 }
 
 /// A well-spread 64-bit value of `(id, version)`, XORed into the digest.

@@ -35,18 +35,21 @@ fn a_summary_takes_the_nearest_and_smallest_of_every_shell() {
     // Republished only on a real change; a previous peer about as near keeps its place.
     assert!(!summary::differs(
         &edges,
-        &summary::choose(&row, &edges, &p)
+        &summary::choose(&row, &edges, &p),
+        &p
     ));
     let mut drift = row.clone();
     drift[0].1 += 5; // 100 -> 105 µs: noise
     assert!(!summary::differs(
         &edges,
-        &summary::choose(&drift, &edges, &p)
+        &summary::choose(&drift, &edges, &p),
+        &p
     ));
     drift[6].1 = 9_000; // a peer moved out of its shell
     assert!(summary::differs(
         &edges,
-        &summary::choose(&drift, &edges, &p)
+        &summary::choose(&drift, &edges, &p),
+        &p
     ));
 }
 
@@ -151,6 +154,18 @@ fn a_node_outranks_its_own_summary_from_before_a_restart() {
         1,
         "its current edges, under the higher version"
     );
+    // Its own current summary coming back (the epidemic returns it) changes nothing...
+    let back = news[0][0].clone();
+    let own = |s: ClusterSummary| ClusterMessage::Summaries { summaries: vec![s] };
+    a.handle(own(back.clone()), |_: &NodeId| true);
+    assert_eq!((a.version(&ids[0]), a.has_news()), (Some(41), false));
+    // ...but the same version with other edges (a run before a restart) is outranked.
+    let other = ClusterSummary {
+        edges: Vec::new(),
+        ..back
+    };
+    a.handle(own(other), |_: &NodeId| true);
+    assert_eq!(a.version(&ids[0]), Some(42));
 }
 
 #[test]
