@@ -8,7 +8,7 @@
 //! when the views agreed.
 
 use overlay::proto::NodeId;
-use overlay::sim::{Sim, SimConfig};
+use overlay::sim::{Action, Sim, SimConfig};
 use overlay::topology::Topology;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -148,6 +148,45 @@ fn das_4_every_node_discovers_the_four_clusters() {
         // Nothing above the clusters stands out in DAS-4 (1.5 to 4 ms, no jump of 2x).
         assert_eq!(sim.core(0).clusters().depth(), 1);
     }
+}
+
+/// Churn: a node of VU crashes, one leaves Leiden and a new one joins Delft. The survivors
+/// drop the departed, and everyone (the newcomer too, which gets the whole table by
+/// anti-entropy) places the newcomer in Delft.
+#[test]
+fn das_4_views_follow_crashes_leaves_and_joins() {
+    let mut sim = discovers("das-4", 3, Duration::from_secs(40), |s| {
+        vec![expected(s, |c| c)]
+    });
+    let vu = sim.nodes_in_cluster("VU")[3];
+    let leiden = sim.nodes_in_cluster("Leiden")[0];
+    sim.apply(Action::Crash { node: vu });
+    sim.apply(Action::Leave { node: leiden });
+    let delft = sim
+        .net()
+        .cluster_index("Delft")
+        .expect("a cluster of das-4");
+    let newcomer = sim.apply(Action::Join { cluster: delft }).expect("joined");
+    let start = sim.now();
+    let want = expected(&sim, |c| c);
+    let mut last = every_view_is(&sim, 1, &want);
+    while last.is_err() && sim.now().saturating_since(start) < Duration::from_secs(30) {
+        sim.run_for(Duration::from_millis(500));
+        last = every_view_is(&sim, 1, &want);
+    }
+    last.unwrap_or_else(|e| panic!("after churn: {e}"));
+    assert!(
+        want.iter()
+            .all(|g| !g.contains(&sim.id(vu)) && !g.contains(&sim.id(leiden)))
+    );
+    assert!(
+        want.iter()
+            .any(|g| g.contains(&sim.id(newcomer)) && g.len() == 9)
+    );
+    println!(
+        "das-4 churn: every view right {:.1} s after a crash, a leave and a join",
+        sim.now().saturating_since(start).as_secs_f64()
+    );
 }
 
 #[test]
