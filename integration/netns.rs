@@ -6,6 +6,8 @@
 //! - the trees converge: every tree spans all 12 nodes and is wide-area optimal;
 //! - every RTT the nodes measured between clusters is within +-max(1 ms, 20 %) of twice the
 //!   topology's one-way latency (the error is printed);
+//! - every node discovers the four clusters from its measured RTTs: the level-1 groups in
+//!   `overlay-node status --json` are the topology's clusters (the text status is printed);
 //! - a broadcast from one node reaches every node (`overlay-node broadcast --json`);
 //! - after `partition Leiden all`, once each side has declared the other dead, the other 9
 //!   nodes keep trees spanning the 9 and the 3 Leiden nodes keep trees of their own;
@@ -388,6 +390,34 @@ fn das4_testbed_in_namespaces() {
 
     let mut failures: Vec<String> = Vec::new();
 
+    // Clusters discovered from the measured RTTs: every node's level 1 is the topology's.
+    match wait_until(
+        "every node's level-1 clusters are das-4's",
+        &all,
+        Duration::from_secs(30),
+        |ss| clusters_verdict(&plan, ss),
+    ) {
+        Ok(_) => {
+            let out = node_cmd(
+                "VU-2",
+                &["status", "--data-dir", &data_dir("VU-2")],
+                Duration::from_secs(20),
+            );
+            let section: String = out
+                .stdout
+                .lines()
+                .skip_while(|l| !l.starts_with("clusters"))
+                .take_while(|l| !l.starts_with("trees"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            eprint!("{section}");
+            if !section.contains("level 1: 4 clusters") {
+                failures.push(format!("status shows no 4 clusters:\n{}", out.stdout));
+            }
+        }
+        Err(e) => failures.push(format!("clusters: {e}")),
+    }
+
     // Broadcast from one node: every node delivers it.
     let out = node_cmd(
         "UvA-2",
@@ -452,6 +482,37 @@ fn das4_testbed_in_namespaces() {
         "failed steps:\n{}",
         failures.join("\n")
     );
+}
+
+/// `Ok` if every status's level-1 groups, by member name, are the plan's clusters.
+fn clusters_verdict(plan: &Plan, ss: &[NodeStatus]) -> Result<(), String> {
+    let mut want: Vec<BTreeSet<String>> = (0..plan.topology.clusters.len())
+        .map(|c| {
+            plan.nodes
+                .iter()
+                .filter(|n| n.cluster == c)
+                .map(|n| n.name.clone())
+                .collect()
+        })
+        .collect();
+    want.sort();
+    for s in ss {
+        let mut got: Vec<BTreeSet<String>> = s
+            .clusters
+            .first()
+            .map(|l| {
+                l.groups
+                    .iter()
+                    .map(|g| g.names.iter().cloned().collect())
+                    .collect()
+            })
+            .unwrap_or_default();
+        got.sort();
+        if got != want {
+            return Err(format!("{} sees {got:?}", s.name));
+        }
+    }
+    Ok(())
 }
 
 /// Checks `overlay-node broadcast --json` output: `{"op", "delivered": [ids], "missing":

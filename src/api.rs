@@ -15,8 +15,11 @@
 //! # Ok(()) }
 //! ```
 
+mod clusters;
 mod collective;
 
+pub(crate) use self::clusters::cluster_levels;
+pub use self::clusters::{ClusterGroup, ClusterLevel};
 pub use self::collective::{
     BroadcastReport, COUNT_KEY, Delivery, Gathered, INFO_KEY, NodeInfo, Reduced, ScatterReport,
     decode_reduce_outcome,
@@ -168,6 +171,10 @@ pub struct NodeStatus {
     pub packets_dropped: u64,
     /// Time since start.
     pub uptime_ms: u64,
+    /// The groups this node discovered from measured latencies, level by level (empty
+    /// until its first summaries are in).
+    #[serde(default)]
+    pub clusters: Vec<ClusterLevel>,
 }
 
 /// One member's place in a tree, as it answered a tree query.

@@ -650,6 +650,9 @@ impl Driver {
             auth_failures: stats.auth_failures.load(Relaxed),
             packets_dropped: self.links.dropped,
             uptime_ms: self.start.elapsed().as_millis() as u64,
+            clusters: crate::api::cluster_levels(self.core.clusters(), me.id, |id| {
+                self.gossip.record(id).map(|r| r.name.clone())
+            }),
         }
     }
 }

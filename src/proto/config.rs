@@ -41,6 +41,16 @@ pub struct Config {
     pub cluster_rtt: Duration,
     /// The cost of sending one message, as that schedule assumes it.
     pub send_cost: Duration,
+    /// Cluster discovery: a group of members stands as a level of its own when the
+    /// latency joining it to the rest is more than this factor above the latency inside it
+    /// (see [`crate::proto::clusters`]).
+    pub cluster_gap: f64,
+    /// Cluster discovery: RTTs below this count as this much, so the jitter of a LAN or of
+    /// loopback does not split it.
+    pub cluster_floor: Duration,
+    /// Cluster discovery: how often a node compares its table of summaries with a random
+    /// member (anti-entropy; new summaries are pushed at once).
+    pub cluster_sync: Duration,
 }
 
 impl Config {
@@ -62,6 +72,9 @@ impl Config {
             inbound_expiry: Duration::from_secs(5),
             cluster_rtt: Duration::from_millis(2),
             send_cost: Duration::from_micros(30),
+            cluster_gap: 2.0,
+            cluster_floor: Duration::from_micros(500),
+            cluster_sync: Duration::from_secs(2),
         }
     }
 
@@ -73,6 +86,7 @@ impl Config {
             probe_interval: Duration::from_millis(500),
             explore_rotate: Duration::from_secs(1),
             inbound_expiry: Duration::from_secs(3),
+            cluster_sync: Duration::from_secs(1),
             ..Self::wan()
         }
     }
@@ -100,6 +114,14 @@ impl Config {
     /// explorers plus hinted peers (tree neighbours and inbound probers come on top).
     pub fn candidate_bound(&self) -> usize {
         self.max_near + self.explorers + self.max_hinted
+    }
+
+    /// The grouping rule of cluster discovery, from `cluster_gap` and `cluster_floor`.
+    pub fn cluster_params(&self) -> crate::proto::clusters::ClusterParams {
+        crate::proto::clusters::ClusterParams {
+            gap: self.cluster_gap,
+            floor_us: self.cluster_floor.as_micros().min(u32::MAX as u128) as u32,
+        }
     }
 }
 

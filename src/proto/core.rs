@@ -23,6 +23,8 @@ use super::tree::{self, CandidateView, INFINITE, Judgement, SwitchReason, TreeSt
 use super::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+mod discovery;
+
 /// What a peer last told us about one root.
 #[derive(Clone, Copy, Debug, Default)]
 struct Heard {
@@ -49,6 +51,12 @@ pub struct CoreStats {
     pub asks: u64,
     /// Parent queries sent.
     pub parent_queries: u64,
+    /// Versions of its own cluster summary this node published.
+    pub cluster_publishes: u64,
+    /// Cluster discovery messages sent (summaries, digests, version lists).
+    pub cluster_messages: u64,
+    /// Their encoded bytes.
+    pub cluster_bytes: u64,
 }
 
 /// Index of a root in this core's tables (never reused while the core lives).
@@ -97,6 +105,8 @@ pub struct Core {
     stats: CoreStats,
     /// Broadcast, scatter, gather and reduce along the trees.
     coll: Collectives,
+    /// Clusters discovered from the measured latencies.
+    discovery: discovery::Discovery,
 }
 
 /// The overlay as the collective engine sees it: borrowed from the core's tables.
@@ -164,6 +174,7 @@ impl Core {
         );
         let mut root_index = HashMap::default();
         root_index.insert(id, OWN_ROOT);
+        let discovery = discovery::Discovery::new(id, seed, now, config.cluster_sync);
         Core {
             id,
             config,
@@ -196,6 +207,7 @@ impl Core {
             left: false,
             stats: CoreStats::default(),
             coll: Collectives::new(id),
+            discovery,
         }
     }
 
@@ -249,6 +261,7 @@ impl Core {
             || !self.owed_full.is_empty()
             || !self.out_asks.is_empty()
             || !self.out_queries.is_empty()
+            || self.discovery.table.has_news()
         {
             self.timers
                 .set_if_idle(Timer::AdvertFlush, self.now + self.config.advert_interval);
@@ -384,6 +397,7 @@ impl Core {
             return;
         }
         self.events.push_back(Event::MemberUp { id });
+        self.discovery.table.touch();
         let idx = match self.root_index.get(&id) {
             Some(&i) => i,
             None => {
@@ -409,6 +423,7 @@ impl Core {
             return;
         }
         self.events.push_back(Event::MemberDown { id, reason });
+        self.discovery.table.remove(&id);
         self.cands.remove(&id);
         self.rtt.remove(&id);
         self.heard.remove(&id);
@@ -540,6 +555,7 @@ impl Core {
             Message::Resync => {
                 self.owed_full.insert(from);
             }
+            Message::Cluster(m) => self.handle_cluster_message(from, m),
             Message::ParentQuery { roots } => {
                 let parents: Vec<(NodeId, NodeId)> = roots
                     .into_iter()
@@ -1100,6 +1116,7 @@ impl Core {
         for (peer, roots) in std::mem::take(&mut self.out_queries) {
             self.send(peer, Message::ParentQuery { roots });
         }
+        self.push_cluster_news();
     }
 
     /// Plans a round of probes: every watched peer and parent, and a few members not
@@ -1233,6 +1250,7 @@ impl Core {
             }
         }
         self.refill();
+        self.cluster_round();
         self.timers.set(Timer::Housekeeping, now + period);
     }
 

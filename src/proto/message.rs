@@ -74,6 +74,68 @@ pub enum Message {
     /// A collective operation (broadcast, scatter, gather, reduce) travelling a tree;
     /// handled by [`crate::proto::collective`].
     Collective(CollectiveMessage),
+    /// Cluster discovery: the summaries every node publishes of its measured latencies,
+    /// spread to every member; handled by [`crate::proto::clusters`]. Added after the
+    /// other variants, so older frames still decode.
+    Cluster(ClusterMessage),
+}
+
+/// At most this many edges in one [`ClusterSummary`]; a longer list is cut on receipt.
+pub const MAX_CLUSTER_EDGES: usize = 32;
+
+/// At most this many summaries in one [`ClusterMessage::Summaries`]; more go in several.
+pub const MAX_CLUSTER_SUMMARIES: usize = 64;
+
+/// At most this many entries in one [`ClusterMessage::Versions`] (about 180 KB).
+pub const MAX_CLUSTER_VERSIONS: usize = 8192;
+
+/// One measured latency a node publishes: its filtered RTT to `peer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterEdge {
+    /// The peer measured.
+    pub peer: NodeId,
+    /// The filtered RTT, in microseconds.
+    pub rtt_us: u32,
+}
+
+/// What one node publishes for cluster discovery: a few of its measured latencies, chosen
+/// so that the union over all nodes holds the links that join groups (see
+/// [`crate::proto::clusters`]). About 21 bytes per edge, at most [`MAX_CLUSTER_EDGES`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSummary {
+    /// The node that measured.
+    pub node: NodeId,
+    /// Bumped by `node` whenever its summary changes; the higher version wins.
+    pub version: u32,
+    /// The latencies it publishes.
+    pub edges: Vec<ClusterEdge>,
+}
+
+/// How many buckets the cluster summaries are split into (by the first byte of the node
+/// id) when two nodes find out where their tables differ.
+pub const CLUSTER_BUCKETS: usize = 32;
+
+/// Messages that spread the cluster summaries (news pushed, then push-pull anti-entropy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClusterMessage {
+    /// A fingerprint of the summaries the sender holds (`count` of them); a receiver whose
+    /// own differs answers with [`ClusterMessage::Buckets`].
+    Digest { hash: u64, count: u32 },
+    /// The fingerprints of the sender's summaries bucket by bucket ([`CLUSTER_BUCKETS`] of
+    /// them): the receiver answers with its versions of the buckets that differ, so one
+    /// new summary costs a list of a few versions, not of all.
+    Buckets { hashes: Vec<u64> },
+    /// The version of every summary the sender holds in the buckets set in `buckets` (bit
+    /// `i`: bucket `i`). The receiver pushes the summaries of those buckets it holds in a
+    /// newer version (or that the list lacks), and answers with its own list of the same
+    /// buckets when `reply` is set, so both sides end up with the newer of each.
+    Versions {
+        versions: Vec<(NodeId, u32)>,
+        buckets: u32,
+        reply: bool,
+    },
+    /// Summaries, new ones or ones the receiver lacks.
+    Summaries { summaries: Vec<ClusterSummary> },
 }
 
 /// Names one collective operation: the root that started it and a number the root picked.
@@ -450,6 +512,25 @@ mod tests {
                     exits: vec![b],
                 },
             }),
+            Message::Cluster(ClusterMessage::Digest { hash: 7, count: 2 }),
+            Message::Cluster(ClusterMessage::Buckets {
+                hashes: vec![1, 2, 3],
+            }),
+            Message::Cluster(ClusterMessage::Versions {
+                versions: vec![(a, 3), (b, 1)],
+                buckets: 5,
+                reply: true,
+            }),
+            Message::Cluster(ClusterMessage::Summaries {
+                summaries: vec![ClusterSummary {
+                    node: a,
+                    version: 4,
+                    edges: vec![ClusterEdge {
+                        peer: b,
+                        rtt_us: 3_000,
+                    }],
+                }],
+            }),
         ]
     }
 
@@ -494,6 +575,39 @@ mod tests {
             }
             let _ = Message::decode(&bytes);
         }
+    }
+
+    #[test]
+    fn the_largest_cluster_messages_fit_in_a_frame() {
+        let id = NodeId::from_seed(0, 0);
+        let edge = ClusterEdge {
+            peer: id,
+            rtt_us: u32::MAX,
+        };
+        let summary = ClusterSummary {
+            node: id,
+            version: u32::MAX,
+            edges: vec![edge; MAX_CLUSTER_EDGES],
+        };
+        let summaries = Message::Cluster(ClusterMessage::Summaries {
+            summaries: vec![summary.clone(); MAX_CLUSTER_SUMMARIES],
+        });
+        let versions = Message::Cluster(ClusterMessage::Versions {
+            versions: vec![(id, u32::MAX); MAX_CLUSTER_VERSIONS],
+            buckets: u32::MAX,
+            reply: true,
+        });
+        let buckets = Message::Cluster(ClusterMessage::Buckets {
+            hashes: vec![u64::MAX; CLUSTER_BUCKETS],
+        });
+        for m in [summaries, versions, buckets] {
+            assert!(m.encode().is_ok_and(|b| b.len() < MAX_MESSAGE_BYTES / 4));
+        }
+        // One summary: about 21 bytes per edge.
+        let one = Message::Cluster(ClusterMessage::Summaries {
+            summaries: vec![summary],
+        });
+        assert!(one.encoded_len() <= 30 + 23 * MAX_CLUSTER_EDGES);
     }
 
     #[test]

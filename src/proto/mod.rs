@@ -15,9 +15,11 @@
 //! - the tree rules (conditions (1)-(4), shortcut, feasibility, oscillation guard): [`tree`];
 //! - the wire format: [`message`];
 //! - members: [`membership`]; RTT filter: [`rtt`]; candidate set: [`candidates`];
+//! - clusters and sites discovered from the measured latencies: [`clusters`];
 //! - timers: [`timers`]; the state machine that ties them together: [`core`].
 
 pub mod candidates;
+pub mod clusters;
 pub mod collective;
 pub mod config;
 pub mod core;
@@ -32,14 +34,16 @@ pub mod time;
 pub mod timers;
 pub mod tree;
 
+pub use self::clusters::{ClusterView, Group};
 pub use self::collective::{Delivery, DeliveryKind, OpKind, OpReport, ReduceFn, Start, StartKind};
 pub use self::config::Config;
 pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
 pub use self::message::{
-    AdvertEntry, CollectiveMessage, DataHeader, DownBody, GossipMessage, Liveness, MemberRecord,
-    Message, NumKind, OpId, Packet, Purpose, QueryMessage, Reducer, WireError,
+    AdvertEntry, ClusterEdge, ClusterMessage, ClusterSummary, CollectiveMessage, DataHeader,
+    DownBody, GossipMessage, Liveness, MemberRecord, Message, NumKind, OpId, Packet, Purpose,
+    QueryMessage, Reducer, WireError,
 };
 pub use self::time::Time;
 

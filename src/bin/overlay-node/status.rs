@@ -1,7 +1,9 @@
-//! `overlay-node status`: members and trees of a running node, via its admin socket.
+//! `overlay-node status`: members, discovered clusters and trees of a running node, via
+//! its admin socket.
 
 use anyhow::bail;
 use overlay::admin::{AdminRequest, AdminResponse, request};
+use overlay::api::{ClusterGroup, ClusterLevel};
 use std::path::PathBuf;
 
 /// Options of `status`.
@@ -57,6 +59,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             rtt
         );
     }
+    print_clusters(&s.clusters);
     println!("\ntrees ({}):", s.trees.len());
     println!(
         "  {:<16} {:<16} {:>9} {:>7}  children",
@@ -94,4 +97,86 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         s.packets_dropped
     );
     Ok(())
+}
+
+/// The discovered groups, level by level: this node's group first (marked `*`), then the
+/// others by size; member names wrapped under each group.
+fn print_clusters(levels: &[ClusterLevel]) {
+    if levels.is_empty() {
+        println!("\nclusters: none discovered yet");
+        return;
+    }
+    println!(
+        "\nclusters ({} level{}, discovered from measured RTT; * marks this node's group):",
+        levels.len(),
+        if levels.len() == 1 { "" } else { "s" }
+    );
+    for l in levels {
+        let what = if l.level == 1 { "clusters" } else { "groups" };
+        println!("  level {}: {} {what}", l.level, l.groups.len());
+        let mut groups: Vec<(&ClusterGroup, Vec<String>)> = l
+            .groups
+            .iter()
+            .map(|g| {
+                let mut names: Vec<String> = g
+                    .names
+                    .iter()
+                    .zip(&g.members)
+                    .map(|(n, id)| if n.is_empty() { id.short() } else { n.clone() })
+                    .collect();
+                names.sort_by(|a, b| natural(a).cmp(&natural(b)));
+                (g, names)
+            })
+            .collect();
+        // This node's group first, then the larger ones, then by their first name.
+        groups.sort_by(|(a, an), (b, bn)| {
+            (
+                !a.mine,
+                std::cmp::Reverse(a.members.len()),
+                an.first().map(|n| natural(n)),
+            )
+                .cmp(&(
+                    !b.mine,
+                    std::cmp::Reverse(b.members.len()),
+                    bn.first().map(|n| natural(n)),
+                ))
+        });
+        for (g, names) in groups {
+            let rtt = g
+                .rtt_ms
+                .map(|r| format!("rtt {r:.2} ms"))
+                .unwrap_or_else(|| "alone".into());
+            let mark = if g.mine { '*' } else { ' ' };
+            let head = format!("  {mark} {:>3} members  {rtt:<14}", g.members.len());
+            let indent = head.chars().count();
+            for (i, line) in wrap(&names, 100 - indent).into_iter().enumerate() {
+                let lead = if i == 0 { head.as_str() } else { "" };
+                println!("{lead:<indent$}{line}");
+            }
+        }
+    }
+}
+
+/// Sort key that puts `node-2` before `node-10`.
+fn natural(name: &str) -> (&str, u64, &str) {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (stem, num) = name.split_at(name.len() - digits);
+    (stem, num.parse().unwrap_or(0), name)
+}
+
+/// Names joined by spaces in lines of at most about `width` characters.
+fn wrap(names: &[String], width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for n in names {
+        let line = lines.last_mut().expect("one line at least");
+        if !line.is_empty() && line.len() + 1 + n.len() > width {
+            lines.push(n.clone());
+        } else {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(n);
+        }
+    }
+    lines
 }

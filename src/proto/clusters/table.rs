@@ -1,0 +1,274 @@
+//! The summaries of every member, replicated on every node, and the messages that keep the
+//! replicas equal. Pure: the core feeds it and sends what it returns.
+//!
+//! - News: a summary that is new here (ours, or a newer version of another's) is pushed at
+//!   the next flush to a few random peers ([`ClusterTable::take_news`]); each node pushes
+//!   each version once, so a version reaches nearly everyone in O(log n) hops.
+//! - Anti-entropy: now and then a node sends a random peer the digest of its table
+//!   ([`ClusterMessage::Digest`], 14 bytes). Where the digests differ, the peer answers
+//!   with a digest per bucket of ids, and the two exchange the versions of the buckets
+//!   that differ and push each other what the other lacks. A summary in flight thus costs
+//!   a few versions, and a node that has just joined gets the whole table.
+//! - A summary of a node that is not an alive member is refused; a member that goes away
+//!   is dropped ([`ClusterTable::remove`]). A node that sees its own summary in a version
+//!   above its own (it restarted and others remember its previous run) takes a higher one.
+
+use super::{ClusterParams, ClusterView, hierarchy, sanitize};
+use crate::proto::id::{IdMap, NodeId};
+use crate::proto::message::{
+    CLUSTER_BUCKETS, ClusterEdge, ClusterMessage, ClusterSummary, MAX_CLUSTER_SUMMARIES,
+    MAX_CLUSTER_VERSIONS,
+};
+use std::collections::BTreeSet;
+
+/// The replicated summaries and the view computed from them.
+#[derive(Clone, Debug)]
+pub struct ClusterTable {
+    me: NodeId,
+    /// Every summary held, this node's own included: version and edges.
+    entries: IdMap<NodeId, (u32, Vec<ClusterEdge>)>,
+    /// Summaries to push at the next flush.
+    news: BTreeSet<NodeId>,
+    /// Whether the entries changed since the view was computed.
+    changed: bool,
+    view: ClusterView,
+}
+
+impl ClusterTable {
+    /// An empty table for node `me` (its own summary comes with [`ClusterTable::publish`]).
+    pub fn new(me: NodeId) -> Self {
+        ClusterTable {
+            me,
+            entries: IdMap::default(),
+            news: BTreeSet::new(),
+            changed: false,
+            view: ClusterView::default(),
+        }
+    }
+
+    /// This node's published edges (empty before the first publication).
+    pub fn own_edges(&self) -> &[ClusterEdge] {
+        self.entries
+            .get(&self.me)
+            .map_or(&[], |(_, e)| e.as_slice())
+    }
+
+    /// How many summaries are held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no summary is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The version held of `id`'s summary.
+    pub fn version(&self, id: &NodeId) -> Option<u32> {
+        self.entries.get(id).map(|(v, _)| *v)
+    }
+
+    /// Replaces this node's own summary by `edges` under a new version, to be pushed.
+    pub fn publish(&mut self, edges: Vec<ClusterEdge>) {
+        let version = self.version(&self.me).map_or(1, |v| v.saturating_add(1));
+        self.entries.insert(self.me, (version, edges));
+        self.news.insert(self.me);
+        self.changed = true;
+    }
+
+    /// Drops the summary of a member that left or died.
+    pub fn remove(&mut self, id: &NodeId) {
+        if *id != self.me && self.entries.remove(id).is_some() {
+            self.news.remove(id);
+            self.changed = true;
+        }
+    }
+
+    /// The summaries to push now (each new version once), at most
+    /// [`MAX_CLUSTER_SUMMARIES`] per returned batch.
+    pub fn take_news(&mut self) -> Vec<Vec<ClusterSummary>> {
+        let ids: Vec<NodeId> = std::mem::take(&mut self.news).into_iter().collect();
+        let all: Vec<ClusterSummary> = ids.iter().filter_map(|id| self.summary(id)).collect();
+        all.chunks(MAX_CLUSTER_SUMMARIES)
+            .map(|c| c.to_vec())
+            .collect()
+    }
+
+    /// Whether some news waits to be pushed.
+    pub fn has_news(&self) -> bool {
+        !self.news.is_empty()
+    }
+
+    /// The digest message of this table: an order-free fingerprint of `(id, version)`.
+    pub fn digest(&self) -> ClusterMessage {
+        let hash = self
+            .entries
+            .iter()
+            .fold(0u64, |acc, (id, (v, _))| acc ^ mix(id, *v));
+        ClusterMessage::Digest {
+            hash,
+            count: self.entries.len() as u32,
+        }
+    }
+
+    /// Handles a message from a peer; returns the answers to send back to it. `is_member`
+    /// says whether a node is an alive member (summaries of others are refused).
+    pub fn handle(
+        &mut self,
+        msg: ClusterMessage,
+        is_member: impl Fn(&NodeId) -> bool,
+    ) -> Vec<ClusterMessage> {
+        match msg {
+            ClusterMessage::Digest { .. } if msg == self.digest() => Vec::new(),
+            ClusterMessage::Digest { .. } => vec![ClusterMessage::Buckets {
+                hashes: self.bucket_hashes(),
+            }],
+            ClusterMessage::Buckets { hashes } => {
+                let mine = self.bucket_hashes();
+                let differ = (0..CLUSTER_BUCKETS)
+                    .filter(|&b| hashes.get(b) != Some(&mine[b]))
+                    .fold(0u32, |mask, b| mask | 1 << b);
+                if differ == 0 {
+                    return Vec::new();
+                }
+                vec![self.versions(differ, true)]
+            }
+            ClusterMessage::Versions {
+                versions,
+                buckets,
+                reply,
+            } => {
+                let complete = versions.len() < MAX_CLUSTER_VERSIONS;
+                let theirs: IdMap<NodeId, u32> = versions.into_iter().collect();
+                let mut lacking: Vec<NodeId> = self
+                    .entries
+                    .iter()
+                    .filter(|(id, _)| buckets & 1 << bucket(id) != 0)
+                    .filter(|(id, (v, _))| match theirs.get(*id) {
+                        Some(t) => t < v,
+                        None => complete,
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
+                lacking.sort_unstable();
+                let all: Vec<ClusterSummary> =
+                    lacking.iter().filter_map(|id| self.summary(id)).collect();
+                let mut out: Vec<ClusterMessage> = all
+                    .chunks(MAX_CLUSTER_SUMMARIES)
+                    .map(|c| ClusterMessage::Summaries {
+                        summaries: c.to_vec(),
+                    })
+                    .collect();
+                if reply {
+                    out.push(self.versions(buckets, false));
+                }
+                out
+            }
+            ClusterMessage::Summaries { summaries } => {
+                for s in summaries.into_iter().take(MAX_CLUSTER_SUMMARIES) {
+                    self.apply(s, &is_member);
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    /// Recomputes the view if the table changed, over `alive` (the alive members; this
+    /// node is added). Returns whether it was recomputed.
+    pub fn recompute(&mut self, alive: &[NodeId], params: &ClusterParams) -> bool {
+        if !self.changed {
+            return false;
+        }
+        self.changed = false;
+        let mut nodes = alive.to_vec();
+        nodes.push(self.me);
+        let edges: Vec<(NodeId, NodeId, u32)> = self
+            .entries
+            .iter()
+            .flat_map(|(a, (_, es))| es.iter().map(move |e| (*a, e.peer, e.rtt_us)))
+            .collect();
+        self.view = hierarchy::compute(&nodes, &edges, params);
+        true
+    }
+
+    /// Marks the view stale (the members changed without a summary changing).
+    pub fn touch(&mut self) {
+        self.changed = true;
+    }
+
+    /// The groups as last computed.
+    pub fn view(&self) -> &ClusterView {
+        &self.view
+    }
+
+    fn apply(&mut self, s: ClusterSummary, is_member: &impl Fn(&NodeId) -> bool) {
+        if s.node == self.me {
+            // Others remember a summary of ours newer than ours, or as new but not the
+            // same (from before a restart): ours must outrank it, or it would never spread.
+            if let Some((v, edges)) = self.entries.get_mut(&self.me)
+                && (s.version > *v || (s.version == *v && s.edges != *edges))
+            {
+                *v = s.version.saturating_add(1);
+                self.news.insert(self.me);
+            }
+            return;
+        }
+        if !is_member(&s.node) || self.version(&s.node).is_some_and(|v| v >= s.version) {
+            return;
+        }
+        let s = sanitize(s);
+        self.entries.insert(s.node, (s.version, s.edges));
+        self.news.insert(s.node);
+        self.changed = true;
+    }
+
+    fn summary(&self, id: &NodeId) -> Option<ClusterSummary> {
+        self.entries.get(id).map(|(version, edges)| ClusterSummary {
+            node: *id,
+            version: *version,
+            edges: edges.clone(),
+        })
+    }
+
+    /// The versions of the summaries in the buckets of `mask`.
+    fn versions(&self, mask: u32, reply: bool) -> ClusterMessage {
+        let mut versions: Vec<(NodeId, u32)> = self
+            .entries
+            .iter()
+            .filter(|(id, _)| mask & 1 << bucket(id) != 0)
+            .map(|(id, (v, _))| (*id, *v))
+            .collect();
+        versions.sort_unstable();
+        versions.truncate(MAX_CLUSTER_VERSIONS);
+        ClusterMessage::Versions {
+            versions,
+            buckets: mask,
+            reply,
+        }
+    }
+
+    /// The fingerprint of every bucket, as [`ClusterTable::digest`] but per bucket.
+    fn bucket_hashes(&self) -> Vec<u64> {
+        let mut hashes = vec![0u64; CLUSTER_BUCKETS];
+        for (id, (v, _)) in &self.entries {
+            hashes[bucket(id)] ^= mix(id, *v);
+        }
+        hashes
+    }
+}
+
+// The buckets that differ travel as the bits of a u32.
+const _: () = assert!(CLUSTER_BUCKETS <= 32);
+
+/// The bucket of a node id (ids are uniformly random bytes).
+fn bucket(id: &NodeId) -> usize {
+    id.0[0] as usize % CLUSTER_BUCKETS
+}
+
+/// A well-spread 64-bit value of `(id, version)`, XORed into the digest.
+fn mix(id: &NodeId, version: u32) -> u64 {
+    let a = u64::from_le_bytes(id.0[..8].try_into().unwrap_or_default());
+    let b = u64::from_le_bytes(id.0[8..].try_into().unwrap_or_default());
+    let mut r = crate::proto::rng::SplitMix64::new(a ^ b.rotate_left(29) ^ u64::from(version));
+    r.next_u64()
+}

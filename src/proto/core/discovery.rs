@@ -1,0 +1,138 @@
+//! The core's side of cluster discovery ([`crate::proto::clusters`]): publishes this node's
+//! summary from its RTT estimates, spreads summaries, and recomputes the groups. Runs on
+//! the housekeeping round and the advert flush; its randomness comes from its own seeded
+//! generator, so adding it left the tree protocol's random choices as they were.
+
+use super::Core;
+use crate::proto::clusters::{ClusterTable, ClusterView, summary};
+use crate::proto::id::NodeId;
+use crate::proto::message::{ClusterMessage, Message};
+use crate::proto::rng::SplitMix64;
+use crate::proto::time::Time;
+
+/// How many random members each new summary is pushed to by each node that learns it:
+/// two reach about 80 % of the members, and anti-entropy the rest (three cost half as much
+/// again for a second or so less).
+const NEWS_FANOUT: usize = 2;
+
+/// Cluster discovery state of one core.
+pub(super) struct Discovery {
+    pub(super) table: ClusterTable,
+    rng: SplitMix64,
+    next_sync: Time,
+}
+
+impl Discovery {
+    /// State for node `me`, seeded from the core's seed, first sync one period after `now`.
+    pub(super) fn new(me: NodeId, seed: u64, now: Time, sync: std::time::Duration) -> Self {
+        Discovery {
+            table: ClusterTable::new(me),
+            rng: SplitMix64::new(seed ^ 0xC1A5_7E55_D15C_0FE7),
+            next_sync: now + sync,
+        }
+    }
+
+    /// Up to `count` distinct random elements of `pool`.
+    fn pick(&mut self, pool: &[NodeId], count: usize) -> Vec<NodeId> {
+        let mut pool = pool.to_vec();
+        let mut out = Vec::with_capacity(count);
+        while out.len() < count && !pool.is_empty() {
+            let i = self.rng.below(pool.len() as u64) as usize;
+            out.push(pool.swap_remove(i));
+        }
+        out
+    }
+}
+
+impl Core {
+    /// The groups this node has discovered, level by level (level 1: clusters).
+    pub fn clusters(&self) -> &ClusterView {
+        self.discovery.table.view()
+    }
+
+    /// The members of this node's discovered level-1 cluster, itself included (just itself
+    /// until discovery has run). Exposed for the collective engine, which does not use it
+    /// yet: it still takes the peers within `Config::cluster_rtt` as its cluster.
+    pub fn discovered_cluster(&self) -> Vec<NodeId> {
+        self.clusters()
+            .group_of(1, &self.id)
+            .map_or_else(|| vec![self.id], |g| g.members.clone())
+    }
+
+    /// A cluster message from `from`.
+    pub(super) fn handle_cluster_message(&mut self, from: NodeId, msg: ClusterMessage) {
+        let members = &self.members;
+        let replies = self.discovery.table.handle(msg, |id| members.is_alive(id));
+        for m in replies {
+            self.send_cluster(from, m);
+        }
+    }
+
+    /// Once per housekeeping round: republish this node's summary if its row of RTT
+    /// estimates says something new, compare digests with a random member when due, and
+    /// recompute the groups if the table changed.
+    pub(super) fn cluster_round(&mut self) {
+        let params = self.config.cluster_params();
+        // Not while the sweep still meets the members: the row is incomplete, and every
+        // version published costs a spread to everyone.
+        if self.sweep.is_empty() {
+            let row: Vec<(NodeId, u32)> = self
+                .members
+                .alive()
+                .iter()
+                .filter_map(|p| Some((*p, self.rtt.get(p)?.rtt_us()?)))
+                .collect();
+            let own = self.discovery.table.own_edges();
+            let edges = summary::choose(&row, own, &params);
+            if summary::differs(own, &edges, &params) {
+                tracing::debug!(edges = edges.len(), "cluster summary republished");
+                self.discovery.table.publish(edges);
+                self.stats.cluster_publishes += 1;
+            }
+        }
+        if self.now >= self.discovery.next_sync {
+            let jitter = 0.75 + 0.5 * self.discovery.rng.unit();
+            self.discovery.next_sync = self.now + self.config.cluster_sync.mul_f64(jitter);
+            let alive = self.members.alive().to_vec();
+            if let Some(peer) = self.discovery.pick(&alive, 1).pop() {
+                let digest = self.discovery.table.digest();
+                self.send_cluster(peer, digest);
+            }
+        }
+        let alive = self.members.alive().to_vec();
+        if self.discovery.table.recompute(&alive, &params) {
+            let view = self.discovery.table.view();
+            tracing::debug!(
+                levels = view.depth(),
+                groups = ?view.levels.iter().map(Vec::len).collect::<Vec<_>>(),
+                summaries = self.discovery.table.len(),
+                "clusters recomputed"
+            );
+        }
+    }
+
+    /// At the advert flush: push new summaries to a few random members.
+    pub(super) fn push_cluster_news(&mut self) {
+        if !self.discovery.table.has_news() {
+            return;
+        }
+        let batches = self.discovery.table.take_news();
+        let alive = self.members.alive().to_vec();
+        for peer in self.discovery.pick(&alive, NEWS_FANOUT) {
+            for b in &batches {
+                let msg = ClusterMessage::Summaries {
+                    summaries: b.clone(),
+                };
+                self.send_cluster(peer, msg);
+            }
+        }
+    }
+
+    /// Sends a cluster message, counted in the stats (what discovery costs is measured).
+    fn send_cluster(&mut self, to: NodeId, msg: ClusterMessage) {
+        let msg = Message::Cluster(msg);
+        self.stats.cluster_messages += 1;
+        self.stats.cluster_bytes += msg.encoded_len() as u64;
+        self.send(to, msg);
+    }
+}
