@@ -11,7 +11,7 @@
 //! - a node whose parent is gone asks the root for a fresh serial
 //!   ([`Message::SerialRequest`]) so repair does not wait for the next period.
 
-use super::candidates::CandidateSet;
+use super::candidates::{CandidateSet, Role};
 use super::id::{IdMap as HashMap, IdSet as HashSet};
 use super::membership::MemberTable;
 use super::outbox::Outbox;
@@ -48,6 +48,16 @@ pub struct CoreStats {
     pub asks: u64,
     /// Parent queries sent.
     pub parent_queries: u64,
+    /// Full adverts sent (one entry per connected tree).
+    pub full_adverts: u64,
+    /// Entries carried by full adverts.
+    pub full_advert_entries: u64,
+    /// Entries sent in adverts of changes.
+    pub delta_advert_entries: u64,
+    /// Peers newly watched as near peers or explorers (a full advert each way).
+    pub watches: u64,
+    /// Peers newly hinted (measured only).
+    pub hinted: u64,
 }
 
 /// Index of a root in this core's tables (never reused while the core lives).
@@ -73,7 +83,8 @@ pub struct Core {
     waiting_asks: HashMap<RootIdx, Vec<(NodeId, u32, Time)>>,
     /// Advert requests and parent queries sent, for rate limiting.
     asked: HashMap<(NodeId, RootIdx), (u32, Time)>,
-    queried: HashMap<(NodeId, RootIdx), Time>,
+    /// Parent queries sent: when, and our parent and the candidate's dist at the time.
+    queried: HashMap<(NodeId, RootIdx), (Time, Option<NodeId>, u32)>,
     serial_requested: HashMap<RootIdx, Time>,
     /// Requests batched until the next flush.
     out_asks: BTreeMap<NodeId, Vec<(NodeId, u32)>>,
@@ -107,6 +118,10 @@ const SIBLING_HINT_MIN_LAT_US: u32 = 1_000;
 
 /// The same two far children are introduced again only after this long.
 const REINTRODUCE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The same parent query, with nothing changed on either side, is sent again only after
+/// this long.
+const REQUERY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Core {
     /// A core for node `id`, with its own RNG seeded by `seed`, started at `now`.
@@ -375,6 +390,16 @@ impl Core {
                 if sent_us <= self.now.as_micros() {
                     let rtt = (self.now.as_micros() - sent_us).min(u32::MAX as u64) as u32;
                     self.add_rtt_sample(from, rtt);
+                    // A hinted peer is measured at once, a few times back to back, so the
+                    // verdict that made us measure it can be taken again soon.
+                    if self.is_hinted(&from)
+                        && self
+                            .rtt
+                            .get(&from)
+                            .is_some_and(|e| e.samples() < MIN_SAMPLES_TO_MOVE)
+                    {
+                        self.ping(from, false);
+                    }
                 }
             }
             Message::Advert { entries } => {
@@ -446,10 +471,23 @@ impl Core {
                 }
             }
             Message::ParentHint { parents } => {
-                for (_, q) in parents {
-                    if q != self.id && self.members.is_alive(&q) {
-                        self.measure(q);
+                for (root, q) in parents {
+                    if q == self.id || !self.members.is_alive(&q) {
+                        continue;
                     }
+                    let Some(ri) = self.live_root(root) else {
+                        continue;
+                    };
+                    let t = self.trees[ri].as_ref().expect("live");
+                    if t.parent == Some(q) || t.children.contains(&q) {
+                        continue;
+                    }
+                    // Measure q, and trade states in this one tree: q's answer lets us
+                    // judge it, ours lets q judge us (it may be the one to move).
+                    let (e, serial) = (entry_of(t), t.serial);
+                    self.measure(q);
+                    self.outbox.answer(q, e);
+                    self.out_asks.entry(q).or_default().push((root, serial));
                 }
             }
         }
@@ -476,7 +514,7 @@ impl Core {
     /// Introduces to each other the far children whose latencies from us are within an
     /// eighth of each other (neighbours in latency order; at most `max_hinted` pairs).
     /// Not while this node is still meeting the members: every tree is forming then, and
-    /// each hint costs the receiver a watched peer and two full adverts.
+    /// each hint costs the receiver a hinted peer to measure.
     fn introduce_far_children(&mut self, ri: RootIdx) {
         if !self.sweep.is_empty() {
             return;
@@ -708,26 +746,62 @@ impl Core {
             Judgement::NeedFresh => self.ask(ri, view),
             // Parent queries only once the sweep has met every member: before that, every
             // tree is forming, nearly every neighbour looks worth asking, and each answer
-            // costs a watched peer (and two full adverts); in a large overlay that floods.
+            // costs a hinted peer and its probes; in a large overlay that floods.
             Judgement::AskParent if !self.sweep.is_empty() => {}
             Judgement::AskParent => {
                 // What we heard may be stale by a little (small changes are not advertised):
                 // ask for its exact state too.
-                self.ask(ri, view);
-                self.query_parent(ri, view.id);
+                if self.query_parent(ri, view) {
+                    self.ask(ri, view);
+                }
             }
             Judgement::NeedMeasure => self.measure(view.id),
+            Judgement::No if self.sweep.is_empty() && self.entry_walk(ri, view) => {
+                self.query_parent(ri, view);
+            }
             Judgement::Switch(_) | Judgement::No => {}
         }
     }
 
+    /// Whether to walk up the ancestry of `view.id`, a peer much closer to us than our
+    /// parent that is neither a better parent nor, by its dist, obviously hanging near a
+    /// better one. We then entered a cluster over a long link, and the cluster may be
+    /// entered a second time, through the subtree `view.id` is in: the walk up finds that
+    /// other entry. Two entries whose near peers all hang in their own subtrees never see
+    /// each other otherwise. In a settled tree the walk leads back to us; the parent query
+    /// is then not repeated while nothing changes (see `query_parent`).
+    fn entry_walk(&self, ri: RootIdx, view: &CandidateView) -> bool {
+        let t = self.trees[ri].as_ref().expect("live");
+        let Some(parent) = t.parent else {
+            return false;
+        };
+        t.connected
+            && view.connected
+            && parent != view.id
+            && !t.children.contains(&view.id)
+            && self
+                .rtt
+                .get(&view.id)
+                .is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE)
+            && self
+                .lat_us(&parent)
+                .is_some_and(|pl| view.lat_us.saturating_mul(2) < pl)
+    }
+
     /// Watches `peer` for a while (as a hinted peer) so it gets probed; it stays watched
-    /// if it becomes a parent.
+    /// if it becomes a parent. Only measured: probes to a hinted peer do not subscribe us
+    /// to its adverts, and no full adverts are traded (what it costs at a thousand roots
+    /// would dwarf the few entries a hint is about).
     fn measure(&mut self, peer: NodeId) {
         let expires = self.now + self.config.serial_period * 6;
         if self.cands.add_hinted(peer, expires, self.config.max_hinted) {
-            self.start_watching(peer);
+            self.stats.hinted += 1;
+            self.ping(peer, false);
         }
+    }
+
+    fn is_hinted(&self, peer: &NodeId) -> bool {
+        matches!(self.cands.role(peer), Some(Role::Hinted { .. }))
     }
 
     /// Judges every candidate heard of for this root and takes the best switch; a node
@@ -905,19 +979,26 @@ impl Core {
         self.out_asks.entry(view.id).or_default().push((root, want));
     }
 
-    fn query_parent(&mut self, ri: RootIdx, c: NodeId) {
-        let key = (c, ri);
-        if self
-            .queried
-            .get(&key)
-            .is_some_and(|at| self.now.saturating_since(*at) < self.config.serial_period)
-        {
-            return;
+    /// Asks `view.id` for its parent in this tree, at most once per serial period; and
+    /// while neither our parent nor its dist changed, only once per `REQUERY_AFTER`: the
+    /// same question would get the same answer (in a settled tree the candidate is often
+    /// in our own subtree, and the walk up its ancestry only leads back to us). Returns
+    /// whether the query goes out.
+    fn query_parent(&mut self, ri: RootIdx, view: &CandidateView) -> bool {
+        let key = (view.id, ri);
+        let t = self.trees[ri].as_ref().expect("live");
+        let (parent, root) = (t.parent, t.root);
+        if let Some(&(at, p, d)) = self.queried.get(&key) {
+            let age = self.now.saturating_since(at);
+            let same = p == parent && d == view.dist_us;
+            if age < self.config.serial_period || (same && age < REQUERY_AFTER) {
+                return false;
+            }
         }
-        self.queried.insert(key, self.now);
+        self.queried.insert(key, (self.now, parent, view.dist_us));
         self.stats.parent_queries += 1;
-        let root = self.trees[ri].as_ref().expect("live").root;
-        self.out_queries.entry(c).or_default().push(root);
+        self.out_queries.entry(view.id).or_default().push(root);
+        true
     }
 
     fn request_serial(&mut self, ri: RootIdx) {
@@ -980,8 +1061,11 @@ impl Core {
                     .filter(|t| t.connected)
                     .map(entry_of)
                     .collect();
+                self.stats.full_adverts += 1;
+                self.stats.full_advert_entries += all.len() as u64;
                 self.send(peer, Message::Advert { entries: all });
             } else if !entries.is_empty() {
+                self.stats.delta_advert_entries += entries.len() as u64;
                 self.send(
                     peer,
                     Message::Advert {
@@ -1006,10 +1090,20 @@ impl Core {
     fn on_probe_round(&mut self) {
         self.refill();
         let mut targets: HashSet<NodeId> = self.cands.watched().collect();
-        targets.extend(self.trees.iter().flatten().filter_map(|t| t.parent));
+        let parents: HashSet<NodeId> = self
+            .trees
+            .iter()
+            .flatten()
+            .filter_map(|t| t.parent)
+            .collect();
+        targets.extend(parents.iter().copied());
         let mut targets: Vec<NodeId> = targets.into_iter().collect();
         targets.sort_unstable();
-        let mut round: Vec<(NodeId, bool)> = targets.into_iter().map(|p| (p, true)).collect();
+        // Hinted peers are only measured: they need not send us their whole state.
+        let mut round: Vec<(NodeId, bool)> = targets
+            .into_iter()
+            .map(|p| (p, !self.is_hinted(&p) || parents.contains(&p)))
+            .collect();
         for _ in 0..self.config.sweep_per_round {
             if self.sweep.is_empty() {
                 break;
@@ -1089,7 +1183,7 @@ impl Core {
         self.asked
             .retain(|_, (_, at)| now.saturating_since(*at) < period);
         self.queried
-            .retain(|_, at| now.saturating_since(*at) < period);
+            .retain(|_, (at, ..)| now.saturating_since(*at) < REQUERY_AFTER);
         self.introduced
             .retain(|_, at| now.saturating_since(*at) < REINTRODUCE_AFTER);
         // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds.
@@ -1167,6 +1261,7 @@ impl Core {
     /// moment ago) and then sends only changes; what we heard from it before may be
     /// partial or forgotten, and a tree it never mentions again would stay unknown.
     fn start_watching(&mut self, peer: NodeId) {
+        self.stats.watches += 1;
         self.owed_full.insert(peer);
         self.ping(peer, true);
         self.send(peer, Message::Resync);
