@@ -79,6 +79,9 @@ pub struct Core {
     dirty: BTreeSet<RootIdx>,
     /// Peers owed a full advert (new candidates, new inbound probers, periodic refresh).
     owed_full: BTreeSet<NodeId>,
+    /// Advert bytes that may still be sent (negative: spent ahead), and when last topped up.
+    advert_tokens: f64,
+    tokens_at: Time,
     /// Advert requests received that wait for our serial to reach the asked one.
     waiting_asks: HashMap<RootIdx, Vec<(NodeId, u32, Time)>>,
     /// Advert requests and parent queries sent, for rate limiting.
@@ -138,6 +141,7 @@ impl Core {
         );
         let mut root_index = HashMap::default();
         root_index.insert(id, OWN_ROOT);
+        let budget = config.advert_budget as f64;
         Core {
             id,
             config,
@@ -151,6 +155,8 @@ impl Core {
             heard: HashMap::default(),
             dirty: BTreeSet::new(),
             owed_full: BTreeSet::new(),
+            advert_tokens: budget,
+            tokens_at: now,
             waiting_asks: HashMap::default(),
             asked: HashMap::default(),
             queried: HashMap::default(),
@@ -623,7 +629,8 @@ impl Core {
         let e = self.rtt.entry(peer).or_default();
         let before = e.rtt_us();
         e.push(rtt_us, window);
-        if before != e.rtt_us() {
+        // Enough samples to move to it is a change too (see `judge`).
+        if before != e.rtt_us() || e.samples() == MIN_SAMPLES_TO_MOVE {
             self.on_rtt_changed(peer);
         }
     }
@@ -990,7 +997,10 @@ impl Core {
         let (parent, root) = (t.parent, t.root);
         if let Some(&(at, p, d)) = self.queried.get(&key) {
             let age = self.now.saturating_since(at);
-            let same = p == parent && d == view.dist_us;
+            // Dists as heard jitter a little (an answer carries the exact figure, adverts
+            // only changes above 0.1%): the same bound as for adverts.
+            let delta = d.abs_diff(view.dist_us);
+            let same = p == parent && (delta <= 20 || delta as u64 * 1000 <= d as u64);
             if age < self.config.serial_period || (same && age < REQUERY_AFTER) {
                 return false;
             }
@@ -1042,6 +1052,29 @@ impl Core {
     }
 
     fn on_flush(&mut self) {
+        for (peer, roots) in std::mem::take(&mut self.out_asks) {
+            self.send(peer, Message::AdvertRequest { roots });
+        }
+        for (peer, roots) in std::mem::take(&mut self.out_queries) {
+            self.send(peer, Message::ParentQuery { roots });
+        }
+        // The advert budget: spent ahead, the adverts wait (and coalesce) until it is
+        // paid back.
+        let rate = self.config.advert_budget as f64;
+        if rate > 0.0 {
+            let dt = self.now.saturating_since(self.tokens_at).as_secs_f64();
+            self.advert_tokens = (self.advert_tokens + rate * dt).min(rate);
+            self.tokens_at = self.now;
+            if self.advert_tokens < 0.0 {
+                let wait = std::time::Duration::from_secs_f64(-self.advert_tokens / rate);
+                self.timers.set(
+                    Timer::AdvertFlush,
+                    self.now + wait.max(self.config.advert_interval),
+                );
+                return;
+            }
+        }
+        let mut spent = 0usize;
         let mut entries = Vec::with_capacity(self.dirty.len());
         for ri in std::mem::take(&mut self.dirty) {
             if let Some(t) = self.trees[ri].as_mut() {
@@ -1063,23 +1096,19 @@ impl Core {
                     .collect();
                 self.stats.full_adverts += 1;
                 self.stats.full_advert_entries += all.len() as u64;
-                self.send(peer, Message::Advert { entries: all });
+                let msg = Message::Advert { entries: all };
+                spent += msg.encoded_len();
+                self.send(peer, msg);
             } else if !entries.is_empty() {
                 self.stats.delta_advert_entries += entries.len() as u64;
-                self.send(
-                    peer,
-                    Message::Advert {
-                        entries: entries.clone(),
-                    },
-                );
+                let msg = Message::Advert {
+                    entries: entries.clone(),
+                };
+                spent += msg.encoded_len();
+                self.send(peer, msg);
             }
         }
-        for (peer, roots) in std::mem::take(&mut self.out_asks) {
-            self.send(peer, Message::AdvertRequest { roots });
-        }
-        for (peer, roots) in std::mem::take(&mut self.out_queries) {
-            self.send(peer, Message::ParentQuery { roots });
-        }
+        self.advert_tokens -= spent as f64;
     }
 
     /// Plans a round of probes: every watched peer and parent, and a few members not
@@ -1104,7 +1133,11 @@ impl Core {
             .into_iter()
             .map(|p| (p, !self.is_hinted(&p) || parents.contains(&p)))
             .collect();
-        for _ in 0..self.config.sweep_per_round {
+        let per_round = self
+            .config
+            .sweep_per_round
+            .max(self.members.alive().len() / self.config.sweep_rounds.max(1));
+        for _ in 0..per_round {
             if self.sweep.is_empty() {
                 break;
             }
@@ -1141,8 +1174,16 @@ impl Core {
     }
 
     fn on_explore_rotate(&mut self) {
-        if let Some(peer) = self.random_unwatched() {
-            self.watch(peer);
+        if let Some(peer) = self.random_unwatched()
+            && self.cands.add_explorer(peer)
+        {
+            // On trial: we need its state to judge it, it does not need our whole state
+            // (it gets our changes from now on, and the periodic full adverts). At a
+            // thousand trees, a full advert each way every rotation would cost more than
+            // all the rest of a settled node's traffic.
+            self.stats.watches += 1;
+            self.ping(peer, true);
+            self.send(peer, Message::Resync);
             let rtt = &self.rtt;
             self.cands.rebalance(
                 |k| rtt.get(k).and_then(|e| e.rtt_us()),
@@ -1170,6 +1211,7 @@ impl Core {
         let targets = self.cands.advert_targets();
         let mut keep: HashSet<NodeId> = targets.iter().copied().collect();
         keep.extend(parents.iter().copied());
+        keep.extend(self.cands.watched());
         keep.extend(
             self.trees
                 .iter()
@@ -1186,8 +1228,11 @@ impl Core {
             .retain(|_, (at, ..)| now.saturating_since(*at) < REQUERY_AFTER);
         self.introduced
             .retain(|_, at| now.saturating_since(*at) < REINTRODUCE_AFTER);
-        // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds.
-        let every = self.config.full_advert_every.max(1) as u64;
+        // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds
+        // (more in a large overlay, see `Config::refresh_entries_per_s`).
+        let trees = self.trees.iter().flatten().count() as u64;
+        let every = (self.config.full_advert_every.max(1) as u64)
+            .max(trees.div_ceil(self.config.refresh_entries_per_s.max(1) as u64));
         for (i, peer) in targets.into_iter().enumerate() {
             if (i as u64 + self.housekeeping_rounds) % every == 0 {
                 self.owed_full.insert(peer);
