@@ -120,3 +120,30 @@ fn bad_arguments_exit_non_zero_with_a_message() {
     fails(&["tree"], &["ROOT"]);
     fails(&["status", "--data-dir", data], &["no running node"]);
 }
+
+#[test]
+fn collective_commands_refuse_bad_input() {
+    let dir = TempDir::new("cli-collectives");
+    let d = dir.path().to_str().expect("utf-8 path");
+    let big = dir.path().join("big.bin");
+    std::fs::write(&big, vec![0u8; 2 << 20]).expect("write");
+    let big = big.to_str().expect("utf-8 path");
+    fails(
+        &["broadcast", "--data-dir", d, "--file", big],
+        &["exceeds the limit"],
+    );
+    fails(
+        &["broadcast", "--data-dir", d, "--file", "/nonexistent/file"],
+        &["cannot read /nonexistent/file"],
+    );
+    fails(&["broadcast", "--data-dir", d], &["--file", "--text"]);
+    fails(
+        &["broadcast", "--data-dir", d, "--text", "hi"],
+        &["no running node answers"],
+    );
+    fails(
+        &["gather", "everything", "--data-dir", d],
+        &["invalid value"],
+    );
+    fails(&["reduce", "count"], &["--data-dir"]);
+}

@@ -157,6 +157,67 @@ impl Fixture {
     }
 }
 
+/// Sends a signal (`-STOP`, `-TERM`, ...) to a process.
+fn signal(pid: u32, sig: &str) {
+    let sent = std::process::Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()
+        .expect("running kill");
+    assert!(sent.success(), "kill {sig} {pid} failed");
+}
+
+/// `overlay-node broadcast`, `gather info` and `reduce count`, each through another node.
+fn collectives_from_the_cli(fx: &Fixture, ids: &[NodeId]) {
+    let cli = |args: &[&str], node: usize| {
+        let mut cmd = node_cmd();
+        cmd.args(args).arg("--data-dir").arg(&fx.nodes[node].dir);
+        let out = run_with_timeout(cmd, Duration::from_secs(30));
+        assert!(out.status.success(), "{args:?} failed: {}", out.stderr);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?} --json ({e}):\n{}", out.stdout));
+        v
+    };
+    let mut all: Vec<String> = ids.iter().map(|i| i.to_hex()).collect();
+    all.sort();
+
+    let b = cli(&["broadcast", "--text", "hello, overlay", "--json"], 0);
+    let mut delivered: Vec<String> = serde_json::from_value(b["delivered"].clone()).expect("ids");
+    delivered.sort();
+    assert_eq!(delivered, all, "broadcast: {b}");
+    assert_eq!(b["missing"], serde_json::json!([]), "broadcast: {b}");
+
+    let g = cli(&["gather", "info", "--json"], 5);
+    let nodes = g["nodes"].as_array().expect("nodes");
+    let mut names: Vec<&str> = nodes
+        .iter()
+        .map(|n| n["name"].as_str().expect("name"))
+        .collect();
+    names.sort();
+    let mut want: Vec<&str> = fx.nodes.iter().map(|n| n.name.as_str()).collect();
+    want.sort();
+    assert_eq!(names, want, "gather info: {g}");
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n["uptime_ms"].as_u64().is_some() && n["addr"].is_string())
+    );
+
+    let r = cli(&["reduce", "count", "--json"], 11);
+    assert_eq!(r["count"], serde_json::json!(N), "reduce count: {r}");
+    assert_eq!(r["missing"], serde_json::json!([]), "reduce count: {r}");
+    eprintln!(
+        "CLI collectives: broadcast to {} in {:.1} ms, gather info of {} in {:.1} ms, \
+         reduce count = {} in {:.1} ms",
+        delivered.len(),
+        b["elapsed_ms"].as_f64().unwrap_or(0.0),
+        nodes.len(),
+        g["elapsed_ms"].as_f64().unwrap_or(0.0),
+        r["count"],
+        r["elapsed_ms"].as_f64().unwrap_or(0.0)
+    );
+}
+
 /// The last `n` lines of a file.
 fn tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -446,11 +507,43 @@ fn twelve_processes_converge_survive_two_crashes_and_a_rejoin() {
     );
     fx.check_alive();
 
-    // Two non-seed nodes crash.
+    // Collectives from the CLI, through three different nodes.
+    collectives_from_the_cli(&fx, &ids);
+
+    // Two non-seed nodes crash in the middle of a reduce: they are frozen first (alive to
+    // the others, but silent), the reduce starts, then they are killed. The reduce must
+    // come back, counting the ten others and naming the two as missing.
     let killed_ids: Vec<NodeId> = KILLED.iter().map(|&i| ids[i]).collect();
+    for &i in &KILLED {
+        signal(fx.nodes[i].proc.as_ref().expect("running").pid(), "-STOP");
+    }
+    let mut cmd = node_cmd();
+    cmd.args(["reduce", "count", "--json", "--data-dir"])
+        .arg(&fx.nodes[0].dir);
+    let t_reduce = Instant::now();
+    let reduce = std::thread::spawn(move || run_with_timeout(cmd, Duration::from_secs(60)));
+    std::thread::sleep(Duration::from_millis(500));
     for &i in &KILLED {
         fx.nodes[i].proc.take().expect("running").kill();
     }
+    let out = reduce.join().expect("reduce thread");
+    assert!(out.status.success(), "reduce count failed: {}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("reduce --json");
+    assert_eq!(v["count"], serde_json::json!(N - KILLED.len()), "{v}");
+    let mut missing: Vec<String> = serde_json::from_value(v["missing"].clone()).expect("ids");
+    missing.sort();
+    let mut want: Vec<String> = killed_ids.iter().map(|i| i.to_hex()).collect();
+    want.sort();
+    assert_eq!(
+        missing, want,
+        "the reduce must name exactly the two killed nodes"
+    );
+    eprintln!(
+        "reduce count with 2 nodes killed mid-operation: count {} with both named missing, \
+         {:.1} s after it started",
+        v["count"],
+        t_reduce.elapsed().as_secs_f64()
+    );
     let survivors = fx.running();
     let survivor_ids: Vec<NodeId> = survivors.iter().map(|&i| ids[i]).collect();
     let detected = fx.wait_until(

@@ -3,8 +3,10 @@
 //! per connection, one JSON response back. Only local users with access to the data
 //! directory can reach it.
 
-use crate::api::{Node, NodeStatus, TreeSnapshot};
+use crate::api::{BroadcastReport, COUNT_KEY, INFO_KEY, Node, NodeInfo, NodeStatus, TreeSnapshot};
 use crate::proto::NodeId;
+use crate::proto::id::{decode_hex, encode_hex};
+use crate::proto::{NumKind, Reducer};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,36 @@ pub enum AdminRequest {
     Status,
     /// The whole tree of the root whose id or name starts with `root` (or equals it).
     Tree { root: String },
+    /// Broadcast these bytes (hex) from the node.
+    Broadcast { payload_hex: String },
+    /// Gather every member's [`NodeInfo`].
+    GatherInfo,
+    /// Count the members with a reduce (each contributes 1).
+    ReduceCount,
+}
+
+/// Every member's answer to `gather info`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct InfoReport {
+    /// The members' answers, sorted by name.
+    pub nodes: Vec<NodeInfo>,
+    /// Members that did not answer.
+    pub missing: Vec<NodeId>,
+    /// How long it took, ms.
+    pub elapsed_ms: f64,
+}
+
+/// The answer to `reduce count`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CountReport {
+    /// The sum of every contribution (1 each).
+    pub count: u64,
+    /// Who contributed.
+    pub contributors: Vec<NodeId>,
+    /// Members that did not answer before the deadline.
+    pub missing: Vec<NodeId>,
+    /// How long it took, ms.
+    pub elapsed_ms: f64,
 }
 
 /// The node's answer.
@@ -28,6 +60,12 @@ pub enum AdminResponse {
     Status(Box<NodeStatus>),
     /// Answer to [`AdminRequest::Tree`].
     Tree(TreeSnapshot),
+    /// Answer to [`AdminRequest::Broadcast`].
+    Broadcast(BroadcastReport),
+    /// Answer to [`AdminRequest::GatherInfo`].
+    Info(InfoReport),
+    /// Answer to [`AdminRequest::ReduceCount`].
+    Count(CountReport),
     /// The request could not be served.
     Error(String),
 }
@@ -91,7 +129,9 @@ async fn wait_stopped(node: &Node) {
 async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
-    let mut reader = BufReader::new(read).take(64 * 1024);
+    // Room for a broadcast payload of the largest size, in hex.
+    let limit = 2 * crate::proto::collective::MAX_INLINE_PAYLOAD as u64 + 4096;
+    let mut reader = BufReader::new(read).take(limit);
     reader.read_line(&mut line).await?;
     let response = match serde_json::from_str::<AdminRequest>(&line) {
         Err(e) => {
@@ -109,11 +149,61 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
             },
             Err(e) => AdminResponse::Error(e),
         },
+        Ok(AdminRequest::Broadcast { payload_hex }) => match decode_hex(&payload_hex) {
+            None => AdminResponse::Error("payload is not hex".into()),
+            Some(payload) => match node.broadcast(payload).await {
+                Ok(r) => AdminResponse::Broadcast(r),
+                Err(e) => AdminResponse::Error(e.to_string()),
+            },
+        },
+        Ok(AdminRequest::GatherInfo) => match node.gather(INFO_KEY, Vec::new()).await {
+            Ok(g) => {
+                let mut nodes: Vec<NodeInfo> = g
+                    .items
+                    .iter()
+                    .filter_map(|(_, v)| serde_json::from_slice(v).ok())
+                    .collect();
+                nodes.sort_by(|a, b| a.name.cmp(&b.name));
+                let mut missing = g.missing;
+                missing.extend(g.declined);
+                AdminResponse::Info(InfoReport {
+                    nodes,
+                    missing,
+                    elapsed_ms: g.elapsed.as_secs_f64() * 1e3,
+                })
+            }
+            Err(e) => AdminResponse::Error(e.to_string()),
+        },
+        Ok(AdminRequest::ReduceCount) => {
+            match node.reduce(COUNT_KEY, Reducer::Sum(NumKind::U64)).await {
+                Ok(r) => {
+                    let count = r
+                        .values::<Vec<u64>>()
+                        .ok()
+                        .flatten()
+                        .and_then(|v| v.first().copied());
+                    AdminResponse::Count(CountReport {
+                        count: count.unwrap_or(0),
+                        contributors: r.contributors,
+                        missing: r.missing,
+                        elapsed_ms: r.elapsed.as_secs_f64() * 1e3,
+                    })
+                }
+                Err(e) => AdminResponse::Error(e.to_string()),
+            }
+        }
     };
     let mut out = serde_json::to_vec(&response).map_err(std::io::Error::other)?;
     out.push(b'\n');
     write.write_all(&out).await?;
     write.shutdown().await
+}
+
+/// Hex-encodes a payload for [`AdminRequest::Broadcast`].
+pub fn broadcast_request(payload: &[u8]) -> AdminRequest {
+    AdminRequest::Broadcast {
+        payload_hex: encode_hex(payload),
+    }
 }
 
 /// Finds the member whose full id, short id or name matches `text`.

@@ -15,6 +15,13 @@
 //! # Ok(()) }
 //! ```
 
+mod collective;
+
+pub use self::collective::{
+    BroadcastReport, COUNT_KEY, Delivery, Gathered, INFO_KEY, NodeInfo, Reduced, ScatterReport,
+    decode_reduce_outcome,
+};
+
 use crate::net::driver::{ApiCommand, Driver, DriverParts};
 use crate::net::emulated::LatencyMap;
 use crate::net::identity::{Identity, IdentityError};
@@ -71,6 +78,15 @@ pub enum NodeError {
     /// The node has stopped.
     #[error("the node has stopped")]
     Stopped,
+    /// A payload is larger than a collective operation carries.
+    #[error("payload of {len} bytes exceeds the limit of {limit} bytes")]
+    PayloadTooLarge { len: usize, limit: usize },
+    /// A collective operation could not start.
+    #[error("collective operation refused: {0}")]
+    Collective(String),
+    /// A value could not be encoded or decoded.
+    #[error("cannot encode or decode a value: {0}")]
+    Decode(String),
 }
 
 /// One member as a node sees it.
@@ -224,6 +240,7 @@ pub struct NodeBuilder {
     gossip: GossipConfig,
     transport: Transport,
     join_timeout: Duration,
+    op_timeout: Duration,
 }
 
 impl Default for NodeBuilder {
@@ -239,6 +256,7 @@ impl Default for NodeBuilder {
             gossip: GossipConfig::default(),
             transport: Transport::Udp,
             join_timeout: Duration::from_secs(20),
+            op_timeout: crate::proto::collective::DEFAULT_TIMEOUT,
         }
     }
 }
@@ -297,6 +315,13 @@ impl NodeBuilder {
     /// The UDP socket to use (default a plain one).
     pub fn transport(mut self, transport: Transport) -> Self {
         self.transport = transport;
+        self
+    }
+
+    /// Deadline of collective operations started through the node (default 10 s): after
+    /// it, members that have not answered are reported missing.
+    pub fn op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout;
         self
     }
 
@@ -367,6 +392,7 @@ impl NodeBuilder {
         } else {
             self.name.clone()
         };
+        let name_for_info = name.clone();
         let gossip = Gossip::new(
             id,
             name,
@@ -395,6 +421,7 @@ impl NodeBuilder {
             inbox,
             commands,
             events: events.clone(),
+            seed,
         });
         let task = tokio::spawn(driver.run());
         let node = Node {
@@ -404,7 +431,9 @@ impl NodeBuilder {
             commands: cmd_tx,
             events,
             task: Arc::new(std::sync::Mutex::new(Some(task))),
+            op_timeout: self.op_timeout,
         };
+        node.serve_builtin_keys(&name_for_info, start).await?;
         info!(node = %id, addr = %local_addr, "node started");
 
         if !join.is_empty() {
@@ -472,6 +501,8 @@ pub struct Node {
     commands: mpsc::Sender<ApiCommand>,
     events: broadcast::Sender<NodeEvent>,
     task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    /// Deadline of the collective operations this handle starts.
+    op_timeout: Duration,
 }
 
 impl Node {

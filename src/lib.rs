@@ -8,11 +8,14 @@
 //! - [`api`]: [`api::Node`] and its builder: what applications and the binary use.
 //! - [`admin`]: the local admin socket behind `overlay-node status` and `tree`.
 //! - [`local`]: many real nodes in one process over an emulated WAN (demo, tests).
+//! - [`testbed`]: the network-namespace testbed's layout and checks (`netns-scripts/`).
 
 pub mod admin;
 pub mod api;
+pub mod bench;
 pub mod local;
 pub mod net;
 pub mod proto;
 pub mod sim;
+pub mod testbed;
 pub mod topology;

@@ -9,10 +9,13 @@
 //! failures).
 
 use super::link::{self, DialError, LinkContext, LinkInput};
+use super::ops::{OpCommand, Ops};
+use super::stream::Streams;
 use crate::api::{MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot};
 use crate::proto::gossip::{Gossip, GossipEvent};
 use crate::proto::{
-    Command, Core, DownReason, Event, Input, Liveness, NodeId, Packet, QueryMessage, Time,
+    CollectiveMessage, Command, Core, DownBody, DownReason, Event, Input, Liveness, Message,
+    NodeId, Packet, QueryMessage, Time,
 };
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -36,6 +39,8 @@ pub enum ApiCommand {
     Tree(NodeId, oneshot::Sender<TreeSnapshot>),
     /// Leave gracefully, then stop.
     Leave(oneshot::Sender<()>),
+    /// A collective operation or its set-up.
+    Op(OpCommand),
 }
 
 /// The member that admitted this node, or why the join failed.
@@ -91,6 +96,8 @@ pub struct Driver {
     queries: HashMap<u64, TreeQuery>,
     next_query: u64,
     dropped: u64,
+    ops: Ops,
+    streams: Streams,
 }
 
 /// What [`Driver::new`] needs.
@@ -104,6 +111,8 @@ pub struct DriverParts {
     pub inbox: mpsc::UnboundedReceiver<LinkInput>,
     pub commands: mpsc::Receiver<ApiCommand>,
     pub events: broadcast::Sender<NodeEvent>,
+    /// Seeds the numbering of this run's collective operations.
+    pub seed: u64,
 }
 
 impl Driver {
@@ -130,6 +139,8 @@ impl Driver {
             queries: HashMap::new(),
             next_query: 0,
             dropped: 0,
+            ops: Ops::new(parts.seed),
+            streams: Streams::default(),
         }
     }
 
@@ -179,6 +190,7 @@ impl Driver {
                     self.gossip.handle_timeout(now);
                     self.retry_dials();
                     self.finish_queries(false);
+                    self.streams.prune();
                 }
             }
             self.drain();
@@ -200,6 +212,34 @@ impl Driver {
                 });
             }
             ApiCommand::Tree(root, reply) => self.start_tree_query(root, reply),
+            ApiCommand::Op(OpCommand::StartStream {
+                payload,
+                digest,
+                timeout,
+                reply,
+            }) => {
+                let now = self.now();
+                let nonce = self.ops.register(reply);
+                let op = crate::proto::OpId {
+                    root: self.me,
+                    nonce,
+                };
+                let len = payload.len() as u64;
+                self.streams.insert_complete(op, payload, digest);
+                // The root has the payload: it counts as reached from the start.
+                self.core
+                    .handle(now, Input::Command(Command::StreamDone { op, ok: true }));
+                let start = crate::proto::Start {
+                    nonce,
+                    timeout,
+                    what: crate::proto::StartKind::Stream { len, digest },
+                };
+                self.core.handle(now, Input::Command(Command::Start(start)));
+            }
+            ApiCommand::Op(cmd) => {
+                let now = self.now();
+                self.ops.command(&mut self.core, now, cmd);
+            }
             ApiCommand::Leave(_) => unreachable!("handled in run"),
         }
     }
@@ -253,7 +293,15 @@ impl Driver {
                 }
                 Packet::Gossip(msg) => self.gossip.handle_message(now, peer, msg),
                 Packet::Query(q) => self.handle_query(peer, q),
+                Packet::Data(_) => {} // only ever the first frame of a stream (link.rs)
             },
+            LinkInput::StreamDone { op, ok } => {
+                self.core
+                    .handle(now, Input::Command(Command::StreamDone { op, ok }));
+            }
+            LinkInput::DataStream { peer, header, recv } => {
+                self.streams.accept(peer, header, recv, &self.ctx);
+            }
             LinkInput::Closed { peer, conn, reason } => {
                 if self
                     .links
@@ -318,10 +366,47 @@ impl Driver {
         loop {
             let mut progressed = false;
             while let Some(t) = self.core.poll_transmit() {
-                self.send(t.to, Packet::Overlay(t.msg));
+                let stream = match &t.msg {
+                    Message::Collective(CollectiveMessage::Down {
+                        op,
+                        body: DownBody::Stream { len, digest },
+                        ..
+                    }) => Some((*op, *len, *digest)),
+                    _ => None,
+                };
+                let to = t.to;
+                self.send(to, Packet::Overlay(t.msg));
+                if let Some((op, len, digest)) = stream {
+                    match self.links.get(&to) {
+                        Some(link) => {
+                            let conn = link.conn.clone();
+                            self.streams.forward(conn, to, op, len, digest);
+                        }
+                        // Not connected yet: the root asks it again directly later.
+                        None => debug!(peer = %to, "no connection for a data stream yet"),
+                    }
+                }
                 progressed = true;
             }
             while let Some(e) = self.core.poll_event() {
+                let now = self.now();
+                if let Event::Delivered(d) = &e
+                    && d.payload.is_empty()
+                    && let Some(payload) = self.streams.payload(d.op)
+                {
+                    self.ops.deliver(crate::api::Delivery {
+                        root: d.op.root,
+                        op: d.op.nonce,
+                        kind: d.kind,
+                        payload,
+                    });
+                    progressed = true;
+                    continue;
+                }
+                if self.ops.event(&mut self.core, now, &e) {
+                    progressed = true;
+                    continue;
+                }
                 self.publish_core_event(e);
                 progressed = true;
             }
@@ -406,6 +491,8 @@ impl Driver {
             Event::RootRemoved { root } => NodeEvent::TreeRemoved { root },
             // Member changes are published from gossip, which knows names and addresses.
             Event::MemberUp { .. } | Event::MemberDown { .. } | Event::Left => return,
+            // Handled by `Ops`.
+            Event::Delivered(_) | Event::ContributionNeeded { .. } | Event::Report(_) => return,
         };
         let _ = self.events.send(out);
     }

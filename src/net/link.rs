@@ -5,7 +5,7 @@
 use super::auth::{AuthError, CLOSE_PROTOCOL, authenticate};
 use super::frame::{FrameError, read_frame, write_frame};
 use super::token::{JoinToken, Role};
-use crate::proto::{NodeId, Packet};
+use crate::proto::{DataHeader, NodeId, Packet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,6 +60,15 @@ pub enum LinkInput {
     JoinFailed { request: u64, error: DialError },
     /// A decoded packet from `peer` on connection `conn`.
     Received { peer: NodeId, packet: Packet },
+    /// A data-plane receiver finished: the payload of `op` is here and checked (`ok`), or
+    /// its stream failed.
+    StreamDone { op: crate::proto::OpId, ok: bool },
+    /// A peer opened a data-plane stream: the header came; the payload follows on `recv`.
+    DataStream {
+        peer: NodeId,
+        header: DataHeader,
+        recv: quinn::RecvStream,
+    },
     /// Connection `conn` to `peer` closed.
     Closed {
         peer: NodeId,
@@ -232,6 +241,7 @@ async fn read_stream(
     mut recv: quinn::RecvStream,
     ctx: LinkContext,
 ) {
+    let mut first = true;
     loop {
         match read_frame(&mut recv).await {
             Ok(None) => return,
@@ -239,7 +249,20 @@ async fn read_stream(
                 ctx.stats
                     .bytes_in
                     .fetch_add(bytes.len() as u64 + 4, Ordering::Relaxed);
+                let was_first = std::mem::replace(&mut first, false);
                 match Packet::decode(&bytes) {
+                    Ok(Packet::Data(header)) if was_first => {
+                        // A data-plane stream: the rest is raw payload, read by the driver's
+                        // receiver.
+                        let _ = ctx
+                            .to_driver
+                            .send(LinkInput::DataStream { peer, header, recv });
+                        return;
+                    }
+                    Ok(Packet::Data(_)) => {
+                        ctx.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                        warn!(peer = %peer, "dropped a data header in the middle of a stream");
+                    }
                     Ok(packet) => {
                         ctx.stats.frames_in.fetch_add(1, Ordering::Relaxed);
                         if ctx

@@ -13,4 +13,6 @@ pub mod emulated;
 pub mod frame;
 pub mod identity;
 pub mod link;
+pub mod ops;
+pub mod stream;
 pub mod token;

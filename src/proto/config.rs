@@ -50,6 +50,11 @@ pub struct Config {
     pub serial_request_gap: Duration,
     /// A peer that has not probed us for this long stops receiving our adverts.
     pub inbound_expiry: Duration,
+    /// Peers within this RTT form this node's cluster: collective operations spread among
+    /// them by a planned schedule instead of along the tree (zero: never).
+    pub cluster_rtt: Duration,
+    /// The cost of sending one message, as that schedule assumes it.
+    pub send_cost: Duration,
 }
 
 impl Config {
@@ -72,6 +77,8 @@ impl Config {
             rtt_window: 64,
             serial_request_gap: Duration::from_millis(20),
             inbound_expiry: Duration::from_secs(5),
+            cluster_rtt: Duration::from_millis(2),
+            send_cost: Duration::from_micros(30),
         }
     }
 

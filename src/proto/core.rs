@@ -12,6 +12,7 @@
 //!   ([`Message::SerialRequest`]) so repair does not wait for the next period.
 
 use super::candidates::{CandidateSet, Role};
+use super::collective::{Collectives, Overlay};
 use super::id::{IdMap as HashMap, IdSet as HashSet};
 use super::membership::MemberTable;
 use super::outbox::Outbox;
@@ -108,6 +109,46 @@ pub struct Core {
     events: VecDeque<Event>,
     left: bool,
     stats: CoreStats,
+    /// Broadcast, scatter, gather and reduce along the trees.
+    coll: Collectives,
+}
+
+/// The overlay as the collective engine sees it: borrowed from the core's tables.
+struct CoreView<'a> {
+    id: NodeId,
+    config: &'a Config,
+    members: &'a MemberTable,
+    root_index: &'a HashMap<NodeId, RootIdx>,
+    trees: &'a [Option<TreeState>],
+    rtt: &'a HashMap<NodeId, RttEstimator>,
+}
+
+impl Overlay for CoreView<'_> {
+    fn me(&self) -> NodeId {
+        self.id
+    }
+    fn alive_members(&self) -> &[NodeId] {
+        self.members.alive()
+    }
+    fn is_alive(&self, id: &NodeId) -> bool {
+        *id == self.id || self.members.is_alive(id)
+    }
+    fn children(&self, root: NodeId) -> Vec<NodeId> {
+        self.root_index
+            .get(&root)
+            .and_then(|&i| self.trees[i].as_ref())
+            .map(|t| t.children.iter().copied().collect())
+            .unwrap_or_default()
+    }
+    fn rtt_us(&self, peer: NodeId) -> Option<u32> {
+        self.rtt.get(&peer).and_then(|e| e.rtt_us())
+    }
+    fn cluster_rtt_us(&self) -> u32 {
+        self.config.cluster_rtt.as_micros().min(u32::MAX as u128) as u32
+    }
+    fn send_cost_us(&self) -> u32 {
+        self.config.send_cost.as_micros().min(u32::MAX as u128) as u32
+    }
 }
 
 const OWN_ROOT: RootIdx = 0;
@@ -175,6 +216,7 @@ impl Core {
             events: VecDeque::new(),
             left: false,
             stats: CoreStats::default(),
+            coll: Collectives::new(id),
         }
     }
 
@@ -198,15 +240,27 @@ impl Core {
             Input::Received { from, msg } => self.handle_message(from, msg),
             Input::Timeout => {}
             Input::MemberUp { id } => self.handle_member_up(id),
-            Input::MemberDown { id, reason } => self.handle_member_down(id, reason),
+            Input::MemberDown { id, reason } => {
+                let was_alive = self.members.is_alive(&id);
+                self.handle_member_down(id, reason);
+                if was_alive {
+                    let now = self.now;
+                    self.with_collectives(|c, v| c.member_down(now, v, id));
+                }
+            }
             Input::RttSample { peer, rtt } => {
                 if self.members.is_alive(&peer) {
                     self.add_rtt_sample(peer, rtt.as_micros().min(u32::MAX as u128) as u32);
                 }
             }
             Input::Command(Command::Leave) => return self.leave(),
+            Input::Command(cmd) => self.handle_collective_command(cmd),
         }
         self.fire_due_timers();
+        if self.coll.poll_timeout().is_some_and(|t| t <= self.now) {
+            let now = self.now;
+            self.with_collectives(|c, v| c.handle_timeout(now, v));
+        }
         if !self.outbox.is_empty() {
             let mut out = std::mem::take(&mut self.outbox);
             out.drain(|to, msg| self.send(to, msg));
@@ -224,20 +278,66 @@ impl Core {
 
     /// Next message to send, if any.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        self.transmits
+            .pop_front()
+            .or_else(|| self.coll.poll_transmit())
     }
 
     /// Next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.events.pop_front().or_else(|| self.coll.poll_event())
     }
 
     /// When to call `handle(now, Input::Timeout)` next (`None` after leaving).
     pub fn poll_timeout(&self) -> Option<Time> {
         if self.left {
-            None
-        } else {
-            self.timers.next_deadline()
+            return None;
+        }
+        match (self.timers.next_deadline(), self.coll.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Registers a user-defined reducer under `name` (it must be registered under the same
+    /// name on every node that may relay a reduce using it).
+    pub fn register_reducer(&mut self, name: impl Into<String>, f: super::collective::ReduceFn) {
+        self.coll.register_reducer(name, f);
+    }
+
+    /// Collective operations remembered (as relay) and running (as root).
+    pub fn collectives_in_flight(&self) -> (usize, usize) {
+        self.coll.in_flight()
+    }
+
+    /// Runs `f` on the collective engine with a view of the overlay.
+    fn with_collectives(&mut self, f: impl FnOnce(&mut Collectives, &CoreView<'_>)) {
+        let view = CoreView {
+            id: self.id,
+            config: &self.config,
+            members: &self.members,
+            root_index: &self.root_index,
+            trees: &self.trees,
+            rtt: &self.rtt,
+        };
+        f(&mut self.coll, &view);
+    }
+
+    fn handle_collective_command(&mut self, cmd: Command) {
+        let now = self.now;
+        match cmd {
+            Command::Leave => self.leave(),
+            Command::Start(s) => self.with_collectives(|c, v| c.start(now, v, s)),
+            Command::Publish { key, value } => {
+                self.with_collectives(|c, v| c.publish(now, v, key, value))
+            }
+            Command::Withdraw { key } => self.coll.withdraw(&key),
+            Command::Contribute { op, value } => {
+                self.with_collectives(|c, v| c.contribute(now, v, op, value))
+            }
+            Command::StreamDone { op, ok } => {
+                self.with_collectives(|c, v| c.stream_done(now, v, op, ok))
+            }
         }
     }
 
@@ -463,6 +563,10 @@ impl Core {
                         },
                     );
                 }
+            }
+            Message::Collective(m) => {
+                let now = self.now;
+                self.with_collectives(|c, v| c.handle_message(now, v, from, m));
             }
             Message::Resync => {
                 self.owed_full.insert(from);

@@ -436,6 +436,12 @@ impl Gossip {
                 if let Some(peer) = self.pick_random(1, &[]).pop() {
                     self.send_sync(peer, true);
                 }
+                // A member declared dead may only have been cut off (a partition): try one
+                // of them too, so two sides that each declared the other dead merge again
+                // once the network heals. It refutes on seeing itself dead, and so do we.
+                if let Some(peer) = self.pick_random_dead() {
+                    self.send_sync(peer, true);
+                }
                 let next = now + self.jitter(self.config.anti_entropy_interval);
                 self.arm(next, Timer::AntiEntropy);
             }
@@ -651,6 +657,21 @@ impl Gossip {
             out.push(pool.swap_remove(i));
         }
         out
+    }
+
+    /// A random member declared dead (not one that left) whose tombstone is still kept.
+    fn pick_random_dead(&mut self) -> Option<NodeId> {
+        let mut pool: Vec<NodeId> = self
+            .members
+            .values()
+            .filter(|e| e.record.state == Liveness::Dead)
+            .map(|e| e.record.id)
+            .collect();
+        if pool.is_empty() {
+            return None;
+        }
+        pool.sort();
+        Some(pool[self.rng.below(pool.len() as u64) as usize])
     }
 
     /// Sends every record this node knows; `reply` asks for the peer's in return.

@@ -62,14 +62,30 @@ impl<'de> Deserialize<'de> for NodeId {
 
 /// Exactly `2 * N` hex digits (either case) as `N` bytes; `None` otherwise.
 pub fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
-    if s.len() != 2 * N || !s.is_ascii() {
+    if s.len() != 2 * N {
         return None;
     }
-    let mut bytes = [0u8; N];
-    for (i, b) in bytes.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    decode_hex(s)?.try_into().ok()
+}
+
+/// An even number of hex digits (either case) as bytes; `None` otherwise.
+pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return None;
     }
-    Some(bytes)
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
+        .collect()
+}
+
+/// Bytes as lowercase hex digits.
+pub fn encode_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 const BASE32: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
@@ -94,7 +110,7 @@ impl NodeId {
 
     /// All 16 bytes as 32 lowercase hex digits (the full id, e.g. in JSON).
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        encode_hex(&self.0)
     }
 
     /// Parses [`NodeId::to_hex`]'s output; `None` unless exactly 32 hex digits.

@@ -71,6 +71,122 @@ pub enum Message {
     /// sender watches the receiver again and has forgotten what it heard from it before
     /// (the receiver only sends changes to peers it already advertises to).
     Resync,
+    /// A collective operation (broadcast, scatter, gather, reduce) travelling a tree;
+    /// handled by [`crate::proto::collective`].
+    Collective(CollectiveMessage),
+}
+
+/// Names one collective operation: the root that started it and a number the root picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OpId {
+    /// The node that started the operation; it travels this root's tree.
+    pub root: NodeId,
+    /// Chosen by the root, unique among its operations (random in the network driver).
+    pub nonce: u64,
+}
+
+/// The element type of a built-in reduction: values are postcard-encoded vectors of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NumKind {
+    /// `Vec<i64>` (sums saturate).
+    I64,
+    /// `Vec<u64>` (sums saturate).
+    U64,
+    /// `Vec<f64>`.
+    F64,
+}
+
+/// How the partial results of a reduce are combined at each hop.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Reducer {
+    /// Element-wise sum.
+    Sum(NumKind),
+    /// Element-wise minimum.
+    Min(NumKind),
+    /// Element-wise maximum.
+    Max(NumKind),
+    /// A user-defined associative function registered under this name on every node.
+    Named(String),
+}
+
+/// Why a broadcast or gather was sent: for itself, or as part of a composite operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Purpose {
+    /// An application operation.
+    Data,
+    /// Allreduce: a reduce, then its result spread to every member.
+    AllReduce { of: u64 },
+    /// Allgather: a gather, then its result spread to every member.
+    AllGather { of: u64 },
+    /// Barrier: a gather of arrivals, then the release spread to every member.
+    BarrierRelease { of: u64 },
+}
+
+/// What travels down a tree (or directly, when the root retries a member).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DownBody {
+    /// Every member delivers `payload`.
+    Broadcast { payload: Vec<u8>, purpose: Purpose },
+    /// Each destination delivers its own item; the rest is split among the subtrees.
+    Scatter { items: Vec<(NodeId, Vec<u8>)> },
+    /// Every member delivers a large payload that travels beside the control messages, on
+    /// the network driver's data plane, from the sender of this message (`digest`: its
+    /// SHA-256). Added after the other variants, so older frames still decode.
+    Stream { len: u64, digest: [u8; 32] },
+    /// Every member contributes its value for `key` (a published value or an answer of the
+    /// application to `request`).
+    Gather {
+        key: String,
+        request: Vec<u8>,
+        purpose: Purpose,
+    },
+    /// As gather, but the values are combined with `reducer` at every hop.
+    Reduce {
+        key: String,
+        request: Vec<u8>,
+        reducer: Reducer,
+        purpose: Purpose,
+    },
+}
+
+/// The answer of a subtree, flowing up to the node it received the operation from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpPart {
+    /// Nodes the operation reached (they delivered, took their item, or were asked).
+    pub reached: Vec<NodeId>,
+    /// Nodes that were asked to contribute and did not (no value, or it could not be
+    /// combined).
+    pub declined: Vec<NodeId>,
+    /// Gather: the contributed values.
+    pub items: Vec<(NodeId, Vec<u8>)>,
+    /// Reduce: who is counted in `value`.
+    pub contributors: Vec<NodeId>,
+    /// Reduce: the combined value of `contributors`.
+    pub value: Option<Vec<u8>>,
+    /// Nodes of the subtree that passed the operation on out of their cluster: a cluster
+    /// entry serves them first next time, so the other clusters start sooner.
+    pub exits: Vec<NodeId>,
+}
+
+/// Messages of the collective operations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CollectiveMessage {
+    /// The operation reaches the receiver. `budget_us` is how long the receiver may take to
+    /// answer; `direct` means the sender asks the receiver alone (a retry, or a scatter item
+    /// outside every subtree) and it must not forward; `more` means further parts of the
+    /// same operation follow from the sender. `plan` is the receiver's delegation inside a
+    /// cluster: the nodes it is to pass the operation on to (see `collective/plan.rs`).
+    Down {
+        op: OpId,
+        budget_us: u32,
+        direct: bool,
+        more: bool,
+        plan: Vec<NodeId>,
+        body: DownBody,
+    },
+    /// The answer of the sender's subtree (or of the sender alone after a direct request);
+    /// `last` is false when further parts follow.
+    Up { op: OpId, last: bool, part: UpPart },
 }
 
 /// Why bytes could not be decoded into a [`Message`].
@@ -240,6 +356,20 @@ pub enum Packet {
     Gossip(GossipMessage),
     /// Operator queries, answered by the network driver from the core's state.
     Query(QueryMessage),
+    /// First frame of a data-plane stream: the raw bytes of a [`DownBody::Stream`] payload
+    /// follow on the same QUIC stream.
+    Data(DataHeader),
+}
+
+/// Opens a data-plane stream (see [`Packet::Data`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataHeader {
+    /// The broadcast the bytes belong to.
+    pub op: OpId,
+    /// How many bytes follow.
+    pub len: u64,
+    /// SHA-256 of the bytes.
+    pub digest: [u8; 32],
 }
 
 impl Packet {
@@ -295,6 +425,31 @@ mod tests {
             },
             Message::TreeUpdates(vec![e, e]),
             Message::Resync,
+            Message::Collective(CollectiveMessage::Down {
+                op: OpId { root: a, nonce: 9 },
+                budget_us: 1000,
+                direct: false,
+                more: true,
+                plan: vec![b],
+                body: DownBody::Reduce {
+                    key: "k".into(),
+                    request: vec![1, 2],
+                    reducer: Reducer::Sum(NumKind::U64),
+                    purpose: Purpose::AllReduce { of: 3 },
+                },
+            }),
+            Message::Collective(CollectiveMessage::Up {
+                op: OpId { root: b, nonce: 1 },
+                last: true,
+                part: UpPart {
+                    reached: vec![a, b],
+                    declined: vec![b],
+                    items: vec![(a, vec![7])],
+                    contributors: vec![a],
+                    value: Some(vec![1]),
+                    exits: vec![b],
+                },
+            }),
         ]
     }
 

@@ -18,6 +18,7 @@
 //! - timers: [`timers`]; the state machine that ties them together: [`core`].
 
 pub mod candidates;
+pub mod collective;
 pub mod config;
 pub mod core;
 pub mod gossip;
@@ -31,12 +32,14 @@ pub mod time;
 pub mod timers;
 pub mod tree;
 
+pub use self::collective::{Delivery, DeliveryKind, OpKind, OpReport, ReduceFn, Start, StartKind};
 pub use self::config::Config;
 pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
 pub use self::message::{
-    AdvertEntry, GossipMessage, Liveness, MemberRecord, Message, Packet, QueryMessage, WireError,
+    AdvertEntry, CollectiveMessage, DataHeader, DownBody, GossipMessage, Liveness, MemberRecord,
+    Message, NumKind, OpId, Packet, Purpose, QueryMessage, Reducer, WireError,
 };
 pub use self::time::Time;
 
@@ -73,6 +76,18 @@ pub enum DownReason {
 pub enum Command {
     /// Leave the overlay: detach from every tree and stop.
     Leave,
+    /// Start a collective operation with this node as root; its [`Event::Report`] follows.
+    Start(Start),
+    /// Publish this node's value for `key`: gathers and reduces naming the key take it
+    /// without asking the application.
+    Publish { key: String, value: Vec<u8> },
+    /// Withdraw a published value.
+    Withdraw { key: String },
+    /// The application's answer to [`Event::ContributionNeeded`] (`None`: decline).
+    Contribute { op: OpId, value: Option<Vec<u8>> },
+    /// The data plane received (and checked) the payload of a streamed broadcast, or
+    /// failed to (`ok` false). At the root, sent before its [`StartKind::Stream`].
+    StreamDone { op: OpId, ok: bool },
 }
 
 /// A message to send.
@@ -105,6 +120,17 @@ pub enum Event {
     MemberDown { id: NodeId, reason: DownReason },
     /// [`Command::Leave`] completed: the core has said goodbye and does nothing more.
     Left,
+    /// A broadcast payload, scatter item or composite result arrived (once per operation).
+    Delivered(Delivery),
+    /// A gather or reduce asks for this node's value for `key` and none is published:
+    /// answer with [`Command::Contribute`] before the operation's deadline.
+    ContributionNeeded {
+        op: OpId,
+        key: String,
+        request: Vec<u8>,
+    },
+    /// An operation this node started is over.
+    Report(Box<OpReport>),
 }
 
 /// A snapshot of this node's state in one tree.

@@ -1,7 +1,10 @@
 //! `overlay-node`: run a node of the overlay, inspect a running one, or run the demo.
 //! Thin over the library: argument parsing here, everything else in `overlay`.
 
+mod broadcast;
 mod demo;
+mod gather;
+mod reduce;
 mod run;
 mod status;
 mod tree;
@@ -27,6 +30,12 @@ enum Cmd {
     Status(status::StatusArgs),
     /// Draw one root's tree as the running node sees it.
     Tree(tree::TreeArgs),
+    /// Broadcast a text or a file from a running node to every member.
+    Broadcast(broadcast::BroadcastArgs),
+    /// Gather something from every member through a running node.
+    Gather(gather::GatherArgs),
+    /// Reduce over every member through a running node.
+    Reduce(reduce::ReduceArgs),
     /// Run an in-process overlay over an emulated WAN and report when its trees converge.
     Demo(demo::DemoArgs),
 }
@@ -52,6 +61,9 @@ fn main() -> std::process::ExitCode {
             Some(Cmd::Status(args)) => status::run(args).await,
             Some(Cmd::Tree(args)) => tree::run(args).await,
             Some(Cmd::Demo(args)) => demo::run(args).await,
+            Some(Cmd::Broadcast(args)) => broadcast::run(args).await,
+            Some(Cmd::Gather(args)) => gather::run(args).await,
+            Some(Cmd::Reduce(args)) => reduce::run(args).await,
         }
     });
     match result {

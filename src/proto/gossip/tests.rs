@@ -13,6 +13,8 @@ struct Net {
     in_flight: Vec<(Time, usize, usize, GossipMessage)>,
     events: Vec<Vec<GossipEvent>>,
     drop_direct_probes_to: Option<usize>,
+    /// Messages between nodes below and at or above this index are dropped.
+    cut: Option<usize>,
 }
 
 fn addr(i: usize) -> SocketAddr {
@@ -42,6 +44,7 @@ impl Net {
             in_flight: Vec::new(),
             events: vec![Vec::new(); n],
             drop_direct_probes_to: None,
+            cut: None,
         }
     }
 
@@ -56,7 +59,7 @@ impl Net {
     fn drain(&mut self, i: usize) {
         while let Some(t) = self.nodes[i].poll_transmit() {
             let to = self.index(t.to);
-            if self.down[i] || self.down[to] {
+            if self.down[i] || self.down[to] || self.cut.is_some_and(|k| (i < k) != (to < k)) {
                 continue;
             }
             if Some(to) == self.drop_direct_probes_to
@@ -233,4 +236,21 @@ fn a_join_with_a_foreign_id_is_ignored() {
     let from = net.id(1);
     net.nodes[0].handle_message(net.now, from, GossipMessage::Join { me: forged });
     assert_eq!(net.nodes[0].live_members().count(), 0);
+}
+
+#[test]
+fn two_sides_that_declared_each_other_dead_merge_after_a_long_partition() {
+    let mut net = Net::new(6);
+    net.join_all();
+    net.cut = Some(3); // {0, 1, 2} | {3, 4, 5}
+    net.run_for(Duration::from_secs(60));
+    assert_eq!(net.state_of(0, 4), Some(Liveness::Dead));
+    assert_eq!(net.state_of(4, 0), Some(Liveness::Dead));
+    net.cut = None;
+    net.run_for(Duration::from_secs(60));
+    for i in 0..6 {
+        for j in (0..6).filter(|&j| j != i) {
+            assert_eq!(net.state_of(i, j), Some(Liveness::Alive), "{i} about {j}");
+        }
+    }
 }

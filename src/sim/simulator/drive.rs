@@ -223,6 +223,14 @@ impl<N: SimNode> Sim<N> {
         }
     }
 
+    /// Hands an application command to node `idx` now (ignored if it is not alive), e.g. a
+    /// collective operation to start.
+    pub fn command(&mut self, idx: usize, cmd: Command) {
+        if self.alive.get(idx).copied().unwrap_or(false) {
+            self.feed(idx, Input::Command(cmd), false);
+        }
+    }
+
     // ----- running ---------------------------------------------------------------------
 
     /// Runs until virtual time `t` (events at exactly `t` included).

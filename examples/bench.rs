@@ -1,0 +1,580 @@
+//! Benchmarks, contenders side by side in one run (DESIGN §8). Ratios are printed; absolute
+//! times are shown but never asserted.
+//!
+//! ```text
+//! cargo run --release --example bench -- fig5 [--json] [--seed N] [--out docs]
+//! cargo run --release --example bench -- collectives [--json]
+//! cargo run --release --example bench -- convergence [--json]
+//! cargo run --release --example bench -- all          # all of the above, writes docs/
+//! ```
+//!
+//! fig5 (the paper's Fig. 5): phoenix-168, 1 KB broadcasts from six roots (two per
+//! cluster). Contenders: a topology-unaware binomial tree over node ids (MPICH), the static
+//! MagPIe tree (a coordinator per cluster fed by a flat tree, binomial inside clusters),
+//! our live trees, and the lower bound (shortest one-way latency path). All four are timed
+//! with one cost model (20 µs CPU per message sent and received, the link latency, 1 KB
+//! serialized at the link's bandwidth); "ours" uses the trees the protocol built in the
+//! simulator, and is also measured by running real broadcasts in the simulator.
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use overlay::bench::plot::{Series, cdf, line_chart};
+use overlay::bench::quantile;
+use overlay::bench::trees::{self, CostModel, Tree};
+use overlay::proto::{Command, DeliveryKind, Event, NumKind, Reducer, Start, StartKind};
+use overlay::sim::{Sim, SimConfig};
+use overlay::topology::Topology;
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug)]
+#[command(about = "Benchmarks: contenders side by side, ratios printed")]
+struct Cli {
+    #[command(subcommand)]
+    what: What,
+    /// Print one JSON object per benchmark instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Simulator seed.
+    #[arg(long, global = true, default_value_t = 1)]
+    seed: u64,
+    /// Where plots and BENCHMARKS.md go (`all` and `fig5`).
+    #[arg(long, global = true, default_value = "docs")]
+    out: PathBuf,
+}
+
+#[derive(Subcommand, Debug, Clone, Copy)]
+enum What {
+    /// Per-node completion times of 1 KB broadcasts on phoenix-168 (the paper's Fig. 5).
+    Fig5,
+    /// Gather and reduce latency against broadcast latency on the same trees.
+    Collectives,
+    /// Time until every tree is wide-area optimal, and repair after 10% crash.
+    Convergence,
+    /// Control bytes per node per second against the number of nodes.
+    Overhead,
+    /// Everything above; writes docs/BENCHMARKS.md and the plots.
+    All,
+}
+
+fn topology(name: &str) -> anyhow::Result<Topology> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("topologies")
+        .join(format!("{name}.toml"));
+    Topology::load(&path).with_context(|| format!("loading {}", path.display()))
+}
+
+fn progress(msg: &str) {
+    eprintln!("[bench] {msg}");
+}
+
+/// A converged phoenix-168 simulation.
+fn converged_sim(topo: &Topology, seed: u64) -> anyhow::Result<(Sim, Duration)> {
+    let mut sim = Sim::new(
+        topo,
+        SimConfig {
+            seed,
+            ..SimConfig::default()
+        },
+    );
+    let Some(t) = sim.run_until_converged(Duration::from_secs(120)) else {
+        bail!("{} did not converge in 120 simulated s", topo.name);
+    };
+    Ok((sim, t))
+}
+
+/// The roots: the first two nodes of every cluster.
+fn roots(sim: &Sim) -> Vec<usize> {
+    let mut r = Vec::new();
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    for i in 0..sim.total_nodes() {
+        let c = sim.cluster_of(i);
+        let n = seen.entry(c).or_default();
+        if *n < 2 {
+            r.push(i);
+            *n += 1;
+        }
+    }
+    r
+}
+
+/// Starts `what` at `root`, runs 3 s, returns (node, µs after the start, sender) of the
+/// deliveries `pick` selects, and the report's elapsed µs.
+fn run_op(
+    sim: &mut Sim,
+    root: usize,
+    nonce: u64,
+    what: StartKind,
+    pick: impl Fn(&Event) -> bool,
+) -> (Vec<(usize, f64, overlay::proto::NodeId)>, f64) {
+    sim.record_events(true);
+    let t0 = sim.now();
+    sim.command(
+        root,
+        Command::Start(Start {
+            nonce,
+            timeout: Duration::from_secs(5),
+            what,
+        }),
+    );
+    sim.run_for(Duration::from_secs(3));
+    let mut got = Vec::new();
+    let mut report = f64::NAN;
+    for (t, node, ev) in sim.take_events() {
+        let us = t.saturating_since(t0).as_secs_f64() * 1e6;
+        if let Event::Report(r) = &ev
+            && r.op.is_some_and(|o| o.nonce == nonce)
+        {
+            report = r.elapsed.as_secs_f64() * 1e6;
+        }
+        if pick(&ev)
+            && let Event::Delivered(d) = &ev
+        {
+            got.push((node, us, d.from));
+        }
+    }
+    sim.record_events(false);
+    (got, report)
+}
+
+struct Contender {
+    name: &'static str,
+    times_ms: Vec<f64>,
+}
+
+fn summary(c: &Contender) -> (f64, f64) {
+    let mut v = c.times_ms.clone();
+    v.sort_by(f64::total_cmp);
+    (quantile(&v, 0.5), *v.last().unwrap_or(&f64::NAN))
+}
+
+fn fig5(cli: &Cli) -> anyhow::Result<serde_json::Value> {
+    let topo = topology("phoenix-168")?;
+    progress("fig5: building phoenix-168 trees in the simulator");
+    let wall = Instant::now();
+    let (mut sim, conv) = converged_sim(&topo, cli.seed)?;
+    progress(&format!(
+        "fig5: converged at {:.1} s simulated",
+        conv.as_secs_f64()
+    ));
+    let cfg = SimConfig::default();
+    let model = CostModel {
+        cpu_send: cfg.cpu_send,
+        cpu_recv: cfg.cpu_recv,
+        bytes: 1024,
+    };
+    let n = sim.total_nodes();
+    let ids = sim.ids().to_vec();
+    let mut contenders: Vec<Contender> = [
+        "unaware binomial",
+        "static MagPIe",
+        "ours (model)",
+        "ours (simulated)",
+        "lower bound",
+    ]
+    .into_iter()
+    .map(|name| Contender {
+        name,
+        times_ms: Vec::new(),
+    })
+    .collect();
+    let payload = vec![0x5au8; 1024];
+    let mut nonce = 1000;
+    for root in roots(&sim) {
+        // A first broadcast teaches every relay its children's subtree sizes (send order).
+        nonce += 1;
+        run_op(
+            &mut sim,
+            root,
+            nonce,
+            StartKind::Broadcast {
+                payload: payload.clone(),
+            },
+            |_| false,
+        );
+        nonce += 1;
+        let (got, _) = run_op(
+            &mut sim,
+            root,
+            nonce,
+            StartKind::Broadcast {
+                payload: payload.clone(),
+            },
+            |e| matches!(e, Event::Delivered(d) if d.kind == DeliveryKind::Broadcast),
+        );
+        if got.len() != n {
+            bail!(
+                "root {root}: the simulated broadcast reached {} of {n}",
+                got.len()
+            );
+        }
+        // The dissemination our protocol performed (first sender of each node, in the order
+        // each sender served them), timed with the same model as the static trees.
+        let mut first_from = vec![None; n];
+        let mut received = vec![0.0; n];
+        for (v, us, from) in &got {
+            first_from[*v] = sim.index_of(*from);
+            received[*v] = *us;
+        }
+        let trees_: [Tree; 3] = [
+            trees::binomial_unaware(root, &ids),
+            trees::magpie(root, &ids, &topo),
+            trees::from_receipts(root, &first_from, &received, &topo),
+        ];
+        for (i, t) in trees_.iter().enumerate() {
+            let times = trees::completion_times(t, &topo, model);
+            for (v, x) in times.iter().enumerate() {
+                let x = x.with_context(|| format!("{} misses node {v}", contenders[i].name))?;
+                if v != root {
+                    contenders[i].times_ms.push(x / 1e3);
+                }
+            }
+        }
+        for (v, us, _) in got {
+            if v != root {
+                contenders[3].times_ms.push(us / 1e3);
+            }
+        }
+        for (v, x) in trees::lower_bound(root, &topo).into_iter().enumerate() {
+            if v != root {
+                contenders[4].times_ms.push(x / 1e3);
+            }
+        }
+    }
+    let s: Vec<(f64, f64)> = contenders.iter().map(summary).collect();
+    let ratio = |ours: usize, other: usize| json!({"median": s[ours].0 / s[other].0, "max": s[ours].1 / s[other].1});
+    let out = json!({
+        "benchmark": "fig5",
+        "topology": "phoenix-168",
+        "roots": roots(&sim).len(),
+        "model": {"cpu_send_us": 20, "cpu_recv_us": 20, "bytes": 1024},
+        "contenders": contenders.iter().zip(&s).map(|(c, (med, max))| json!({"name": c.name, "median_ms": med, "max_ms": max})).collect::<Vec<_>>(),
+        "ratio_vs_static": ratio(2, 1),
+        "ratio_vs_unaware": ratio(2, 0),
+        "ratio_vs_bound": ratio(2, 4),
+        "simulated_ratio_vs_static": ratio(3, 1),
+        "simulated_ratio_vs_bound": ratio(3, 4),
+        "converged_s": conv.as_secs_f64(),
+        "wall_s": wall.elapsed().as_secs_f64(),
+    });
+    std::fs::create_dir_all(&cli.out)?;
+    let series: Vec<Series> = contenders
+        .iter()
+        .map(|c| Series {
+            name: c.name.to_string(),
+            points: cdf(&c.times_ms),
+        })
+        .collect();
+    let svg = line_chart(
+        "phoenix-168, 1 KB broadcast from 6 roots: per-node completion",
+        "completion time (ms)",
+        "fraction of nodes",
+        &series,
+        false,
+    );
+    std::fs::write(cli.out.join("fig5-sim.svg"), svg)?;
+    if !cli.json {
+        println!(
+            "fig5 (simulator, phoenix-168, 1 KB, {} roots; CDF in {}/fig5-sim.svg)",
+            roots(&sim).len(),
+            cli.out.display()
+        );
+        println!("  {:<20} {:>10} {:>10}", "contender", "median ms", "max ms");
+        for (c, (med, max)) in contenders.iter().zip(&s) {
+            println!("  {:<20} {:>10.2} {:>10.2}", c.name, med, max);
+        }
+        for key in [
+            "ratio_vs_static",
+            "ratio_vs_unaware",
+            "ratio_vs_bound",
+            "simulated_ratio_vs_static",
+        ] {
+            println!(
+                "  {key:<26} median {:.3}  max {:.3}",
+                out[key]["median"].as_f64().unwrap_or(f64::NAN),
+                out[key]["max"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn collectives(cli: &Cli) -> anyhow::Result<serde_json::Value> {
+    let topo = topology("phoenix-168")?;
+    progress("collectives: building phoenix-168 trees in the simulator");
+    let (mut sim, _) = converged_sim(&topo, cli.seed)?;
+    let n = sim.total_nodes();
+    for i in 0..n {
+        let value = postcard::to_allocvec(&vec![1u64]).expect("encodes");
+        sim.command(
+            i,
+            Command::Publish {
+                key: "one".into(),
+                value,
+            },
+        );
+    }
+    let mut rows = Vec::new();
+    let mut nonce = 5000;
+    for root in roots(&sim) {
+        let mut row = json!({"root": root});
+        for (name, what) in [
+            (
+                "broadcast",
+                StartKind::Broadcast {
+                    payload: vec![0; 1024],
+                },
+            ),
+            (
+                "gather",
+                StartKind::Gather {
+                    key: "one".into(),
+                    request: vec![],
+                },
+            ),
+            (
+                "reduce",
+                StartKind::Reduce {
+                    key: "one".into(),
+                    request: vec![],
+                    reducer: Reducer::Sum(NumKind::U64),
+                },
+            ),
+        ] {
+            nonce += 1;
+            let (_, report_us) = run_op(&mut sim, root, nonce, what, |_| false);
+            row[name] = json!(report_us / 1e3);
+        }
+        rows.push(row);
+    }
+    let mean = |k: &str| rows.iter().filter_map(|r| r[k].as_f64()).sum::<f64>() / rows.len() as f64;
+    let (b, g, r) = (mean("broadcast"), mean("gather"), mean("reduce"));
+    let out = json!({
+        "benchmark": "collectives",
+        "topology": "phoenix-168",
+        "note": "time from start to the root's report (every member answered), mean over roots",
+        "broadcast_ms": b, "gather_ms": g, "reduce_ms": r,
+        "gather_vs_broadcast": g / b, "reduce_vs_broadcast": r / b,
+        "per_root": rows,
+    });
+    if !cli.json {
+        println!(
+            "collectives (simulator, phoenix-168, report after every member answered, mean of {} roots)",
+            roots(&sim).len()
+        );
+        println!(
+            "  broadcast {b:.1} ms   gather {g:.1} ms ({:.2}x)   reduce {r:.1} ms ({:.2}x)",
+            g / b,
+            r / b
+        );
+    }
+    Ok(out)
+}
+
+fn convergence(cli: &Cli) -> anyhow::Result<serde_json::Value> {
+    let mut rows = Vec::new();
+    for name in ["phoenix-168"] {
+        let topo = topology(name)?;
+        progress(&format!("convergence: {name}"));
+        let wall = Instant::now();
+        let (mut sim, conv) = converged_sim(&topo, cli.seed)?;
+        let live = sim.live_nodes();
+        let crash: Vec<usize> = live.iter().copied().step_by(10).skip(1).collect();
+        for &c in &crash {
+            sim.apply(overlay::sim::Action::Crash { node: c });
+        }
+        let repair = sim.run_until_spanning(Duration::from_secs(60));
+        rows.push(json!({
+            "topology": name, "nodes": live.len(), "converged_s": conv.as_secs_f64(),
+            "crashed": crash.len(), "repair_ms": repair.map(|d| d.as_secs_f64() * 1e3),
+            "wall_s": wall.elapsed().as_secs_f64(),
+        }));
+    }
+    if !cli.json {
+        println!("convergence (simulator; repair = every tree spans the survivors again)");
+        for r in &rows {
+            println!(
+                "  {:<12} {:>4} nodes: wide-area optimal and stable at {:.1} s; {} crashed (10%) -> repaired in {:.0} ms ({:.1} s wall)",
+                r["topology"].as_str().unwrap_or(""),
+                r["nodes"],
+                r["converged_s"].as_f64().unwrap_or(f64::NAN),
+                r["crashed"],
+                r["repair_ms"].as_f64().unwrap_or(f64::NAN),
+                r["wall_s"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    Ok(json!({"benchmark": "convergence", "runs": rows}))
+}
+
+fn overhead(cli: &Cli) -> anyhow::Result<serde_json::Value> {
+    let mut rows = Vec::new();
+    let mut series = Vec::new();
+    for name in ["phoenix-27", "das-4", "sites-64", "phoenix-168"] {
+        let topo = topology(name)?;
+        progress(&format!("overhead: {name}"));
+        let (mut sim, _) = converged_sim(&topo, cli.seed)?;
+        let window = Duration::from_secs(10);
+        let before = sim.control_bytes();
+        sim.run_for(window);
+        let n = sim.live_count() as f64;
+        let per = (sim.control_bytes() - before) as f64 / n / window.as_secs_f64();
+        series.push((n, per));
+        rows.push(json!({"topology": name, "nodes": n, "bytes_per_node_per_s": per}));
+    }
+    let svg = line_chart(
+        "steady control traffic against overlay size (simulator)",
+        "nodes",
+        "bytes per node per second",
+        &[Series {
+            name: "ours".into(),
+            points: series,
+        }],
+        false,
+    );
+    std::fs::create_dir_all(&cli.out)?;
+    std::fs::write(cli.out.join("overhead.svg"), svg)?;
+    if !cli.json {
+        println!(
+            "overhead (simulator, 10 s after convergence; plot in {}/overhead.svg)",
+            cli.out.display()
+        );
+        for r in &rows {
+            println!(
+                "  {:<12} {:>4} nodes: {:>8.0} bytes/node/s",
+                r["topology"].as_str().unwrap_or(""),
+                r["nodes"],
+                r["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    Ok(json!({"benchmark": "overhead", "runs": rows}))
+}
+
+/// docs/BENCHMARKS.md from the results of `all`.
+fn markdown(results: &[serde_json::Value], seed: u64) -> String {
+    use std::fmt::Write as _;
+    let mut md = String::from("# Benchmarks\n\n");
+    let _ = writeln!(
+        md,
+        "Made by `cargo run --release --example bench -- all --seed {seed}` (simulator; \
+         contenders side by side in one run; absolute times depend on the machine, ratios \
+         are the result).\n"
+    );
+    for r in results {
+        match r["benchmark"].as_str() {
+            Some("fig5") => {
+                md.push_str("## Fig. 5: 1 KB broadcast on phoenix-168\n\n");
+                md.push_str("Per-node completion time over 6 roots (two per cluster). All contenders timed \
+                    with one model: 20 us CPU per message sent and received, link latency, 1 KB serialized \
+                    at the link's bandwidth. \"ours (model)\" is the dissemination our protocol actually \
+                    performed in the simulator (first sender of each node, in send order) timed with that \
+                    model; \"ours (simulated)\" is the simulator's own timing (no bandwidth term). \
+                    CDF: `fig5-sim.svg`.\n\n| contender | median ms | max ms |\n|---|---|---|\n");
+                for c in r["contenders"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {:.2} | {:.2} |",
+                        c["name"].as_str().unwrap_or(""),
+                        c["median_ms"].as_f64().unwrap_or(f64::NAN),
+                        c["max_ms"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push_str("\n| ratio (ours / theirs) | median | max |\n|---|---|---|\n");
+                for k in [
+                    "ratio_vs_static",
+                    "ratio_vs_unaware",
+                    "ratio_vs_bound",
+                    "simulated_ratio_vs_static",
+                    "simulated_ratio_vs_bound",
+                ] {
+                    let _ = writeln!(
+                        md,
+                        "| {k} | {:.3} | {:.3} |",
+                        r[k]["median"].as_f64().unwrap_or(f64::NAN),
+                        r[k]["max"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push('\n');
+            }
+            Some("collectives") => {
+                let _ = writeln!(
+                    md,
+                    "## Gather and reduce against broadcast (phoenix-168)\n\nTime from start to the root's report (every member answered), mean over 6 roots.\n\n| broadcast ms | gather ms | reduce ms | gather / broadcast | reduce / broadcast |\n|---|---|---|---|---|\n| {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |\n",
+                    r["broadcast_ms"].as_f64().unwrap_or(f64::NAN),
+                    r["gather_ms"].as_f64().unwrap_or(f64::NAN),
+                    r["reduce_ms"].as_f64().unwrap_or(f64::NAN),
+                    r["gather_vs_broadcast"].as_f64().unwrap_or(f64::NAN),
+                    r["reduce_vs_broadcast"].as_f64().unwrap_or(f64::NAN)
+                );
+            }
+            Some("convergence") => {
+                md.push_str("## Convergence and repair (simulator)\n\n| topology | nodes | wide-area optimal and stable (s) | crashed (10%) | repaired (ms) |\n|---|---|---|---|---|\n");
+                for x in r["runs"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {:.1} | {} | {:.0} |",
+                        x["topology"].as_str().unwrap_or(""),
+                        x["nodes"],
+                        x["converged_s"].as_f64().unwrap_or(f64::NAN),
+                        x["crashed"],
+                        x["repair_ms"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push('\n');
+            }
+            Some("overhead") => {
+                md.push_str("## Control overhead (simulator, 10 s after convergence)\n\nPlot: `overhead.svg`.\n\n| topology | nodes | bytes/node/s |\n|---|---|---|\n");
+                for x in r["runs"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {:.0} |",
+                        x["topology"].as_str().unwrap_or(""),
+                        x["nodes"],
+                        x["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push('\n');
+            }
+            _ => {}
+        }
+    }
+    md
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let wall = Instant::now();
+    let results = match cli.what {
+        What::Fig5 => vec![fig5(&cli)?],
+        What::Collectives => vec![collectives(&cli)?],
+        What::Convergence => vec![convergence(&cli)?],
+        What::Overhead => vec![overhead(&cli)?],
+        What::All => vec![
+            fig5(&cli)?,
+            collectives(&cli)?,
+            convergence(&cli)?,
+            overhead(&cli)?,
+        ],
+    };
+    if cli.json {
+        for r in &results {
+            println!("{r}");
+        }
+    }
+    if let What::All = cli.what {
+        std::fs::write(
+            cli.out.join("bench-results.json"),
+            serde_json::to_string_pretty(&results)?,
+        )?;
+        std::fs::write(cli.out.join("BENCHMARKS.md"), markdown(&results, cli.seed))?;
+        progress(&format!(
+            "all done in {:.0} s; results in {}/bench-results.json",
+            wall.elapsed().as_secs_f64(),
+            cli.out.display()
+        ));
+    }
+    Ok(())
+}

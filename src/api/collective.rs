@@ -1,0 +1,489 @@
+//! Collective operations on a [`Node`]: broadcast, scatter, gather, reduce, their `all`
+//! forms and barrier, along the live trees (the protocol is in [`crate::proto::collective`]).
+//!
+//! ```no_run
+//! # async fn demo(node: overlay::api::Node) -> Result<(), overlay::api::NodeError> {
+//! use overlay::proto::{NumKind, Reducer};
+//! // Every node publishes its value once...
+//! node.publish_value("load", &vec![0.25f64]).await?;
+//! // ...and any node reduces over all of them.
+//! let total = node.reduce("load", Reducer::Sum(NumKind::F64)).await?;
+//! let sum: Vec<f64> = total.values()?.unwrap_or_default();
+//! println!("{sum:?} from {} nodes, missing {:?}", total.contributors.len(), total.missing);
+//! # Ok(()) }
+//! ```
+
+use super::{ApiCommand, Node, NodeError};
+use crate::net::ops::{Handler, OpCommand};
+use crate::proto::collective::{
+    BarrierOutcome, MAX_INLINE_PAYLOAD, MAX_STREAM_PAYLOAD, ReduceFn, ReduceOutcome,
+};
+use crate::proto::{DeliveryKind, NodeId, OpId, OpReport, Reducer, Start, StartKind};
+use bytes::Bytes;
+use futures::Stream;
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Key every node answers gathers of with its [`NodeInfo`] (JSON).
+pub const INFO_KEY: &str = "overlay.info";
+/// Key every node publishes the value `[1u64]` under, so a sum counts the nodes.
+pub const COUNT_KEY: &str = "overlay.count";
+
+/// A payload delivered to this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The node that started the operation.
+    pub root: NodeId,
+    /// The operation's number at that root.
+    pub op: u64,
+    /// A broadcast, this node's scatter item, or the result of an allreduce, allgather
+    /// or barrier.
+    pub kind: DeliveryKind,
+    /// The bytes.
+    pub payload: Bytes,
+}
+
+impl Delivery {
+    /// Decodes a payload sent with [`Node::broadcast_value`].
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, NodeError> {
+        decode(&self.payload)
+    }
+}
+
+/// The outcome of a broadcast, as its root saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BroadcastReport {
+    /// The operation's number.
+    pub op: u64,
+    /// Members that delivered it (the root included).
+    pub delivered: Vec<NodeId>,
+    /// Members alive at the start that did not confirm delivery before the deadline.
+    pub missing: Vec<NodeId>,
+    /// From start to report.
+    pub elapsed: Duration,
+}
+
+/// The outcome of a scatter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScatterReport {
+    /// The operation's number.
+    pub op: u64,
+    /// Destinations that took their item.
+    pub delivered: Vec<NodeId>,
+    /// Destinations that did not confirm before the deadline.
+    pub missing: Vec<NodeId>,
+    /// Destinations that are not live members: nothing was sent to them.
+    pub unknown: Vec<NodeId>,
+    /// From start to report.
+    pub elapsed: Duration,
+}
+
+/// The outcome of a gather.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gathered {
+    /// The operation's number.
+    pub op: u64,
+    /// Each contributor's value.
+    pub items: Vec<(NodeId, Vec<u8>)>,
+    /// Members that did not answer before the deadline.
+    pub missing: Vec<NodeId>,
+    /// Members that answered without a value.
+    pub declined: Vec<NodeId>,
+    /// From start to report.
+    pub elapsed: Duration,
+}
+
+impl Gathered {
+    /// Decodes every item as a postcard `T` (as published by [`Node::publish_value`]).
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<Vec<(NodeId, T)>, NodeError> {
+        self.items
+            .iter()
+            .map(|(id, v)| decode(v).map(|t| (*id, t)))
+            .collect()
+    }
+}
+
+/// The outcome of a reduce.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reduced {
+    /// The operation's number.
+    pub op: u64,
+    /// The combined value of `contributors` (`None`: nobody contributed).
+    pub value: Option<Vec<u8>>,
+    /// Who is counted in `value`, each exactly once.
+    pub contributors: Vec<NodeId>,
+    /// Members that did not answer before the deadline.
+    pub missing: Vec<NodeId>,
+    /// Members that answered without a value (or one that could not be combined).
+    pub declined: Vec<NodeId>,
+    /// From start to report.
+    pub elapsed: Duration,
+}
+
+impl Reduced {
+    /// Decodes the value of a built-in reducer (`Vec<u64>`, `Vec<i64>` or `Vec<f64>`), or
+    /// any postcard value of a named one.
+    pub fn values<T: DeserializeOwned>(&self) -> Result<Option<T>, NodeError> {
+        self.value.as_deref().map(decode).transpose()
+    }
+}
+
+/// What `overlay-node gather info` shows for each node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Its id.
+    pub id: NodeId,
+    /// Its name.
+    pub name: String,
+    /// The address it listens on.
+    pub addr: std::net::SocketAddr,
+    /// How long it has been running, ms.
+    pub uptime_ms: u64,
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, NodeError> {
+    postcard::from_bytes(bytes).map_err(|e| NodeError::Decode(e.to_string()))
+}
+
+fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, NodeError> {
+    postcard::to_allocvec(value).map_err(|e| NodeError::Decode(e.to_string()))
+}
+
+impl Node {
+    /// Every node answers gathers of [`INFO_KEY`] and publishes `[1u64]` under [`COUNT_KEY`].
+    pub(super) async fn serve_builtin_keys(
+        &self,
+        name: &str,
+        started: std::time::Instant,
+    ) -> Result<(), NodeError> {
+        let (id, addr, name) = (self.id, self.addr, name.to_string());
+        self.on_request(INFO_KEY, move |_| {
+            serde_json::to_vec(&NodeInfo {
+                id,
+                name: name.clone(),
+                addr,
+                uptime_ms: started.elapsed().as_millis() as u64,
+            })
+            .ok()
+        })
+        .await?;
+        self.publish_value(COUNT_KEY, &vec![1u64]).await
+    }
+
+    async fn op(&self, cmd: OpCommand) -> Result<(), NodeError> {
+        self.commands
+            .send(ApiCommand::Op(cmd))
+            .await
+            .map_err(|_| NodeError::Stopped)
+    }
+
+    async fn run_op(&self, what: StartKind) -> Result<OpReport, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        let start = Start {
+            nonce: 0, // numbered by the driver
+            timeout: self.op_timeout,
+            what,
+        };
+        self.op(OpCommand::Start(start, tx)).await?;
+        let report = rx.await.map_err(|_| NodeError::Stopped)?;
+        match report.error {
+            Some(e) => Err(NodeError::Collective(e)),
+            None => Ok(report),
+        }
+    }
+
+    fn check_size(len: usize) -> Result<(), NodeError> {
+        if len > MAX_INLINE_PAYLOAD {
+            return Err(NodeError::PayloadTooLarge {
+                len,
+                limit: MAX_INLINE_PAYLOAD,
+            });
+        }
+        Ok(())
+    }
+
+    /// Broadcasts `payload` along this node's tree: every member delivers it once (see
+    /// [`Node::deliveries`]). Returns who delivered and who is missing. Payloads above
+    /// [`MAX_INLINE_PAYLOAD`] (up to [`MAX_STREAM_PAYLOAD`]) are streamed hop by hop and
+    /// forwarded as they arrive; a member counts as delivered once it has checked the
+    /// whole payload's SHA-256.
+    ///
+    /// ```no_run
+    /// # async fn f(node: overlay::api::Node) -> Result<(), overlay::api::NodeError> {
+    /// let report = node.broadcast(b"hello".to_vec()).await?;
+    /// assert!(report.missing.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub async fn broadcast(
+        &self,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<BroadcastReport, NodeError> {
+        let payload = payload.into();
+        let r = if payload.len() > MAX_INLINE_PAYLOAD {
+            self.broadcast_streamed(Bytes::from(payload)).await?
+        } else {
+            self.run_op(StartKind::Broadcast { payload }).await?
+        };
+        Ok(BroadcastReport {
+            op: r.op.map_or(0, |o| o.nonce),
+            delivered: r.reached,
+            missing: r.missing,
+            elapsed: r.elapsed,
+        })
+    }
+
+    /// A large payload goes on the data plane: streamed beside the control messages and
+    /// forwarded hop by hop as it arrives (see [`crate::net::stream`]).
+    async fn broadcast_streamed(&self, payload: Bytes) -> Result<OpReport, NodeError> {
+        if payload.len() as u64 > MAX_STREAM_PAYLOAD {
+            return Err(NodeError::PayloadTooLarge {
+                len: payload.len(),
+                limit: MAX_STREAM_PAYLOAD as usize,
+            });
+        }
+        let hashed = payload.clone();
+        let digest = tokio::task::spawn_blocking(move || crate::net::stream::digest(&hashed))
+            .await
+            .map_err(|e| NodeError::Collective(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        // Time to move the bytes comes on top of the usual deadline (at a pessimistic
+        // 1 MB/s), so a slow but progressing transfer is not reported missing.
+        let transfer = Duration::from_secs_f64(payload.len() as f64 / 1e6);
+        self.op(OpCommand::StartStream {
+            payload,
+            digest,
+            timeout: self.op_timeout + transfer,
+            reply: tx,
+        })
+        .await?;
+        let report = rx.await.map_err(|_| NodeError::Stopped)?;
+        match report.error {
+            Some(e) => Err(NodeError::Collective(e)),
+            None => Ok(report),
+        }
+    }
+
+    /// Broadcasts a serde value (postcard); receivers use [`Delivery::decode`].
+    pub async fn broadcast_value<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+    ) -> Result<BroadcastReport, NodeError> {
+        self.broadcast(encode(value)?).await
+    }
+
+    /// Every payload delivered to this node from now on: broadcasts (its own included),
+    /// its scatter items, and the results of allreduce, allgather and barrier. Nothing is
+    /// dropped while the stream is held.
+    pub fn deliveries(&self) -> impl Stream<Item = Delivery> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Subscribed now, not at the first poll, so nothing delivered after this call is missed.
+        let cmd = ApiCommand::Op(OpCommand::Subscribe(tx));
+        if let Err(mpsc::error::TrySendError::Full(cmd)) = self.commands.try_send(cmd) {
+            let commands = self.commands.clone();
+            tokio::spawn(async move {
+                let _ = commands.send(cmd).await;
+            });
+        }
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|d| (d, rx)) })
+    }
+
+    /// Sends each destination its own item along the tree. Destinations that are not
+    /// live members are reported in `unknown`, not dropped silently.
+    ///
+    /// ```no_run
+    /// # async fn f(node: overlay::api::Node, a: overlay::proto::NodeId) -> Result<(), overlay::api::NodeError> {
+    /// let report = node.scatter([(a, b"work item".to_vec())].into()).await?;
+    /// println!("{} delivered, {:?} unknown", report.delivered.len(), report.unknown);
+    /// # Ok(()) }
+    /// ```
+    pub async fn scatter(
+        &self,
+        items: HashMap<NodeId, Vec<u8>>,
+    ) -> Result<ScatterReport, NodeError> {
+        let mut items: Vec<(NodeId, Vec<u8>)> = items.into_iter().collect();
+        items.sort_by_key(|(id, _)| *id);
+        Self::check_size(items.iter().map(|(_, v)| v.len() + 24).sum())?;
+        let r = self.run_op(StartKind::Scatter { items }).await?;
+        Ok(ScatterReport {
+            op: r.op.map_or(0, |o| o.nonce),
+            delivered: r.reached,
+            missing: r.missing,
+            unknown: r.unknown,
+            elapsed: r.elapsed,
+        })
+    }
+
+    /// Collects every member's value for `key`: its published value ([`Node::publish`]),
+    /// or its handler's answer ([`Node::on_request`]) to `request`.
+    ///
+    /// ```no_run
+    /// # async fn f(node: overlay::api::Node) -> Result<(), overlay::api::NodeError> {
+    /// let all = node.gather(overlay::api::INFO_KEY, Vec::new()).await?;
+    /// println!("{} answers, missing {:?}", all.items.len(), all.missing);
+    /// # Ok(()) }
+    /// ```
+    pub async fn gather(&self, key: &str, request: Vec<u8>) -> Result<Gathered, NodeError> {
+        Self::check_size(request.len())?;
+        let r = self
+            .run_op(StartKind::Gather {
+                key: key.to_string(),
+                request,
+            })
+            .await?;
+        Ok(gathered(r))
+    }
+
+    /// As [`Node::gather`], and every member then receives the items as a delivery of kind
+    /// [`DeliveryKind::AllGather`] (postcard `Vec<(NodeId, Vec<u8>)>`).
+    pub async fn allgather(&self, key: &str, request: Vec<u8>) -> Result<Gathered, NodeError> {
+        let r = self
+            .run_op(StartKind::AllGather {
+                key: key.to_string(),
+                request,
+            })
+            .await?;
+        Ok(gathered(r))
+    }
+
+    /// Combines every member's value for `key` with `reducer`, hop by hop up the tree.
+    /// Nobody is counted twice, even when nodes switch parents mid-operation.
+    ///
+    /// ```no_run
+    /// # async fn f(node: overlay::api::Node) -> Result<(), overlay::api::NodeError> {
+    /// use overlay::proto::{NumKind, Reducer};
+    /// let n = node.reduce(overlay::api::COUNT_KEY, Reducer::Sum(NumKind::U64)).await?;
+    /// println!("{:?} nodes", n.values::<Vec<u64>>()?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn reduce(&self, key: &str, reducer: Reducer) -> Result<Reduced, NodeError> {
+        self.reduce_with(key, Vec::new(), reducer).await
+    }
+
+    /// As [`Node::reduce`], with a request handed to the members' handlers.
+    pub async fn reduce_with(
+        &self,
+        key: &str,
+        request: Vec<u8>,
+        reducer: Reducer,
+    ) -> Result<Reduced, NodeError> {
+        Self::check_size(request.len())?;
+        let r = self
+            .run_op(StartKind::Reduce {
+                key: key.to_string(),
+                request,
+                reducer,
+            })
+            .await?;
+        Ok(reduced(r))
+    }
+
+    /// As [`Node::reduce`], and every member then receives the result as a delivery of
+    /// kind [`DeliveryKind::AllReduce`] (a postcard [`ReduceOutcome`]).
+    pub async fn allreduce(&self, key: &str, reducer: Reducer) -> Result<Reduced, NodeError> {
+        let r = self
+            .run_op(StartKind::AllReduce {
+                key: key.to_string(),
+                request: Vec::new(),
+                reducer,
+            })
+            .await?;
+        Ok(reduced(r))
+    }
+
+    /// Waits until every live member has called `barrier` with the same name (or the
+    /// timeout passed: then the outcome lists who did not arrive).
+    pub async fn barrier(&self, name: &str) -> Result<BarrierOutcome, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.op(OpCommand::Barrier {
+            name: name.to_string(),
+            timeout: self.op_timeout,
+            reply: tx,
+        })
+        .await?;
+        rx.await.map_err(|_| NodeError::Stopped)
+    }
+
+    /// Publishes this node's value for `key`: gathers and reduces naming it take it.
+    pub async fn publish(&self, key: &str, value: Vec<u8>) -> Result<(), NodeError> {
+        self.op(OpCommand::Publish {
+            key: key.to_string(),
+            value,
+        })
+        .await
+    }
+
+    /// Publishes a serde value (postcard), e.g. `vec![1.5f64]` for the built-in reducers.
+    pub async fn publish_value<T: Serialize + ?Sized>(
+        &self,
+        key: &str,
+        value: &T,
+    ) -> Result<(), NodeError> {
+        self.publish(key, encode(value)?).await
+    }
+
+    /// Withdraws a published value (then the handler, if any, answers).
+    pub async fn withdraw(&self, key: &str) -> Result<(), NodeError> {
+        self.op(OpCommand::Withdraw {
+            key: key.to_string(),
+        })
+        .await
+    }
+
+    /// Answers gathers and reduces naming `key` with `handler` (given the request; `None`
+    /// declines). It runs on the node's task: keep it quick.
+    pub async fn on_request(
+        &self,
+        key: &str,
+        handler: impl Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> Result<(), NodeError> {
+        let handler: Handler = std::sync::Arc::new(handler);
+        self.op(OpCommand::Handle {
+            key: key.to_string(),
+            handler,
+        })
+        .await
+    }
+
+    /// Registers an associative reducer under `name`; every node that may take part in a
+    /// reduce using [`Reducer::Named`]`(name)` must register it.
+    pub async fn register_reducer(
+        &self,
+        name: &str,
+        f: impl Fn(&[u8], &[u8]) -> Result<Vec<u8>, String> + Send + Sync + 'static,
+    ) -> Result<(), NodeError> {
+        let f: ReduceFn = std::sync::Arc::new(f);
+        self.op(OpCommand::RegisterReducer {
+            name: name.to_string(),
+            f,
+        })
+        .await
+    }
+}
+
+fn gathered(r: OpReport) -> Gathered {
+    Gathered {
+        op: r.op.map_or(0, |o: OpId| o.nonce),
+        items: r.items,
+        missing: r.missing,
+        declined: r.declined,
+        elapsed: r.elapsed,
+    }
+}
+
+fn reduced(r: OpReport) -> Reduced {
+    Reduced {
+        op: r.op.map_or(0, |o: OpId| o.nonce),
+        value: r.value,
+        contributors: r.contributors,
+        missing: r.missing,
+        declined: r.declined,
+        elapsed: r.elapsed,
+    }
+}
+
+/// Decodes an allreduce delivery.
+pub fn decode_reduce_outcome(d: &Delivery) -> Result<ReduceOutcome, NodeError> {
+    decode(&d.payload)
+}

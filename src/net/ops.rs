@@ -1,0 +1,174 @@
+//! The driver's side of collective operations: API calls waiting for their reports,
+//! contribution handlers, delivery subscribers and barrier waiters. The driver hands every
+//! [`OpCommand`] and every collective [`Event`] of the core to [`Ops`].
+
+use crate::api::Delivery;
+use crate::proto::collective::{BarrierOutcome, DeliveryKind, ReduceFn};
+use crate::proto::{Command, Core, Event, Input, OpReport, Start, StartKind, Time};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+/// Answers gathers and reduces naming a key: gets the request, returns this node's value
+/// (`None` declines). Runs on the node's driver task, so it must be quick.
+pub type Handler = Arc<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
+
+/// Collective requests from the API.
+pub enum OpCommand {
+    /// Start an operation; the report comes back on the channel.
+    Start(Start, oneshot::Sender<OpReport>),
+    /// Broadcast a large payload on the data plane (`digest`: its SHA-256).
+    StartStream {
+        payload: Bytes,
+        digest: [u8; 32],
+        timeout: std::time::Duration,
+        reply: oneshot::Sender<OpReport>,
+    },
+    /// Arrive at a barrier; its outcome comes back when it is released.
+    Barrier {
+        name: String,
+        timeout: std::time::Duration,
+        reply: oneshot::Sender<BarrierOutcome>,
+    },
+    /// Publish this node's value for a key.
+    Publish { key: String, value: Vec<u8> },
+    /// Withdraw a published value.
+    Withdraw { key: String },
+    /// Answer requests for a key with a handler.
+    Handle { key: String, handler: Handler },
+    /// Register a named reducer.
+    RegisterReducer { name: String, f: ReduceFn },
+    /// Receive every delivery from now on.
+    Subscribe(mpsc::UnboundedSender<Delivery>),
+}
+
+/// The driver's bookkeeping of collective operations.
+pub struct Ops {
+    waiting: HashMap<u64, oneshot::Sender<OpReport>>,
+    handlers: HashMap<String, Handler>,
+    subscribers: Vec<mpsc::UnboundedSender<Delivery>>,
+    barriers: HashMap<String, Vec<oneshot::Sender<BarrierOutcome>>>,
+    next_nonce: u64,
+}
+
+impl Ops {
+    /// Bookkeeping whose operation numbers start from `seed` (distinct per run, so a
+    /// restarted node's operations are not taken for duplicates of its previous run's).
+    pub fn new(seed: u64) -> Ops {
+        Ops {
+            waiting: HashMap::new(),
+            handlers: HashMap::new(),
+            subscribers: Vec::new(),
+            barriers: HashMap::new(),
+            // The top bit is left clear: composite operations use it for their second half.
+            next_nonce: (seed & 0x7fff_ffff) << 32,
+        }
+    }
+
+    fn nonce(&mut self) -> u64 {
+        self.next_nonce = (self.next_nonce + 1) & !(1 << 63);
+        self.next_nonce
+    }
+
+    /// Numbers an operation the driver starts itself and keeps its report's channel.
+    pub fn register(&mut self, reply: oneshot::Sender<OpReport>) -> u64 {
+        let nonce = self.nonce();
+        self.waiting.insert(nonce, reply);
+        nonce
+    }
+
+    /// Hands a delivery to every subscriber.
+    pub fn deliver(&mut self, delivery: Delivery) {
+        self.subscribers
+            .retain(|s| s.send(delivery.clone()).is_ok());
+    }
+
+    /// Handles one API request.
+    pub fn command(&mut self, core: &mut Core, now: Time, cmd: OpCommand) {
+        let input = match cmd {
+            OpCommand::Start(mut s, reply) => {
+                s.nonce = self.nonce();
+                self.waiting.insert(s.nonce, reply);
+                Command::Start(s)
+            }
+            OpCommand::Barrier {
+                name,
+                timeout,
+                reply,
+            } => {
+                self.barriers.entry(name.clone()).or_default().push(reply);
+                Command::Start(Start {
+                    nonce: self.nonce(),
+                    timeout,
+                    what: StartKind::Barrier { name },
+                })
+            }
+            OpCommand::StartStream { .. } => unreachable!("started by the driver (data plane)"),
+            OpCommand::Publish { key, value } => Command::Publish { key, value },
+            OpCommand::Withdraw { key } => Command::Withdraw { key },
+            OpCommand::Handle { key, handler } => {
+                self.handlers.insert(key, handler);
+                return;
+            }
+            OpCommand::RegisterReducer { name, f } => {
+                core.register_reducer(name, f);
+                return;
+            }
+            OpCommand::Subscribe(tx) => {
+                self.subscribers.push(tx);
+                return;
+            }
+        };
+        core.handle(now, Input::Command(input));
+    }
+
+    /// Handles a collective event of the core; returns false for other events.
+    pub fn event(&mut self, core: &mut Core, now: Time, event: &Event) -> bool {
+        match event {
+            Event::Delivered(d) => {
+                if d.kind == DeliveryKind::Barrier
+                    && let Ok(outcome) = postcard::from_bytes::<BarrierOutcome>(&d.payload)
+                {
+                    for w in self.barriers.remove(&outcome.name).unwrap_or_default() {
+                        let _ = w.send(outcome.clone());
+                    }
+                }
+                let delivery = Delivery {
+                    root: d.op.root,
+                    op: d.op.nonce,
+                    kind: d.kind,
+                    payload: Bytes::from(d.payload.clone()),
+                };
+                self.subscribers
+                    .retain(|s| s.send(delivery.clone()).is_ok());
+            }
+            Event::ContributionNeeded { op, key, request } => {
+                let value = match self.handlers.get(key) {
+                    Some(h) => h(request),
+                    None => {
+                        debug!(%key, root = %op.root, "no value or handler for a gather; declined");
+                        None
+                    }
+                };
+                core.handle(now, Input::Command(Command::Contribute { op: *op, value }));
+            }
+            Event::Report(r) => {
+                let Some(op) = r.op else { return true };
+                match self.waiting.remove(&op.nonce) {
+                    Some(w) => {
+                        let _ = w.send((**r).clone());
+                    }
+                    None if op.nonce & (1 << 63) != 0 => {} // second half of a composite
+                    None if r.purpose.is_some_and(|p| {
+                        matches!(p, crate::proto::Purpose::BarrierRelease { .. })
+                    }) => {}
+                    None => warn!(nonce = op.nonce, "report of an operation nobody waits for"),
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+}

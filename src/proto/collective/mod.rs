@@ -1,0 +1,208 @@
+//! Collective operations along the live trees: broadcast, scatter, gather, reduce, and
+//! allreduce, allgather and barrier built on them (DESIGN §5).
+//!
+//! An operation is started by a root and travels the root's own tree. Every node that
+//! receives it for the first time (a *relay*):
+//! 1. delivers it (broadcast), takes its own item (scatter) or contributes (gather, reduce:
+//!    a published value, or the application's answer to [`Event::ContributionNeeded`]);
+//! 2. forwards it to its current children in that tree, the child with the most descendants
+//!    first, each with a smaller time budget than its own;
+//! 3. answers the node it received it from once every child has answered, died, or the
+//!    budget ran out: the nodes reached, and the values gathered or combined so far.
+//!
+//! A node that receives the same operation again (it switched parents mid-operation)
+//! answers that sender at once with nothing, so it is counted once, through the path that
+//! reached it first. A partial answer whose upstream is gone goes straight to the root.
+//!
+//! The root then asks every expected member that has not answered directly, until its
+//! deadline (retries; nothing is forwarded from a direct request), and reports: who was
+//! reached, who is missing, who contributed. The root never merges a partial result that
+//! counts someone already counted, so a reduce never counts a node twice.
+//!
+//! Payloads are carried inline in the messages, up to [`MAX_INLINE_PAYLOAD`]. Larger
+//! broadcasts ([`StartKind::Stream`]) carry only the payload's length and digest: the
+//! network driver streams the bytes beside each control message, from the same sender, and
+//! forwards them as they arrive; it tells the core with [`crate::proto::Command::StreamDone`]
+//! when a node has the whole payload, and only then does the node count as reached.
+
+mod acc;
+mod engine;
+mod plan;
+mod reduce;
+#[cfg(test)]
+mod tests;
+
+pub use self::engine::Collectives;
+pub use self::reduce::{ReduceFn, Reducers};
+
+use super::id::NodeId;
+use super::message::{OpId, Purpose, Reducer};
+use std::time::Duration;
+
+/// Largest payload (broadcast) or total of items (scatter) carried in control messages.
+pub const MAX_INLINE_PAYLOAD: usize = 960 * 1024;
+
+/// Largest payload of a streamed broadcast ([`StartKind::Stream`]).
+pub const MAX_STREAM_PAYLOAD: u64 = 1 << 30;
+
+/// Answers larger than this are split into several messages.
+const PART_LIMIT: usize = 512 * 1024;
+
+/// Default deadline of an operation.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A collective operation for this node to start as root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Start {
+    /// Picked by the caller, unique among this node's operations; the report carries it.
+    pub nonce: u64,
+    /// How long the root waits for answers before reporting the rest as missing.
+    pub timeout: Duration,
+    /// What to do.
+    pub what: StartKind,
+}
+
+/// The kinds of operations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartKind {
+    /// Every member delivers `payload` once.
+    Broadcast { payload: Vec<u8> },
+    /// Every member delivers a large payload the driver streams beside the control
+    /// messages (pipelined, hop by hop); `digest` is its SHA-256.
+    Stream { len: u64, digest: [u8; 32] },
+    /// Each destination delivers its own item.
+    Scatter { items: Vec<(NodeId, Vec<u8>)> },
+    /// Every member contributes its value for `key`; the root gets them all.
+    Gather { key: String, request: Vec<u8> },
+    /// Every member contributes its value for `key`; the values are combined on the way up.
+    Reduce {
+        key: String,
+        request: Vec<u8>,
+        reducer: Reducer,
+    },
+    /// A gather whose result is then broadcast to every member.
+    AllGather { key: String, request: Vec<u8> },
+    /// A reduce whose result is then broadcast to every member.
+    AllReduce {
+        key: String,
+        request: Vec<u8>,
+        reducer: Reducer,
+    },
+    /// Releases every member once all have reached the barrier `name`.
+    Barrier { name: String },
+}
+
+/// The four basic operations (composites report as their parts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum OpKind {
+    /// Broadcast.
+    Broadcast,
+    /// Scatter.
+    Scatter,
+    /// Gather.
+    Gather,
+    /// Reduce.
+    Reduce,
+}
+
+/// What a delivery is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum DeliveryKind {
+    /// A broadcast payload.
+    Broadcast,
+    /// This node's item of a scatter.
+    Scatter,
+    /// The result of an allreduce: a postcard [`ReduceOutcome`].
+    AllReduce,
+    /// The result of an allgather: postcard `Vec<(NodeId, Vec<u8>)>`.
+    AllGather,
+    /// A barrier was released: a postcard [`BarrierOutcome`].
+    Barrier,
+}
+
+/// A payload delivered to this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The operation (its root is `op.root`).
+    pub op: OpId,
+    /// The node it came from (this node itself at the root).
+    pub from: NodeId,
+    /// What it is.
+    pub kind: DeliveryKind,
+    /// The bytes.
+    pub payload: Vec<u8>,
+}
+
+/// The result of a reduce, as an allreduce spreads it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReduceOutcome {
+    /// Who is counted in `value`.
+    pub contributors: Vec<NodeId>,
+    /// The combined value (`None` when nobody contributed).
+    pub value: Option<Vec<u8>>,
+}
+
+/// The outcome of a barrier, as its release spreads it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BarrierOutcome {
+    /// The barrier's name.
+    pub name: String,
+    /// Members that did not reach it before the deadline (empty: everyone did).
+    pub missing: Vec<NodeId>,
+}
+
+/// The root's account of one operation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OpReport {
+    /// The operation.
+    pub op: Option<OpId>,
+    /// Its kind.
+    pub kind: Option<OpKind>,
+    /// Whether it was the first half of a composite operation.
+    pub purpose: Option<Purpose>,
+    /// Who was expected to take part: the live members when it started (the destinations
+    /// for a scatter), the root included.
+    pub expected: Vec<NodeId>,
+    /// Broadcast: who delivered; scatter: destinations that took their item; gather and
+    /// reduce: who was reached.
+    pub reached: Vec<NodeId>,
+    /// Expected members that did not answer before the deadline.
+    pub missing: Vec<NodeId>,
+    /// Scatter destinations that are not live members (nothing was sent to them).
+    pub unknown: Vec<NodeId>,
+    /// Gather and reduce: who contributed.
+    pub contributors: Vec<NodeId>,
+    /// Gather and reduce: who answered without a value.
+    pub declined: Vec<NodeId>,
+    /// Gather: the values, by contributor.
+    pub items: Vec<(NodeId, Vec<u8>)>,
+    /// Reduce: the combined value of `contributors`.
+    pub value: Option<Vec<u8>>,
+    /// From start to report.
+    pub elapsed: Duration,
+    /// Why the operation could not run at all (then nothing was sent).
+    pub error: Option<String>,
+}
+
+/// What the core's collective engine needs to know about the overlay.
+pub trait Overlay {
+    /// This node.
+    fn me(&self) -> NodeId;
+    /// The other live members.
+    fn alive_members(&self) -> &[NodeId];
+    /// Whether `id` is a live member (this node included).
+    fn is_alive(&self, id: &NodeId) -> bool;
+    /// This node's children in `root`'s tree.
+    fn children(&self, root: NodeId) -> Vec<NodeId>;
+    /// The RTT estimate to `peer`, µs.
+    fn rtt_us(&self, peer: NodeId) -> Option<u32>;
+    /// Peers this close (RTT, µs) are in this node's cluster: operations spread among them
+    /// by plan (see `plan.rs`) rather than along the tree. 0 turns planning off.
+    fn cluster_rtt_us(&self) -> u32 {
+        0
+    }
+    /// The cost of one send, µs, as the in-cluster plan assumes it.
+    fn send_cost_us(&self) -> u32 {
+        30
+    }
+}
