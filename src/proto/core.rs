@@ -960,6 +960,7 @@ impl Core {
         t.parent_dist_us = view.dist_us;
         let advanced = t.adopt_serial(view.serial);
         t.set_dist(view.dist_through());
+        t.track_best(why == SwitchReason::Repair);
         t.connected = view.connected;
         t.refreshed_at = now;
         if let Some(o) = old {
@@ -1024,6 +1025,7 @@ impl Core {
             (false, _) => INFINITE,
         };
         t.set_dist(dist);
+        t.track_best(false);
         t.connected = e.connected && dist != INFINITE;
         let root = t.root;
         if before.1 != t.connected {
