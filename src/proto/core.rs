@@ -824,14 +824,18 @@ impl Core {
         // wait. A peer that would be taken but is not measured enough (it advertises to us
         // because it watches us) is probed first; without that, two equally good entries
         // into a cluster of which only one watches the other would never merge.
-        if t.connected
-            && self
-                .rtt
-                .get(&view.id)
-                .is_none_or(|e| e.samples() < MIN_SAMPLES_TO_MOVE)
-        {
+        let samples = self.rtt.get(&view.id).map_or(0, |e| e.samples());
+        if t.connected && samples < MIN_SAMPLES_TO_MOVE {
             return match verdict {
-                Judgement::Switch(_) => Judgement::NeedMeasure,
+                // A candidate that would qualify once its state is fresh is measured first
+                // too: without that, one heard of long ago, that does not advertise to us
+                // again (its dist did not change), is never looked at again.
+                Judgement::Switch(_) | Judgement::NeedFresh => Judgement::NeedMeasure,
+                // Asking for its parent moves nothing: one sample of our own will do (noise
+                // only makes a peer look farther). Waiting for three would stall the walk up
+                // a cluster's subtree at every step, and lose it where the hinted peer is
+                // dropped before its third sample.
+                Judgement::AskParent if samples > 0 => Judgement::AskParent,
                 _ => Judgement::No,
             };
         }
@@ -890,10 +894,7 @@ impl Core {
             && view.connected
             && parent != view.id
             && !t.children.contains(&view.id)
-            && self
-                .rtt
-                .get(&view.id)
-                .is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE)
+            && self.rtt.get(&view.id).is_some_and(|e| e.measured())
             && self
                 .lat_us(&parent)
                 .is_some_and(|pl| view.lat_us.saturating_mul(2) < pl)
@@ -904,6 +905,16 @@ impl Core {
     /// to its adverts, and no full adverts are traded (what it costs at a thousand roots
     /// would dwarf the few entries a hint is about).
     fn measure(&mut self, peer: NodeId) {
+        // Measured enough already (an earlier candidate, or a peer measured on an earlier
+        // hint): the entries traded with it can be judged at once, and the hinted places
+        // stay free for the peers that still need their samples.
+        if self
+            .rtt
+            .get(&peer)
+            .is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE)
+        {
+            return;
+        }
         let expires = self.now + self.config.serial_period * 6;
         if self.cands.add_hinted(peer, expires, self.config.max_hinted) {
             self.stats.hinted += 1;
