@@ -502,12 +502,18 @@ mod tests {
         me2.dist_us = 60 * MS + 500;
         me2.fd_us = 60 * MS + 500;
         let c2 = cand(10, 5, 59 * MS, 6 * MS);
-        assert_eq!(judge(&me2, id(ME), Some(9 * MS + 500), &c2, TH), Judgement::No);
+        assert_eq!(
+            judge(&me2, id(ME), Some(9 * MS + 500), &c2, TH),
+            Judgement::No
+        );
         // The best is not forgotten with time, only restarted by a repair: the same switch
         // is taken then.
         me2.track_best(false);
         assert_eq!(me2.best_us, 56 * MS);
-        assert_eq!(judge(&me2, id(ME), Some(9 * MS + 500), &c2, TH), Judgement::No);
+        assert_eq!(
+            judge(&me2, id(ME), Some(9 * MS + 500), &c2, TH),
+            Judgement::No
+        );
         me2.track_best(true);
         assert_eq!(me2.best_us, 60 * MS + 500);
         assert_eq!(
