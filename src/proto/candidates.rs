@@ -48,12 +48,14 @@ impl CandidateSet {
         self.inbound.contains_key(id)
     }
 
-    /// Everyone who gets our adverts: watched and inbound peers, sorted, no duplicates.
+    /// Everyone who gets our adverts: near peers, explorers and inbound peers, sorted, no
+    /// duplicates. Hinted peers are only measured: they did not ask for our adverts.
     pub fn advert_targets(&self) -> Vec<NodeId> {
         let mut v: Vec<NodeId> = self
             .watched
-            .keys()
-            .copied()
+            .iter()
+            .filter(|(_, r)| !matches!(r, Role::Hinted { .. }))
+            .map(|(k, _)| *k)
             .chain(self.inbound.keys().copied())
             .collect();
         v.sort_unstable();

@@ -10,9 +10,19 @@ pub struct Config {
     pub serial_period: Duration,
     /// Adverts to candidates are batched: changed tree state is flushed at most this often.
     pub advert_interval: Duration,
+    /// Bytes per second a node may spend on adverts (changes and full adverts) on
+    /// average, with bursts of up to one second's worth. Beyond it the next flush waits,
+    /// and changes of one tree in the meantime go out as one entry: while a thousand trees
+    /// form at once this keeps a node's traffic bounded (requests, answers and pushes to
+    /// children are not limited).
+    pub advert_budget: u32,
     /// Every this many serial periods, a node re-sends its full tree state to each
     /// candidate (anti-entropy against lost adverts).
     pub full_advert_every: u32,
+    /// The periodic full adverts to one candidate carry at most this many entries per
+    /// second on average: with more trees, `full_advert_every` is stretched (a thousand
+    /// trees are refreshed every 100 s), so anti-entropy does not grow with the overlay.
+    pub refresh_entries_per_s: u32,
     /// How often each watched peer is probed for RTT (jittered by up to a quarter).
     pub probe_interval: Duration,
     /// The shortcut rule: a switch that shortens dist by more than this is taken even if the
@@ -30,6 +40,10 @@ pub struct Config {
     /// is measured once and the nearest ones are found quickly (then only the candidate
     /// set is probed).
     pub sweep_per_round: usize,
+    /// In a large overlay the sweep probes more members per round (at least
+    /// `sweep_per_round`), so that meeting every member takes about this many rounds.
+    /// Parent queries wait for the sweep to end, so its length bounds convergence.
+    pub sweep_rounds: usize,
     /// How many RTT samples the min-filter keeps per peer.
     pub rtt_window: usize,
     /// A root answers serial requests at most this often.
@@ -59,7 +73,9 @@ impl Config {
         Config {
             serial_period: Duration::from_secs(1),
             advert_interval: Duration::from_millis(50),
+            advert_budget: 256 * 1024,
             full_advert_every: 30,
+            refresh_entries_per_s: 10,
             probe_interval: Duration::from_secs(1),
             shortcut_threshold: Duration::from_millis(10),
             max_near: 16,
@@ -67,6 +83,7 @@ impl Config {
             explore_rotate: Duration::from_secs(2),
             max_hinted: 8,
             sweep_per_round: 32,
+            sweep_rounds: 8,
             rtt_window: 64,
             serial_request_gap: Duration::from_millis(20),
             inbound_expiry: Duration::from_secs(5),

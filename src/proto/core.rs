@@ -11,7 +11,7 @@
 //! - a node whose parent is gone asks the root for a fresh serial
 //!   ([`Message::SerialRequest`]) so repair does not wait for the next period.
 
-use super::candidates::CandidateSet;
+use super::candidates::{CandidateSet, Role};
 use super::collective::{Collectives, Overlay};
 use super::id::{IdMap as HashMap, IdSet as HashSet};
 use super::membership::MemberTable;
@@ -57,6 +57,16 @@ pub struct CoreStats {
     pub cluster_messages: u64,
     /// Their encoded bytes.
     pub cluster_bytes: u64,
+    /// Full adverts sent (one entry per connected tree).
+    pub full_adverts: u64,
+    /// Entries carried by full adverts.
+    pub full_advert_entries: u64,
+    /// Entries sent in adverts of changes.
+    pub delta_advert_entries: u64,
+    /// Peers newly watched as near peers or explorers (a full advert each way).
+    pub watches: u64,
+    /// Peers newly hinted (measured only).
+    pub hinted: u64,
 }
 
 /// Index of a root in this core's tables (never reused while the core lives).
@@ -78,11 +88,15 @@ pub struct Core {
     dirty: BTreeSet<RootIdx>,
     /// Peers owed a full advert (new candidates, new inbound probers, periodic refresh).
     owed_full: BTreeSet<NodeId>,
+    /// Advert bytes that may still be sent (negative: spent ahead), and when last topped up.
+    advert_tokens: f64,
+    tokens_at: Time,
     /// Advert requests received that wait for our serial to reach the asked one.
     waiting_asks: HashMap<RootIdx, Vec<(NodeId, u32, Time)>>,
     /// Advert requests and parent queries sent, for rate limiting.
     asked: HashMap<(NodeId, RootIdx), (u32, Time)>,
-    queried: HashMap<(NodeId, RootIdx), Time>,
+    /// Parent queries sent: when, and our parent and the candidate's dist at the time.
+    queried: HashMap<(NodeId, RootIdx), (Time, Option<NodeId>, u32)>,
     serial_requested: HashMap<RootIdx, Time>,
     /// Requests batched until the next flush.
     out_asks: BTreeMap<NodeId, Vec<(NodeId, u32)>>,
@@ -159,6 +173,10 @@ const SIBLING_HINT_MIN_LAT_US: u32 = 1_000;
 /// The same two far children are introduced again only after this long.
 const REINTRODUCE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The same parent query, with nothing changed on either side, is sent again only after
+/// this long.
+const REQUERY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Core {
     /// A core for node `id`, with its own RNG seeded by `seed`, started at `now`.
     pub fn new(id: NodeId, config: Config, seed: u64, now: Time) -> Self {
@@ -175,6 +193,7 @@ impl Core {
         let mut root_index = HashMap::default();
         root_index.insert(id, OWN_ROOT);
         let discovery = discovery::Discovery::new(id, seed, now, config.cluster_sync);
+        let budget = config.advert_budget as f64;
         Core {
             id,
             config,
@@ -188,6 +207,8 @@ impl Core {
             heard: HashMap::default(),
             dirty: BTreeSet::new(),
             owed_full: BTreeSet::new(),
+            advert_tokens: budget,
+            tokens_at: now,
             waiting_asks: HashMap::default(),
             asked: HashMap::default(),
             queried: HashMap::default(),
@@ -490,6 +511,16 @@ impl Core {
                 if sent_us <= self.now.as_micros() {
                     let rtt = (self.now.as_micros() - sent_us).min(u32::MAX as u64) as u32;
                     self.add_rtt_sample(from, rtt);
+                    // A hinted peer is measured at once, a few times back to back, so the
+                    // verdict that made us measure it can be taken again soon.
+                    if self.is_hinted(&from)
+                        && self
+                            .rtt
+                            .get(&from)
+                            .is_some_and(|e| e.samples() < MIN_SAMPLES_TO_MOVE)
+                    {
+                        self.ping(from, false);
+                    }
                 }
             }
             Message::Advert { entries } => {
@@ -566,10 +597,23 @@ impl Core {
                 }
             }
             Message::ParentHint { parents } => {
-                for (_, q) in parents {
-                    if q != self.id && self.members.is_alive(&q) {
-                        self.measure(q);
+                for (root, q) in parents {
+                    if q == self.id || !self.members.is_alive(&q) {
+                        continue;
                     }
+                    let Some(ri) = self.live_root(root) else {
+                        continue;
+                    };
+                    let t = self.trees[ri].as_ref().expect("live");
+                    if t.parent == Some(q) || t.children.contains(&q) {
+                        continue;
+                    }
+                    // Measure q, and trade states in this one tree: q's answer lets us
+                    // judge it, ours lets q judge us (it may be the one to move).
+                    let (e, serial) = (entry_of(t), t.serial);
+                    self.measure(q);
+                    self.outbox.answer(q, e);
+                    self.out_asks.entry(q).or_default().push((root, serial));
                 }
             }
         }
@@ -596,7 +640,7 @@ impl Core {
     /// Introduces to each other the far children whose latencies from us are within an
     /// eighth of each other (neighbours in latency order; at most `max_hinted` pairs).
     /// Not while this node is still meeting the members: every tree is forming then, and
-    /// each hint costs the receiver a watched peer and two full adverts.
+    /// each hint costs the receiver a hinted peer to measure.
     fn introduce_far_children(&mut self, ri: RootIdx) {
         if !self.sweep.is_empty() {
             return;
@@ -705,7 +749,8 @@ impl Core {
         let e = self.rtt.entry(peer).or_default();
         let before = e.rtt_us();
         e.push(rtt_us, window);
-        if before != e.rtt_us() {
+        // Enough samples to move to it is a change too (see `judge`).
+        if before != e.rtt_us() || e.samples() == MIN_SAMPLES_TO_MOVE {
             self.on_rtt_changed(peer);
         }
     }
@@ -795,14 +840,18 @@ impl Core {
         // wait. A peer that would be taken but is not measured enough (it advertises to us
         // because it watches us) is probed first; without that, two equally good entries
         // into a cluster of which only one watches the other would never merge.
-        if t.connected
-            && self
-                .rtt
-                .get(&view.id)
-                .is_none_or(|e| e.samples() < MIN_SAMPLES_TO_MOVE)
-        {
+        let samples = self.rtt.get(&view.id).map_or(0, |e| e.samples());
+        if t.connected && samples < MIN_SAMPLES_TO_MOVE {
             return match verdict {
-                Judgement::Switch(_) => Judgement::NeedMeasure,
+                // A candidate that would qualify once its state is fresh is measured first
+                // too: without that, one heard of long ago, that does not advertise to us
+                // again (its dist did not change), is never looked at again.
+                Judgement::Switch(_) | Judgement::NeedFresh => Judgement::NeedMeasure,
+                // Asking for its parent moves nothing: one sample of our own will do (noise
+                // only makes a peer look farther). Waiting for three would stall the walk up
+                // a cluster's subtree at every step, and lose it where the hinted peer is
+                // dropped before its third sample.
+                Judgement::AskParent if samples > 0 => Judgement::AskParent,
                 _ => Judgement::No,
             };
         }
@@ -828,26 +877,69 @@ impl Core {
             Judgement::NeedFresh => self.ask(ri, view),
             // Parent queries only once the sweep has met every member: before that, every
             // tree is forming, nearly every neighbour looks worth asking, and each answer
-            // costs a watched peer (and two full adverts); in a large overlay that floods.
+            // costs a hinted peer and its probes; in a large overlay that floods.
             Judgement::AskParent if !self.sweep.is_empty() => {}
             Judgement::AskParent => {
                 // What we heard may be stale by a little (small changes are not advertised):
                 // ask for its exact state too.
-                self.ask(ri, view);
-                self.query_parent(ri, view.id);
+                if self.query_parent(ri, view) {
+                    self.ask(ri, view);
+                }
             }
             Judgement::NeedMeasure => self.measure(view.id),
+            Judgement::No if self.sweep.is_empty() && self.entry_walk(ri, view) => {
+                self.query_parent(ri, view);
+            }
             Judgement::Switch(_) | Judgement::No => {}
         }
     }
 
+    /// Whether to walk up the ancestry of `view.id`, a peer much closer to us than our
+    /// parent that is neither a better parent nor, by its dist, obviously hanging near a
+    /// better one. We then entered a cluster over a long link, and the cluster may be
+    /// entered a second time, through the subtree `view.id` is in: the walk up finds that
+    /// other entry. Two entries whose near peers all hang in their own subtrees never see
+    /// each other otherwise. In a settled tree the walk leads back to us; the parent query
+    /// is then not repeated while nothing changes (see `query_parent`).
+    fn entry_walk(&self, ri: RootIdx, view: &CandidateView) -> bool {
+        let t = self.trees[ri].as_ref().expect("live");
+        let Some(parent) = t.parent else {
+            return false;
+        };
+        t.connected
+            && view.connected
+            && parent != view.id
+            && !t.children.contains(&view.id)
+            && self.rtt.get(&view.id).is_some_and(|e| e.measured())
+            && self
+                .lat_us(&parent)
+                .is_some_and(|pl| view.lat_us.saturating_mul(2) < pl)
+    }
+
     /// Watches `peer` for a while (as a hinted peer) so it gets probed; it stays watched
-    /// if it becomes a parent.
+    /// if it becomes a parent. Only measured: probes to a hinted peer do not subscribe us
+    /// to its adverts, and no full adverts are traded (what it costs at a thousand roots
+    /// would dwarf the few entries a hint is about).
     fn measure(&mut self, peer: NodeId) {
+        // Measured enough already (an earlier candidate, or a peer measured on an earlier
+        // hint): the entries traded with it can be judged at once, and the hinted places
+        // stay free for the peers that still need their samples.
+        if self
+            .rtt
+            .get(&peer)
+            .is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE)
+        {
+            return;
+        }
         let expires = self.now + self.config.serial_period * 6;
         if self.cands.add_hinted(peer, expires, self.config.max_hinted) {
-            self.start_watching(peer);
+            self.stats.hinted += 1;
+            self.ping(peer, false);
         }
+    }
+
+    fn is_hinted(&self, peer: &NodeId) -> bool {
+        matches!(self.cands.role(peer), Some(Role::Hinted { .. }))
     }
 
     /// Judges every candidate heard of for this root and takes the best switch; a node
@@ -895,6 +987,7 @@ impl Core {
         t.parent_dist_us = view.dist_us;
         let advanced = t.adopt_serial(view.serial);
         t.set_dist(view.dist_through());
+        t.track_best(why == SwitchReason::Repair);
         t.connected = view.connected;
         t.refreshed_at = now;
         if let Some(o) = old {
@@ -959,6 +1052,7 @@ impl Core {
             (false, _) => INFINITE,
         };
         t.set_dist(dist);
+        t.track_best(false);
         t.connected = e.connected && dist != INFINITE;
         let root = t.root;
         if before.1 != t.connected {
@@ -1025,19 +1119,29 @@ impl Core {
         self.out_asks.entry(view.id).or_default().push((root, want));
     }
 
-    fn query_parent(&mut self, ri: RootIdx, c: NodeId) {
-        let key = (c, ri);
-        if self
-            .queried
-            .get(&key)
-            .is_some_and(|at| self.now.saturating_since(*at) < self.config.serial_period)
-        {
-            return;
+    /// Asks `view.id` for its parent in this tree, at most once per serial period; and
+    /// while neither our parent nor its dist changed, only once per `REQUERY_AFTER`: the
+    /// same question would get the same answer (in a settled tree the candidate is often
+    /// in our own subtree, and the walk up its ancestry only leads back to us). Returns
+    /// whether the query goes out.
+    fn query_parent(&mut self, ri: RootIdx, view: &CandidateView) -> bool {
+        let key = (view.id, ri);
+        let t = self.trees[ri].as_ref().expect("live");
+        let (parent, root) = (t.parent, t.root);
+        if let Some(&(at, p, d)) = self.queried.get(&key) {
+            let age = self.now.saturating_since(at);
+            // Dists as heard jitter a little (an answer carries the exact figure, adverts
+            // only changes above 0.1%): the same bound as for adverts.
+            let delta = d.abs_diff(view.dist_us);
+            let same = p == parent && (delta <= 20 || delta as u64 * 1000 <= d as u64);
+            if age < self.config.serial_period || (same && age < REQUERY_AFTER) {
+                return false;
+            }
         }
-        self.queried.insert(key, self.now);
+        self.queried.insert(key, (self.now, parent, view.dist_us));
         self.stats.parent_queries += 1;
-        let root = self.trees[ri].as_ref().expect("live").root;
-        self.out_queries.entry(c).or_default().push(root);
+        self.out_queries.entry(view.id).or_default().push(root);
+        true
     }
 
     fn request_serial(&mut self, ri: RootIdx) {
@@ -1081,6 +1185,29 @@ impl Core {
     }
 
     fn on_flush(&mut self) {
+        for (peer, roots) in std::mem::take(&mut self.out_asks) {
+            self.send(peer, Message::AdvertRequest { roots });
+        }
+        for (peer, roots) in std::mem::take(&mut self.out_queries) {
+            self.send(peer, Message::ParentQuery { roots });
+        }
+        // The advert budget: spent ahead, the adverts wait (and coalesce) until it is
+        // paid back.
+        let rate = self.config.advert_budget as f64;
+        if rate > 0.0 {
+            let dt = self.now.saturating_since(self.tokens_at).as_secs_f64();
+            self.advert_tokens = (self.advert_tokens + rate * dt).min(rate);
+            self.tokens_at = self.now;
+            if self.advert_tokens < 0.0 {
+                let wait = std::time::Duration::from_secs_f64(-self.advert_tokens / rate);
+                self.timers.set(
+                    Timer::AdvertFlush,
+                    self.now + wait.max(self.config.advert_interval),
+                );
+                return;
+            }
+        }
+        let mut spent = 0usize;
         let mut entries = Vec::with_capacity(self.dirty.len());
         for ri in std::mem::take(&mut self.dirty) {
             if let Some(t) = self.trees[ri].as_mut() {
@@ -1100,23 +1227,22 @@ impl Core {
                     .filter(|t| t.connected)
                     .map(entry_of)
                     .collect();
-                self.send(peer, Message::Advert { entries: all });
+                self.stats.full_adverts += 1;
+                self.stats.full_advert_entries += all.len() as u64;
+                let msg = Message::Advert { entries: all };
+                spent += msg.encoded_len();
+                self.send(peer, msg);
             } else if !entries.is_empty() {
-                self.send(
-                    peer,
-                    Message::Advert {
-                        entries: entries.clone(),
-                    },
-                );
+                self.stats.delta_advert_entries += entries.len() as u64;
+                let msg = Message::Advert {
+                    entries: entries.clone(),
+                };
+                spent += msg.encoded_len();
+                self.send(peer, msg);
             }
         }
-        for (peer, roots) in std::mem::take(&mut self.out_asks) {
-            self.send(peer, Message::AdvertRequest { roots });
-        }
-        for (peer, roots) in std::mem::take(&mut self.out_queries) {
-            self.send(peer, Message::ParentQuery { roots });
-        }
         self.push_cluster_news();
+        self.advert_tokens -= spent as f64;
     }
 
     /// Plans a round of probes: every watched peer and parent, and a few members not
@@ -1127,11 +1253,25 @@ impl Core {
     fn on_probe_round(&mut self) {
         self.refill();
         let mut targets: HashSet<NodeId> = self.cands.watched().collect();
-        targets.extend(self.trees.iter().flatten().filter_map(|t| t.parent));
+        let parents: HashSet<NodeId> = self
+            .trees
+            .iter()
+            .flatten()
+            .filter_map(|t| t.parent)
+            .collect();
+        targets.extend(parents.iter().copied());
         let mut targets: Vec<NodeId> = targets.into_iter().collect();
         targets.sort_unstable();
-        let mut round: Vec<(NodeId, bool)> = targets.into_iter().map(|p| (p, true)).collect();
-        for _ in 0..self.config.sweep_per_round {
+        // Hinted peers are only measured: they need not send us their whole state.
+        let mut round: Vec<(NodeId, bool)> = targets
+            .into_iter()
+            .map(|p| (p, !self.is_hinted(&p) || parents.contains(&p)))
+            .collect();
+        let per_round = self
+            .config
+            .sweep_per_round
+            .max(self.members.alive().len() / self.config.sweep_rounds.max(1));
+        for _ in 0..per_round {
             if self.sweep.is_empty() {
                 break;
             }
@@ -1168,8 +1308,16 @@ impl Core {
     }
 
     fn on_explore_rotate(&mut self) {
-        if let Some(peer) = self.random_unwatched() {
-            self.watch(peer);
+        if let Some(peer) = self.random_unwatched()
+            && self.cands.add_explorer(peer)
+        {
+            // On trial: we need its state to judge it, it does not need our whole state
+            // (it gets our changes from now on, and the periodic full adverts). At a
+            // thousand trees, a full advert each way every rotation would cost more than
+            // all the rest of a settled node's traffic.
+            self.stats.watches += 1;
+            self.ping(peer, true);
+            self.send(peer, Message::Resync);
             let rtt = &self.rtt;
             self.cands.rebalance(
                 |k| rtt.get(k).and_then(|e| e.rtt_us()),
@@ -1197,6 +1345,7 @@ impl Core {
         let targets = self.cands.advert_targets();
         let mut keep: HashSet<NodeId> = targets.iter().copied().collect();
         keep.extend(parents.iter().copied());
+        keep.extend(self.cands.watched());
         keep.extend(
             self.trees
                 .iter()
@@ -1210,11 +1359,14 @@ impl Core {
         self.asked
             .retain(|_, (_, at)| now.saturating_since(*at) < period);
         self.queried
-            .retain(|_, at| now.saturating_since(*at) < period);
+            .retain(|_, (at, ..)| now.saturating_since(*at) < REQUERY_AFTER);
         self.introduced
             .retain(|_, at| now.saturating_since(*at) < REINTRODUCE_AFTER);
-        // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds.
-        let every = self.config.full_advert_every.max(1) as u64;
+        // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds
+        // (more in a large overlay, see `Config::refresh_entries_per_s`).
+        let trees = self.trees.iter().flatten().count() as u64;
+        let every = (self.config.full_advert_every.max(1) as u64)
+            .max(trees.div_ceil(self.config.refresh_entries_per_s.max(1) as u64));
         for (i, peer) in targets.into_iter().enumerate() {
             if (i as u64 + self.housekeeping_rounds) % every == 0 {
                 self.owed_full.insert(peer);
@@ -1289,6 +1441,7 @@ impl Core {
     /// moment ago) and then sends only changes; what we heard from it before may be
     /// partial or forgotten, and a tree it never mentions again would stay unknown.
     fn start_watching(&mut self, peer: NodeId) {
+        self.stats.watches += 1;
         self.owed_full.insert(peer);
         self.ping(peer, true);
         self.send(peer, Message::Resync);

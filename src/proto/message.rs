@@ -321,7 +321,7 @@ impl Message {
 
     /// The encoded size in bytes (what the simulator charges as control traffic).
     pub fn encoded_len(&self) -> usize {
-        1 + postcard::to_allocvec(self).map(|v| v.len()).unwrap_or(0)
+        1 + postcard::experimental::serialized_size(self).unwrap_or(0)
     }
 }
 

@@ -10,15 +10,25 @@ use std::collections::VecDeque;
 pub struct RttEstimator {
     samples: VecDeque<u32>,
     hint_us: Option<u32>,
+    /// The minimum of `samples` (kept up to date by `push`; read on every tree judgement).
+    min_us: Option<u32>,
 }
 
 impl RttEstimator {
     /// Records one measured sample; keeps the last `window` samples.
     pub fn push(&mut self, rtt_us: u32, window: usize) {
-        if self.samples.len() >= window.max(1) {
-            self.samples.pop_front();
-        }
-        self.samples.push_back(rtt_us.max(1));
+        let rtt_us = rtt_us.max(1);
+        let dropped = if self.samples.len() >= window.max(1) {
+            self.samples.pop_front()
+        } else {
+            None
+        };
+        self.samples.push_back(rtt_us);
+        self.min_us = match (self.min_us, dropped) {
+            (Some(m), Some(d)) if d == m && rtt_us > m => self.samples.iter().copied().min(),
+            (Some(m), _) => Some(m.min(rtt_us)),
+            (None, _) => Some(rtt_us),
+        };
     }
 
     /// Records the peer's own estimate of the (symmetric) RTT, used until we measure.
@@ -38,7 +48,7 @@ impl RttEstimator {
 
     /// The current estimate: min of the window, else the peer's hint.
     pub fn rtt_us(&self) -> Option<u32> {
-        self.samples.iter().copied().min().or(self.hint_us)
+        self.min_us.or(self.hint_us)
     }
 
     /// One-way latency estimate (RTT / 2), at least 1 µs so every tree hop has positive

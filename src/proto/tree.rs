@@ -17,8 +17,16 @@
 //!   if `(dist(c), c) < (fd, n)`; an older serial never is. Every switch, including repair
 //!   and the shortcut, requires feasibility. Along parent pointers `(serial, fd, id)` then
 //!   strictly improves toward the root, so no cycle can form, whatever messages are in flight.
-//! - **No oscillation**: a switch under (1)-(4) may not lengthen dist(n) by more than the
-//!   shortcut threshold, otherwise the shortcut would undo it (the paper's Fig. 2 flip-flop).
+//! - **No oscillation**: a switch under (1)-(4) may not lengthen dist(n) by more than half
+//!   the shortcut threshold, otherwise the shortcut would undo it (the paper's Fig. 2
+//!   flip-flop); nor beyond half the threshold above the shortest dist n has held since it
+//!   last attached by repair ([`TreeState::best_us`]), unless it shortens dist(n) or goes to
+//!   a cluster neighbour (a tenth of the threshold away). Without the second bound, a chain
+//!   of such switches, each within the guard (a cluster moving under ever closer clusters),
+//!   adds up to more than the threshold, a shortcut undoes it, and the cycle starts again;
+//!   with it, every shortcut lowers the best dist by more than half the threshold, so the
+//!   switches end. The best dist is not forgotten with time: a bound that lapses lets the
+//!   chain form again, and the whole overlay then moves in waves of that period.
 //!
 //! Ties: latencies in the simulator are exact, so dists are compared as `(dist, NodeId)`,
 //! a strict total order that keeps the feasibility argument intact.
@@ -57,6 +65,8 @@ pub struct TreeState {
     pub advertised: (u32, bool),
     /// The `(dist, connected)` last pushed to the children.
     pub pushed: (u32, bool),
+    /// The shortest dist held since the last repair (see [`TreeState::track_best`]), µs.
+    pub best_us: u32,
 }
 
 impl TreeState {
@@ -74,6 +84,7 @@ impl TreeState {
             refreshed_at: now,
             advertised: (0, true),
             pushed: (0, true),
+            best_us: 0,
         }
     }
 
@@ -91,6 +102,7 @@ impl TreeState {
             refreshed_at: now,
             advertised: (INFINITE, false),
             pushed: (INFINITE, false),
+            best_us: INFINITE,
         }
     }
 
@@ -109,6 +121,14 @@ impl TreeState {
     pub fn set_dist(&mut self, dist_us: u32) {
         self.dist_us = dist_us;
         self.fd_us = self.fd_us.min(dist_us);
+    }
+
+    /// Keeps `best_us`, the shortest dist held: a shorter dist replaces it at once; `reset`
+    /// restarts it from the current dist (after a repair the old figure says nothing).
+    pub fn track_best(&mut self, reset: bool) {
+        if reset || self.dist_us < self.best_us {
+            self.best_us = self.dist_us;
+        }
     }
 
     /// Whether the current state differs enough from the last advertised one to send it:
@@ -248,10 +268,17 @@ pub fn judge_with(
     if through.saturating_add(threshold_us) < me.dist_us {
         return verdict(true, SwitchReason::Shortcut);
     }
-    // (2) closer, (3) nearer the root (ties by id), (4) via feasibility, and the guard.
+    // (2) closer, (3) nearer the root (ties by id), (4) via feasibility, and the guard: no
+    // longer than half the threshold above our dist, nor above the best dist held recently
+    // unless it shortens ours or is a move to a very close candidate (a cluster neighbour:
+    // each such move needs a parent much farther than the last, so together they add less
+    // than half the threshold between two shortcuts).
+    let best = me.best_us.min(me.dist_us);
     let rules = clearly_closer(c.lat_us, parent_lat)
         && (c.dist_us, c.id) < (me.dist_us, my_id)
-        && through <= me.dist_us.saturating_add(threshold_us / 2);
+        && through <= me.dist_us.saturating_add(threshold_us / 2)
+        && (c.lat_us <= threshold_us / 10
+            || through <= me.dist_us.max(best.saturating_add(threshold_us / 2)));
     let v = verdict(rules, SwitchReason::Rules);
     if v == Judgement::No
         && c.lat_us.saturating_mul(2) < parent_lat
@@ -453,6 +480,59 @@ mod tests {
         let near = cand(4, 5, 99 * MS, 4 * MS);
         assert_eq!(
             judge(&me, id(ME), Some(100 * MS), &near, TH),
+            Judgement::Switch(SwitchReason::Rules)
+        );
+    }
+
+    #[test]
+    fn oscillation_guard_bounds_a_chain_of_switches_by_the_best_recent_dist() {
+        // A shortcut brought us to 56 ms; a closer candidate would take us to 60.5 ms,
+        // within half the threshold of our dist and of the best: taken.
+        let mut me = attached(56 * MS, 56 * MS);
+        me.track_best(true);
+        let c = cand(9, 5, 51 * MS, 9 * MS + 500);
+        assert_eq!(
+            judge(&me, id(ME), Some(13 * MS), &c, TH),
+            Judgement::Switch(SwitchReason::Rules)
+        );
+        // After that switch (60.5 ms), the next closer candidate would take us to 65 ms:
+        // within half the threshold of the current dist, but 9 ms above the best. The
+        // shortcut would undo the chain; not taken.
+        let mut me2 = me.clone();
+        me2.dist_us = 60 * MS + 500;
+        me2.fd_us = 60 * MS + 500;
+        let c2 = cand(10, 5, 59 * MS, 6 * MS);
+        assert_eq!(
+            judge(&me2, id(ME), Some(9 * MS + 500), &c2, TH),
+            Judgement::No
+        );
+        // The best is not forgotten with time, only restarted by a repair: the same switch
+        // is taken then.
+        me2.track_best(false);
+        assert_eq!(me2.best_us, 56 * MS);
+        assert_eq!(
+            judge(&me2, id(ME), Some(9 * MS + 500), &c2, TH),
+            Judgement::No
+        );
+        me2.track_best(true);
+        assert_eq!(me2.best_us, 60 * MS + 500);
+        assert_eq!(
+            judge(&me2, id(ME), Some(9 * MS + 500), &c2, TH),
+            Judgement::Switch(SwitchReason::Rules)
+        );
+        // A switch that does not lengthen our dist is never held back by the best.
+        let c3 = cand(11, 5, 50 * MS, 6 * MS);
+        assert_eq!(
+            judge(&me, id(ME), Some(13 * MS), &c3, TH),
+            Judgement::Switch(SwitchReason::Rules)
+        );
+        // Nor is a move to a cluster neighbour at our dist (two entries into one cluster
+        // merging), however far the best is.
+        let mut entry = attached(18 * MS, 18 * MS);
+        entry.best_us = 11 * MS;
+        let mate = cand(12, 5, 18 * MS - 10, 140);
+        assert_eq!(
+            judge(&entry, id(ME), Some(6 * MS), &mate, TH),
             Judgement::Switch(SwitchReason::Rules)
         );
     }

@@ -45,6 +45,7 @@ mod queue;
 mod report;
 pub mod scenario;
 mod simulator;
+pub mod traffic;
 
 #[cfg(test)]
 mod tests;
@@ -57,3 +58,4 @@ pub use self::node::{SimNode, Spawn};
 pub use self::report::{RepairRecord, Report};
 pub use self::scenario::Action;
 pub use self::simulator::{ParentChange, Sim};
+pub use self::traffic::{KindTraffic, TrafficByKind};

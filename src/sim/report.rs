@@ -1,5 +1,7 @@
 //! The summary of a run.
 
+use super::traffic::KindTraffic;
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// How long the trees took to span every live node again after one scenario action.
@@ -45,6 +47,12 @@ pub struct Report {
     pub control_bytes_per_node_per_s: f64,
     /// The same since the current stable period began, when the run is converged.
     pub steady_control_bytes_per_node_per_s: Option<f64>,
+    /// Messages, bytes and entries sent over the whole run, by message kind.
+    pub traffic: BTreeMap<String, KindTraffic>,
+    /// [`Report::control_bytes_per_node_per_s`] by message kind.
+    pub control_bytes_per_node_per_s_by_kind: BTreeMap<String, f64>,
+    /// [`Report::steady_control_bytes_per_node_per_s`] by message kind.
+    pub steady_control_bytes_per_node_per_s_by_kind: Option<BTreeMap<String, f64>>,
     /// Largest tree depth (hops).
     pub max_depth: u32,
     /// Mean tree depth over trees.
@@ -127,6 +135,23 @@ impl fmt::Display for Report {
             self.control_bytes_per_node_per_s,
             self.steady_control_bytes_per_node_per_s
                 .map_or_else(|| "-".to_string(), |x| format!("{x:.0} B/node/s"))
+        )?;
+        let by_kind = self
+            .steady_control_bytes_per_node_per_s_by_kind
+            .as_ref()
+            .unwrap_or(&self.control_bytes_per_node_per_s_by_kind);
+        let mut kinds: Vec<(&String, &f64)> = by_kind.iter().collect();
+        kinds.sort_by(|a, b| b.1.total_cmp(a.1));
+        let kinds: Vec<String> = kinds.iter().map(|(k, v)| format!("{k} {v:.0}")).collect();
+        writeln!(
+            f,
+            "  by kind ({})  {}",
+            if self.steady_control_bytes_per_node_per_s_by_kind.is_some() {
+                "steady"
+            } else {
+                "overall"
+            },
+            kinds.join(", ")
         )?;
         writeln!(
             f,

@@ -1,6 +1,7 @@
 //! Snapshots, the parent-view cross-check, convergence, repair and the report.
 
 use super::*;
+use std::collections::BTreeMap;
 
 impl<N: SimNode> Sim<N> {
     pub(super) fn layout(&self) -> Layout<'_> {
@@ -55,6 +56,7 @@ impl<N: SimNode> Sim<N> {
             if self.good_since.is_none() {
                 self.good_since = Some(self.now);
                 self.good_mark = (self.stats.bytes, self.node_us_now());
+                self.good_traffic = self.stats.traffic.clone();
             }
         } else {
             self.good_since = None;
@@ -206,6 +208,15 @@ impl<N: SimNode> Sim<N> {
             let (b0, us0) = self.good_mark;
             per_node_s(self.stats.bytes - b0, node_us - us0)
         });
+        let per_kind = |t: &TrafficByKind, us: u128| -> BTreeMap<String, f64> {
+            t.iter()
+                .map(|(k, v)| (k.to_string(), per_node_s(v.bytes, us)))
+                .collect()
+        };
+        let steady_by_kind = self.converged_at().map(|_| {
+            let d = traffic::since(&self.stats.traffic, &self.good_traffic);
+            per_kind(&d, node_us - self.good_mark.1)
+        });
         let repairs = self.repairs();
         let done: Vec<f64> = repairs.iter().filter_map(|r| r.repair_ms).collect();
         Report {
@@ -222,6 +233,14 @@ impl<N: SimNode> Sim<N> {
             last_converged_ms: self.converged_at().map(|t| ms(t - Time::ZERO)),
             control_bytes_per_node_per_s: per_node_s(self.stats.bytes, node_us),
             steady_control_bytes_per_node_per_s: steady,
+            traffic: self
+                .stats
+                .traffic
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            control_bytes_per_node_per_s_by_kind: per_kind(&self.stats.traffic, node_us),
+            steady_control_bytes_per_node_per_s_by_kind: steady_by_kind,
             max_depth: s.max_depth,
             mean_depth: s.mean_depth,
             mean_hops: s.mean_hops,

@@ -64,8 +64,10 @@ impl<N: SimNode> Sim<N> {
     }
 
     pub(super) fn send(&mut self, from: usize, tx: Transmit, depart: Time) {
+        let len = tx.msg.encoded_len();
         self.stats.messages += 1;
-        self.stats.bytes += tx.msg.encoded_len() as u64;
+        self.stats.bytes += len as u64;
+        traffic::record(&mut self.stats.traffic, &tx.msg, len);
         let Some(&to) = self.index.get(&tx.to) else {
             self.stats.dropped_unknown += 1;
             return;

@@ -13,6 +13,7 @@ use super::node::{SimNode, Spawn};
 use super::queue::{EventQueue, Pending};
 use super::report::{RepairRecord, Report};
 use super::scenario::{self, Action};
+use super::traffic::{self, TrafficByKind};
 use crate::proto::rng::SplitMix64;
 use crate::proto::{Command, Core, DownReason, Event, Input, NodeId, Time, Transmit};
 use crate::topology::Topology;
@@ -51,6 +52,7 @@ struct Stats {
     max_backlog: Duration,
     max_backlog_at: Time,
     max_backlog_node: usize,
+    traffic: TrafficByKind,
 }
 
 /// A repair being measured: an action and when the trees spanned again.
@@ -101,6 +103,8 @@ pub struct Sim<N: SimNode = Core> {
     cross_cursor: usize,
     good_since: Option<Time>,
     good_mark: (u64, u128),
+    /// Traffic by kind when the current stable period began.
+    good_traffic: TrafficByKind,
     first_converged: Option<Time>,
     stats: Stats,
     repairs: Vec<Repair>,
@@ -184,6 +188,7 @@ impl<N: SimNode> Sim<N> {
             cross_cursor: 0,
             good_since: None,
             good_mark: (0, 0),
+            good_traffic: TrafficByKind::new(),
             first_converged: None,
             stats: Stats::default(),
             repairs: Vec::new(),

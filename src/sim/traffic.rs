@@ -1,0 +1,64 @@
+//! Control traffic by message kind: how many messages, bytes and tree entries of each kind
+//! were sent, so a run's bytes per node per second can be attributed (probes, adverts,
+//! pushes to children, ...).
+
+use crate::proto::Message;
+use std::collections::BTreeMap;
+
+/// Traffic of one message kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KindTraffic {
+    /// Messages sent.
+    pub messages: u64,
+    /// Encoded bytes sent.
+    pub bytes: u64,
+    /// Tree entries (one per root) or roots carried, where the kind carries a list.
+    pub entries: u64,
+}
+
+/// Traffic per message kind, by kind name.
+pub type TrafficByKind = BTreeMap<&'static str, KindTraffic>;
+
+/// The kind name of `msg` and how many per-root entries it carries.
+pub fn kind_of(msg: &Message) -> (&'static str, usize) {
+    match msg {
+        Message::Ping { .. } => ("ping", 0),
+        Message::Pong { .. } => ("pong", 0),
+        Message::Advert { entries } => ("advert", entries.len()),
+        Message::TreeUpdate(_) => ("tree_update", 1),
+        Message::TreeUpdates(v) => ("tree_update", v.len()),
+        Message::Attach { .. } | Message::Detach { .. } => ("links", 1),
+        Message::Links { attach, detach } => ("links", attach.len() + detach.len()),
+        Message::SerialRequest { .. } => ("serial_request", 1),
+        Message::AdvertRequest { roots } => ("advert_request", roots.len()),
+        Message::ParentQuery { roots } => ("parent_query", roots.len()),
+        Message::ParentHint { parents } => ("parent_hint", parents.len()),
+        Message::Resync => ("resync", 0),
+        #[allow(unreachable_patterns)]
+        _ => ("other", 0),
+    }
+}
+
+/// Adds one sent message of `bytes` to `t`.
+pub fn record(t: &mut TrafficByKind, msg: &Message, bytes: usize) {
+    let (kind, entries) = kind_of(msg);
+    let k = t.entry(kind).or_default();
+    k.messages += 1;
+    k.bytes += bytes as u64;
+    k.entries += entries as u64;
+}
+
+/// `now - then`, kind by kind.
+pub fn since(now: &TrafficByKind, then: &TrafficByKind) -> TrafficByKind {
+    now.iter()
+        .map(|(k, v)| {
+            let b = then.get(k).copied().unwrap_or_default();
+            let d = KindTraffic {
+                messages: v.messages - b.messages,
+                bytes: v.bytes - b.bytes,
+                entries: v.entries - b.entries,
+            };
+            (*k, d)
+        })
+        .collect()
+}
