@@ -602,9 +602,13 @@ fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     md,
                     "\nJoined in {:.1} s; every tree wide-area optimal {} s after the first start; {} nodes crashed (10%), every survivor's tree optimal again {} s later.\n",
                     r["joined_s"].as_f64().unwrap_or(f64::NAN),
-                    r["converged_s"].as_f64().map_or("-".into(), |x| format!("{x:.1}")),
+                    r["converged_s"]
+                        .as_f64()
+                        .map_or("-".into(), |x| format!("{x:.1}")),
                     r["crashed"],
-                    r["repair_s"].as_f64().map_or("-".into(), |x| format!("{x:.1}"))
+                    r["repair_s"]
+                        .as_f64()
+                        .map_or("-".into(), |x| format!("{x:.1}"))
                 );
             }
             Some("overhead") => {
@@ -662,7 +666,13 @@ fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         cli.quic_topology,
         r.roots.len()
     );
-    let svg = line_chart(&title, "completion time (ms)", "fraction of nodes", &series, false);
+    let svg = line_chart(
+        &title,
+        "completion time (ms)",
+        "fraction of nodes",
+        &series,
+        false,
+    );
     std::fs::write(cli.out.join("fig5-quic.svg"), svg)?;
     if !cli.json {
         println!(
@@ -672,7 +682,10 @@ fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
             cli.slowdown,
             cli.out.display()
         );
-        println!("  {:<20} {:>10} {:>10} {:>7}", "contender", "median ms", "max ms", "missed");
+        println!(
+            "  {:<20} {:>10} {:>10} {:>7}",
+            "contender", "median ms", "max ms", "missed"
+        );
         for c in out["contenders"].as_array().into_iter().flatten() {
             println!(
                 "  {:<20} {:>10.2} {:>10.2} {:>7}",
@@ -692,9 +705,13 @@ fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         println!(
             "  joined {:.1} s, wide-area optimal {} s, {} crashed, repaired {} s",
             r.started.as_secs_f64(),
-            out["converged_s"].as_f64().map_or("-".into(), |x| format!("{x:.1}")),
+            out["converged_s"]
+                .as_f64()
+                .map_or("-".into(), |x| format!("{x:.1}")),
             r.crashed,
-            out["repair_s"].as_f64().map_or("-".into(), |x| format!("{x:.1}")),
+            out["repair_s"]
+                .as_f64()
+                .map_or("-".into(), |x| format!("{x:.1}")),
         );
     }
     Ok(out)

@@ -507,8 +507,8 @@ fn udp_endpoint(
 ) -> std::io::Result<quinn::Endpoint> {
     let socket = std::net::UdpSocket::bind(addr)?;
     crate::net::sockbuf::enlarge(&socket);
-    let runtime = quinn::default_runtime()
-        .ok_or_else(|| std::io::Error::other("no async runtime found"))?;
+    let runtime =
+        quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime found"))?;
     quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
         Some(server_config),

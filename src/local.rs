@@ -133,7 +133,10 @@ impl LocalOverlay {
         let mut count = HashMap::new();
         let first = node_in(0, &mut count).start().await?;
         let mut nodes = vec![first.clone()];
-        for batch in (1..clusters.len()).collect::<Vec<_>>().chunks(join_batch.max(1)) {
+        for batch in (1..clusters.len())
+            .collect::<Vec<_>>()
+            .chunks(join_batch.max(1))
+        {
             let joined = nodes.len();
             let starts: Vec<_> = batch
                 .iter()

@@ -72,7 +72,9 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
         topo.name
     ));
     let options = LocalOptions::new(Config::wan()).slowed(k);
-    let overlay = LocalOverlay::start_with(crate::net::emulated::LatencyMap::new(topo.clone()), options).await?;
+    let overlay =
+        LocalOverlay::start_with(crate::net::emulated::LatencyMap::new(topo.clone()), options)
+            .await?;
     let mut out = QuicRun {
         nodes: overlay.nodes.len(),
         started: overlay.started.elapsed(),
@@ -103,7 +105,12 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
         let others: Vec<usize> = (0..out.nodes).filter(|i| !out.roots.contains(i)).collect();
         let count = ((others.len() as f64) * opts.crash_fraction).round() as usize;
         let step = others.len() / count.max(1);
-        others.iter().step_by(step.max(1)).take(count).copied().collect()
+        others
+            .iter()
+            .step_by(step.max(1))
+            .take(count)
+            .copied()
+            .collect()
     };
     out.crashed = victims.len();
     progress(&format!("quic: crashing {} nodes", victims.len()));
@@ -192,7 +199,9 @@ fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -> St
     let mut errors = Vec::new();
     let mut far_in_cluster = 0;
     for s in statuses {
-        let Some(&me) = index.get(&s.id) else { continue };
+        let Some(&me) = index.get(&s.id) else {
+            continue;
+        };
         for m in &s.members {
             if let (Some(&peer), Some(ms)) = (index.get(&m.id), m.rtt_ms) {
                 errors.push(ms - rtt(me, peer));
@@ -207,10 +216,9 @@ fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -> St
     for root in statuses {
         let mut entering: HashMap<usize, usize> = HashMap::new();
         for s in statuses {
-            let (Some(&me), Some(t)) = (
-                index.get(&s.id),
-                s.trees.iter().find(|t| t.root == root.id),
-            ) else {
+            let (Some(&me), Some(t)) =
+                (index.get(&s.id), s.trees.iter().find(|t| t.root == root.id))
+            else {
                 continue;
             };
             if let Some(p) = t.parent.and_then(|p| index.get(&p))
@@ -359,7 +367,10 @@ fn ms(d: Duration) -> f64 {
 fn summary(t: &Times) -> (f64, f64) {
     let mut v = t.ms.clone();
     v.sort_by(f64::total_cmp);
-    (super::quantile(&v, 0.5), v.last().copied().unwrap_or(f64::NAN))
+    (
+        super::quantile(&v, 0.5),
+        v.last().copied().unwrap_or(f64::NAN),
+    )
 }
 
 impl QuicRun {
@@ -377,7 +388,8 @@ impl QuicRun {
     pub fn to_json(&self, topology: &str, slowdown: u32) -> serde_json::Value {
         use serde_json::json;
         let s: Vec<(f64, f64)> = self.contenders().iter().map(|(_, t)| summary(t)).collect();
-        let ratio = |other: usize| json!({"median": s[2].0 / s[other].0, "max": s[2].1 / s[other].1});
+        let ratio =
+            |other: usize| json!({"median": s[2].0 / s[other].0, "max": s[2].1 / s[other].1});
         json!({
             "benchmark": "quic",
             "topology": topology,

@@ -94,7 +94,11 @@ impl StaticNet {
         };
         let start = Instant::now();
         {
-            let mut r = self.shared.receipts.lock().unwrap_or_else(|e| e.into_inner());
+            let mut r = self
+                .shared
+                .receipts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let mut row = vec![None; n];
             row[root] = Some(start);
             r.insert((id, seq), row);
@@ -104,15 +108,24 @@ impl StaticNet {
         let deadline = start + timeout;
         loop {
             let done = {
-                let r = self.shared.receipts.lock().unwrap_or_else(|e| e.into_inner());
-                r.get(&(id, seq)).is_some_and(|row| row.iter().all(Option::is_some))
+                let r = self
+                    .shared
+                    .receipts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                r.get(&(id, seq))
+                    .is_some_and(|row| row.iter().all(Option::is_some))
             };
             if done || Instant::now() >= deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let mut r = self.shared.receipts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = self
+            .shared
+            .receipts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let row = r.remove(&(id, seq)).unwrap_or_default();
         row.into_iter()
             .map(|t| t.map(|t| t.saturating_duration_since(start)))
@@ -166,8 +179,7 @@ fn connect(shared: Arc<Shared>, from: usize, to: usize) -> mpsc::UnboundedSender
     tokio::spawn(async move {
         let ep = &shared.endpoints[from];
         let name = server_name_for(shared.ids[to]);
-        let Ok(connecting) = ep.connect_with(shared.client.clone(), shared.addrs[to], &name)
-        else {
+        let Ok(connecting) = ep.connect_with(shared.client.clone(), shared.addrs[to], &name) else {
             return;
         };
         let Ok(conn) = connecting.await else { return };

@@ -205,9 +205,10 @@ impl Driver {
                 let request = self.next_join;
                 self.joins.insert(request, reply);
                 let name = super::identity::ANY_NODE.to_string();
-                self.links.spawn_dial(addr, name, Some(request), move |error| {
-                    LinkInput::JoinFailed { request, error }
-                });
+                self.links
+                    .spawn_dial(addr, name, Some(request), move |error| {
+                        LinkInput::JoinFailed { request, error }
+                    });
             }
             ApiCommand::Tree(root, reply) => self.start_tree_query(root, reply),
             ApiCommand::SetForwarding(forwarding) => {

@@ -336,7 +336,11 @@ impl Links {
             d.failures = 0;
             d.retry_at = None;
         }
-        let idle_after = if measure_only { MEASURE_IDLE } else { LINK_IDLE };
+        let idle_after = if measure_only {
+            MEASURE_IDLE
+        } else {
+            LINK_IDLE
+        };
         self.adopt(peer, conn, dialed, idle_after);
     }
 

@@ -197,7 +197,13 @@ impl Collectives {
         }
     }
 
-    pub(super) fn set_own(&mut self, now: Time, ov: &dyn Overlay, op: OpId, value: Option<Vec<u8>>) {
+    pub(super) fn set_own(
+        &mut self,
+        now: Time,
+        ov: &dyn Overlay,
+        op: OpId,
+        value: Option<Vec<u8>>,
+    ) {
         let me = self.me;
         let Some(r) = self.relays.get_mut(&op) else {
             return;

@@ -136,7 +136,12 @@ impl Collectives {
     }
 
     /// Children in `root`'s tree except `from`, the one with the most descendants first.
-    pub(super) fn ordered_children(&self, ov: &dyn Overlay, root: NodeId, from: NodeId) -> Vec<NodeId> {
+    pub(super) fn ordered_children(
+        &self,
+        ov: &dyn Overlay,
+        root: NodeId,
+        from: NodeId,
+    ) -> Vec<NodeId> {
         let mut children: Vec<NodeId> = ov
             .children(root)
             .into_iter()
