@@ -73,6 +73,29 @@ struct Relay {
     entry: bool,
 }
 
+impl Relay {
+    /// A relay for an operation from `from`, before its kind and contents are known.
+    fn blank(from: NodeId, phase: Phase, deadline: Time) -> Relay {
+        Relay {
+            from,
+            kind: OpKind::Broadcast,
+            key: String::new(),
+            request: Vec::new(),
+            reducer: None,
+            phase,
+            deadline,
+            forget_at: deadline + REMEMBER,
+            waiting: BTreeMap::new(),
+            acc: Acc::default(),
+            own: Own::None,
+            delivered: false,
+            pending_items: Vec::new(),
+            direct_waiters: Vec::new(),
+            entry: false,
+        }
+    }
+}
+
 /// An operation this node started, as its root.
 struct Origin {
     kind: OpKind,

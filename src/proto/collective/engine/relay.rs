@@ -43,23 +43,7 @@ impl Collectives {
             return;
         }
         let deadline = now + Duration::from_micros(budget_us as u64);
-        let mut relay = Relay {
-            from,
-            kind: OpKind::Broadcast,
-            key: String::new(),
-            request: Vec::new(),
-            reducer: None,
-            phase: Phase::Collecting,
-            deadline,
-            forget_at: deadline + REMEMBER,
-            waiting: BTreeMap::new(),
-            acc: Acc::default(),
-            own: Own::None,
-            delivered: false,
-            pending_items: Vec::new(),
-            direct_waiters: Vec::new(),
-            entry: false,
-        };
+        let mut relay = Relay::blank(from, Phase::Collecting, deadline);
         let forward = match body {
             DownBody::Broadcast { payload, purpose } => {
                 relay.delivered = true;
@@ -239,23 +223,7 @@ impl Collectives {
                 return;
             }
             let deadline = now + Duration::from_micros(budget_us as u64);
-            let relay = Relay {
-                from,
-                kind: OpKind::Broadcast,
-                key: String::new(),
-                request: Vec::new(),
-                reducer: None,
-                phase: Phase::Done,
-                deadline,
-                forget_at: deadline + REMEMBER,
-                waiting: BTreeMap::new(),
-                acc: Acc::default(),
-                own: Own::None,
-                delivered: false,
-                pending_items: Vec::new(),
-                direct_waiters: Vec::new(),
-                entry: false,
-            };
+            let relay = Relay::blank(from, Phase::Done, deadline);
             self.insert_relay(op, relay);
         }
         let r = self.relays.get_mut(&op).expect("present");
