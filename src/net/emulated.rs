@@ -44,11 +44,10 @@ use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::net::UdpSocket;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Who is where: maps a bound socket address to a topology cluster, shared by all sockets of
@@ -398,13 +397,14 @@ impl DelayQueue {
     }
 }
 
-/// State shared between a socket and its sender task.
+/// State shared between a socket and its sender thread.
 #[derive(Debug)]
 struct Shared {
     queue: Mutex<DelayQueue>,
-    /// Wakes the sender task when a datagram becomes the new head or the socket closes.
-    wake: Notify,
-    /// Set when the socket is dropped: the task drains what is queued, then ends.
+    /// The sender thread, unparked when a datagram becomes the new head or the socket
+    /// closes (set once the thread is spawned).
+    sender: OnceLock<std::thread::Thread>,
+    /// Set when the socket is dropped: the thread drains what is queued, then ends.
     closed: AtomicBool,
 }
 
@@ -412,6 +412,13 @@ impl Shared {
     fn queue(&self) -> MutexGuard<'_, DelayQueue> {
         // Same reasoning as `LatencyMap::read`: every update leaves the queue consistent.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the sender thread; an unpark before it parks is kept (`park` returns at once).
+    fn wake(&self) {
+        if let Some(t) = self.sender.get() {
+            t.unpark();
+        }
     }
 }
 
@@ -438,10 +445,11 @@ impl fmt::Debug for EmulatedUdpSocket {
 
 impl EmulatedUdpSocket {
     /// Binds a real tokio UDP socket on `addr` (e.g. `127.0.0.1:0`), registers its local
-    /// address in `map` under `cluster`, and starts its sender task; default queue limits.
+    /// address in `map` under `cluster`, and starts its sender thread; default queue limits.
     ///
-    /// Must be called inside a tokio runtime (the sender task runs on it). Fails if there is
-    /// none, if `cluster` is out of range for the topology, or if binding fails.
+    /// Must be called inside a tokio runtime (the receive side is registered with it).
+    /// Starts one OS thread per socket for the delayed sends (see [`run_sender`]). Fails if
+    /// there is none, if `cluster` is out of range for the topology, or if binding fails.
     pub fn bind(
         addr: SocketAddr,
         map: Arc<LatencyMap>,
@@ -457,7 +465,7 @@ impl EmulatedUdpSocket {
         cluster: usize,
         limits: QueueLimits,
     ) -> io::Result<Arc<EmulatedUdpSocket>> {
-        let handle = tokio::runtime::Handle::try_current()
+        tokio::runtime::Handle::try_current()
             .map_err(|_| io::Error::other("EmulatedUdpSocket::bind needs a tokio runtime"))?;
         let clusters = map.topology().clusters.len();
         if cluster >= clusters {
@@ -472,15 +480,28 @@ impl EmulatedUdpSocket {
         let std_socket = std::net::UdpSocket::bind(addr)?;
         std_socket.set_nonblocking(true)?;
         super::sockbuf::enlarge(&std_socket);
+        // The same socket (a second descriptor, also non-blocking) for the sender thread.
+        let send_socket = std_socket.try_clone()?;
         let io = Arc::new(UdpSocket::from_std(std_socket)?);
         let registered = registered_addr(io.local_addr()?);
-        map.register(registered, cluster)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(queue),
-            wake: Notify::new(),
+            sender: OnceLock::new(),
             closed: AtomicBool::new(false),
         });
-        handle.spawn(run_sender(io.clone(), shared.clone()));
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("emulated-wire-{}", registered.port()))
+                .stack_size(SENDER_STACK)
+                .spawn(move || run_sender(send_socket, shared))?
+        };
+        let _ = shared.sender.set(thread.thread().clone());
+        if let Err(e) = map.register(registered, cluster) {
+            shared.closed.store(true, AtomicOrdering::Release);
+            shared.wake();
+            return Err(e);
+        }
         Ok(Arc::new(EmulatedUdpSocket {
             io,
             registered,
@@ -520,10 +541,10 @@ impl EmulatedUdpSocket {
 impl Drop for EmulatedUdpSocket {
     fn drop(&mut self) {
         self.map.unregister(self.registered);
-        // Datagrams already queued are "on the wire": the task still delivers them, then
-        // ends (it holds no reference to the socket, so nothing keeps it alive after that).
+        // Datagrams already queued are "on the wire": the thread still delivers them, then
+        // ends (it holds only its own descriptor, closed when it ends).
         self.shared.closed.store(true, AtomicOrdering::Release);
-        self.shared.wake.notify_one();
+        self.shared.wake();
     }
 }
 
@@ -539,8 +560,21 @@ fn registered_addr(bound: SocketAddr) -> SocketAddr {
 /// Datagrams sent per queue lock, so a burst does not hold the lock against `try_send`.
 const SEND_BATCH: usize = 64;
 
-/// The sender task: sends each queued datagram at its due time on the real socket.
-async fn run_sender(io: Arc<UdpSocket>, shared: Arc<Shared>) {
+/// Stack of a sender thread: it only moves datagrams from the queue to the socket.
+const SENDER_STACK: usize = 256 * 1024;
+
+/// How often a send that finds the socket's buffer full is retried before the datagram
+/// counts as lost (which QUIC recovers from).
+const SEND_RETRIES: u32 = 100;
+
+/// The sender thread: sends each queued datagram at its due time on the real socket.
+///
+/// A thread, not a tokio task, because tokio's timers have a resolution of one
+/// millisecond: a task would round every delay up to the next tick, turning a 0.1 ms LAN
+/// into one of about 1.2 ms and skewing whatever is measured over it. A parked thread
+/// wakes within tens of microseconds (its timer slack is set to the minimum).
+fn run_sender(io: std::net::UdpSocket, shared: Arc<Shared>) {
+    set_min_timer_slack();
     let mut batch = Vec::with_capacity(SEND_BATCH);
     loop {
         let next_due = {
@@ -556,29 +590,54 @@ async fn run_sender(io: Arc<UdpSocket>, shared: Arc<Shared>) {
         };
         if !batch.is_empty() {
             for d in batch.drain(..) {
-                // A failed send is a lost datagram, which QUIC recovers from; it must not
-                // stop the task.
-                if let Err(e) = io.send_to(&d.bytes, d.dest).await {
-                    tracing::debug!(dest = %d.dest, error = %e, "emulated socket: send failed");
-                }
+                send_now(&io, &d);
             }
             continue;
         }
         match next_due {
             Some(due) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(due) => {}
-                    _ = shared.wake.notified() => {}
+                let wait = due.saturating_duration_since(Instant::now());
+                if !wait.is_zero() {
+                    std::thread::park_timeout(wait);
                 }
             }
             None => {
                 if shared.closed.load(AtomicOrdering::Acquire) {
                     return;
                 }
-                // `notify_one` stores a permit, so a wake between the check and here is kept.
-                shared.wake.notified().await;
+                // An unpark between the check and here is kept: `park` returns at once.
+                std::thread::park();
             }
         }
+    }
+}
+
+/// Sends one datagram on the non-blocking socket, retrying briefly while its buffer is
+/// full; a datagram that still does not fit, or fails, is lost (QUIC recovers), and the
+/// thread goes on.
+fn send_now(io: &std::net::UdpSocket, d: &Datagram) {
+    for _ in 0..SEND_RETRIES {
+        match io.send_to(&d.bytes, d.dest) {
+            Ok(_) => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            Err(e) => {
+                tracing::debug!(dest = %d.dest, error = %e, "emulated socket: send failed");
+                return;
+            }
+        }
+    }
+    tracing::debug!(dest = %d.dest, "emulated socket: send buffer full, datagram lost");
+}
+
+/// Asks the kernel to wake this thread's timed sleeps as precisely as it can (the default
+/// slack of 50 us is half a LAN latency).
+fn set_min_timer_slack() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and only affects this thread.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
     }
 }
 
@@ -637,7 +696,7 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
                 };
                 let delay = (left - now) + latency;
                 match queue.push(now, delay, dest, chunk) {
-                    // The task sleeps until the old head; wake it only if it must wake sooner.
+                    // The thread sleeps until the old head; wake it only if it must wake sooner.
                     Some(due) => new_head |= queue.next_due() == Some(due),
                     None => dropped += 1,
                 }
@@ -647,7 +706,7 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
             tracing::trace!(%dest, dropped, "emulated socket: queue or pipe full, dropped");
         }
         if new_head {
-            self.shared.wake.notify_one();
+            self.shared.wake();
         }
         Ok(())
     }

@@ -225,9 +225,11 @@ pub struct UpPart {
     pub contributors: Vec<NodeId>,
     /// Reduce: the combined value of `contributors`.
     pub value: Option<Vec<u8>>,
-    /// Nodes of the subtree that passed the operation on out of their cluster: a cluster
-    /// entry serves them first next time, so the other clusters start sooner.
-    pub exits: Vec<NodeId>,
+    /// Where the subtree passed the operation on out of its cluster: `(node, its tree child
+    /// in another cluster)`. A cluster entry sends to those children itself next time (one
+    /// in-cluster hop less for every other cluster) and serves the nodes first. An entry
+    /// answering across a cluster boundary leaves its own cluster's pairs out.
+    pub exits: Vec<(NodeId, NodeId)>,
 }
 
 /// Messages of the collective operations.
@@ -238,12 +240,15 @@ pub enum CollectiveMessage {
     /// outside every subtree) and it must not forward; `more` means further parts of the
     /// same operation follow from the sender. `plan` is the receiver's delegation inside a
     /// cluster: the nodes it is to pass the operation on to (see `collective/plan.rs`).
+    /// `hoisted` are tree children outside the cluster, of the receiver or of its
+    /// delegation, that the cluster's entry already sent to: they are not sent again.
     Down {
         op: OpId,
         budget_us: u32,
         direct: bool,
         more: bool,
         plan: Vec<NodeId>,
+        hoisted: Vec<NodeId>,
         body: DownBody,
     },
     /// The answer of the sender's subtree (or of the sender alone after a direct request);
@@ -493,6 +498,7 @@ mod tests {
                 direct: false,
                 more: true,
                 plan: vec![b],
+                hoisted: vec![a],
                 body: DownBody::Reduce {
                     key: "k".into(),
                     request: vec![1, 2],
@@ -509,7 +515,7 @@ mod tests {
                     items: vec![(a, vec![7])],
                     contributors: vec![a],
                     value: Some(vec![1]),
-                    exits: vec![b],
+                    exits: vec![(b, a)],
                 },
             }),
             Message::Cluster(ClusterMessage::Digest { hash: 7, count: 2 }),

@@ -14,7 +14,7 @@ pub(crate) struct Acc {
     pub items: BTreeMap<NodeId, Vec<u8>>,
     pub contributors: BTreeSet<NodeId>,
     pub value: Option<Vec<u8>>,
-    pub exits: BTreeSet<NodeId>,
+    pub exits: BTreeSet<(NodeId, NodeId)>,
 }
 
 /// What merging one part did, for the root's bookkeeping.

@@ -96,6 +96,24 @@ impl Relay {
     }
 }
 
+/// What a sender inside the cluster told the receiver about its part of the spread.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Plan {
+    /// The nodes the receiver is to pass the operation on to (empty: follow the tree).
+    delegation: Vec<NodeId>,
+    /// Children outside the cluster the entry already sent to.
+    hoisted: Vec<NodeId>,
+}
+
+/// One send of a relay: to whom, and what that node is told (see [`Plan`]).
+pub(super) struct Target {
+    to: NodeId,
+    plan: Plan,
+}
+
+/// Most children outside the cluster an entry sends to on behalf of the nodes below it.
+const MAX_HOISTED: usize = 32;
+
 /// An operation this node started, as its root.
 struct Origin {
     kind: OpKind,
@@ -137,6 +155,10 @@ pub struct Collectives {
     /// Per root, where operations enter this node's cluster here: the cluster's nodes the
     /// last complete one reached below this node (what the next one's plan covers).
     local: HashMap<NodeId, Vec<NodeId>>,
+    /// Per root, at the same entries: `(node of the cluster below, its tree child in another
+    /// cluster)` as the last complete operation reported; the entry sends to those children
+    /// itself (see [`Collectives::targets`]).
+    hoist: HashMap<NodeId, Vec<(NodeId, NodeId)>>,
     wakes: BinaryHeap<Reverse<(Time, OpId, Slot)>>,
     forget: VecDeque<(Time, OpId)>,
     transmits: VecDeque<Transmit>,
@@ -158,6 +180,7 @@ impl Collectives {
             reducers: Reducers::default(),
             subtrees: HashMap::new(),
             local: HashMap::new(),
+            hoist: HashMap::new(),
             wakes: BinaryHeap::new(),
             forget: VecDeque::new(),
             transmits: VecDeque::new(),
@@ -368,7 +391,8 @@ impl Collectives {
         );
         self.wake(now + timeout, op, Slot::Origin);
         let budget = tree_budget.as_micros().min(u32::MAX as u128) as u32;
-        self.accept_down(now, ov, self.me, op, budget, false, false, Vec::new(), body);
+        let plan = Plan::default();
+        self.accept_down(now, ov, self.me, op, budget, false, false, plan, body);
     }
 
     // ---- messages --------------------------------------------------------------------
@@ -388,11 +412,16 @@ impl Collectives {
                 direct,
                 more,
                 plan,
+                hoisted,
                 body,
             } => {
                 if op.root == self.me && !self.relays.contains_key(&op) {
                     return; // Not an operation of ours (forged or from a previous run).
                 }
+                let plan = Plan {
+                    delegation: plan,
+                    hoisted,
+                };
                 self.accept_down(now, ov, from, op, budget_us, direct, more, plan, body)
             }
             CollectiveMessage::Up { op, last, part } => {
@@ -406,6 +435,9 @@ impl Collectives {
         self.subtrees.retain(|(_, child), _| *child != id);
         for set in self.local.values_mut() {
             set.retain(|x| *x != id);
+        }
+        for pairs in self.hoist.values_mut() {
+            pairs.retain(|(p, f)| *p != id && *f != id);
         }
         let waiting: Vec<OpId> = self
             .relays

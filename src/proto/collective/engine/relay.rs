@@ -14,7 +14,7 @@ impl Collectives {
         budget_us: u32,
         direct: bool,
         more: bool,
-        plan: Vec<NodeId>,
+        plan: Plan,
         body: DownBody,
     ) {
         if direct {
@@ -106,9 +106,9 @@ impl Collectives {
         };
         self.insert_relay(op, relay);
         if let Some(body) = forward {
-            for (to, delegation) in self.targets(ov, op, from, plan) {
+            for Target { to, plan } in self.targets(ov, op, from, plan) {
                 let b = child_budget(budget_us, ov.rtt_us(to));
-                self.send_down_planned(to, op, b, false, false, delegation, body.clone());
+                self.send_down_planned(to, op, b, plan, body.clone());
                 self.relays
                     .get_mut(&op)
                     .expect("just inserted")

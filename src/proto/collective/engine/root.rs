@@ -168,7 +168,8 @@ impl Collectives {
                 );
                 self.wake(now + timeout, op2, Slot::Origin);
                 let budget = (timeout / 2).as_micros().min(u32::MAX as u128) as u32;
-                self.accept_down(now, ov, me, op2, budget, false, false, Vec::new(), body);
+                let plan = Plan::default();
+                self.accept_down(now, ov, me, op2, budget, false, false, plan, body);
             }
         }
     }
@@ -226,8 +227,12 @@ impl Collectives {
         };
         r.phase = Phase::Done;
         r.waiting.clear();
-        let acc = std::mem::take(&mut r.acc);
+        let mut acc = std::mem::take(&mut r.acc);
         let from = r.from;
+        if r.entry && from != self.me {
+            // The sender is in another cluster: this cluster's exits are of no use to it.
+            acc.exits.clear();
+        }
         if from == self.me {
             if let Some(o) = self.origins.get_mut(&op) {
                 o.tree_done = true;
@@ -248,17 +253,26 @@ impl Collectives {
             return;
         }
         let bound = ov.cluster_rtt_us();
-        let local = |x: &&NodeId| **x != self.me && ov.rtt_us(**x).is_some_and(|t| t <= bound);
-        // Exits first: the plan serves its set in order.
-        let mut set: Vec<NodeId> = r.acc.exits.iter().filter(local).copied().collect();
-        set.extend(
-            r.acc
-                .reached
-                .iter()
-                .filter(local)
-                .filter(|x| !r.acc.exits.contains(x)),
-        );
+        let local = |x: &NodeId| *x != self.me && ov.rtt_us(*x).is_some_and(|t| t <= bound);
+        let pairs: Vec<(NodeId, NodeId)> = r
+            .acc
+            .exits
+            .iter()
+            .filter(|(p, f)| local(p) && !local(f) && *f != self.me)
+            .copied()
+            .collect();
+        // Nodes with children outside first: the plan serves its set in order, and any
+        // such child beyond what the entry sends to itself still waits for its parent.
+        let mut set: Vec<NodeId> = pairs.iter().map(|(p, _)| *p).collect();
+        set.dedup();
+        let rest: Vec<NodeId> = (r.acc.reached.iter())
+            .filter(|x| local(x) && !set.contains(x))
+            .copied()
+            .collect();
+        set.extend(rest);
         self.local.insert(op.root, set);
+        self.hoist
+            .insert(op.root, pairs.into_iter().take(MAX_HOISTED).collect());
     }
 
     /// Answers the sender once the subtree is complete.

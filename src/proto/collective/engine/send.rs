@@ -2,6 +2,7 @@
 //! slots.
 
 use super::*;
+use std::collections::HashSet;
 
 impl Collectives {
     pub(super) fn send_up(&mut self, to: NodeId, op: OpId, part: UpPart) {
@@ -28,18 +29,30 @@ impl Collectives {
         more: bool,
         body: DownBody,
     ) {
-        self.send_down_planned(to, op, budget_us, direct, more, Vec::new(), body);
+        self.push_down(to, op, budget_us, direct, more, Plan::default(), body);
+    }
+
+    /// Passes the operation on to `to` with its part of the in-cluster plan.
+    pub(super) fn send_down_planned(
+        &mut self,
+        to: NodeId,
+        op: OpId,
+        budget_us: u32,
+        plan: Plan,
+        body: DownBody,
+    ) {
+        self.push_down(to, op, budget_us, false, false, plan, body);
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn send_down_planned(
+    fn push_down(
         &mut self,
         to: NodeId,
         op: OpId,
         budget_us: u32,
         direct: bool,
         more: bool,
-        plan: Vec<NodeId>,
+        plan: Plan,
         body: DownBody,
     ) {
         self.transmits.push_back(Transmit {
@@ -49,29 +62,50 @@ impl Collectives {
                 budget_us,
                 direct,
                 more,
-                plan,
+                plan: plan.delegation,
+                hoisted: plan.hoisted,
                 body,
             }),
         });
     }
 
     /// Where this relay sends the operation: the tree children, except that inside a
-    /// cluster the sends follow a plan (see `plan.rs`). Returns (recipient, delegation);
-    /// sets the relay's `entry` flag when it planned for its cluster.
+    /// cluster the sends follow a plan (see `plan.rs`), and that the node where the
+    /// operation enters a cluster also sends to the tree children outside the cluster of
+    /// the nodes its plan covers (one in-cluster hop less before every other cluster; they
+    /// are told, so they do not send again). Order: children outside the cluster first
+    /// (they have the long way to go), then those hoisted, then the plan. Sets the relay's
+    /// `entry` flag when it planned for its cluster, and records this node's children
+    /// outside the cluster in the answer.
     pub(super) fn targets(
         &mut self,
         ov: &dyn Overlay,
         op: OpId,
         from: NodeId,
-        plan: Vec<NodeId>,
-    ) -> Vec<(NodeId, Vec<NodeId>)> {
+        received: Plan,
+    ) -> Vec<Target> {
         let me = self.me;
         let children = self.ordered_children(ov, op.root, from);
         let bound = ov.cluster_rtt_us();
         let near = |x: &NodeId| bound > 0 && ov.rtt_us(*x).is_some_and(|r| r <= bound);
         let entry = !near(&from) || from == me;
-        let set: Vec<NodeId> = if !plan.is_empty() {
-            plan
+        let delegate = from != me && near(&from);
+        let far: Vec<NodeId> = children.iter().filter(|c| !near(c)).copied().collect();
+        if let Some(r) = self.relays.get_mut(&op) {
+            r.entry = entry && bound > 0;
+            r.acc.exits.extend(far.iter().map(|c| (me, *c)));
+        }
+        let tree = |c: NodeId| Target {
+            to: c,
+            plan: Plan::default(),
+        };
+        let mut out: Vec<Target> = far
+            .iter()
+            .filter(|c| !received.hoisted.contains(c))
+            .map(|c| tree(*c))
+            .collect();
+        let set: Vec<NodeId> = if !received.delegation.is_empty() {
+            received.delegation
         } else if entry {
             self.local.get(&op.root).cloned().unwrap_or_default()
         } else {
@@ -81,34 +115,67 @@ impl Collectives {
             .into_iter()
             .filter(|x| *x != me && *x != from && ov.is_alive(x) && near(x))
             .collect();
-        if let Some(r) = self.relays.get_mut(&op) {
-            r.entry = entry && bound > 0;
-        }
-        if children.iter().any(|c| !near(c))
-            && let Some(r) = self.relays.get_mut(&op)
-        {
-            r.acc.exits.insert(me);
-        }
         if set.is_empty() {
-            return children.into_iter().map(|c| (c, Vec::new())).collect();
+            out.extend(children.iter().filter(|c| near(c)).map(|c| tree(*c)));
+            return out;
         }
-        // Children outside the cluster first (they have the long way to go), then the plan;
-        // near children the plan does not name are still covered by the tree.
-        let planned: std::collections::HashSet<NodeId> = set.iter().copied().collect();
-        let delegate = from != me && near(&from);
-        let mut out: Vec<(NodeId, Vec<NodeId>)> = children
-            .iter()
-            .filter(|c| !near(c))
-            .map(|c| (*c, Vec::new()))
-            .collect();
+        // Hoisting: only the entry, over the nodes its plan covers.
+        let hoist: Vec<(NodeId, NodeId)> = if entry {
+            let sent: HashSet<NodeId> = far.iter().copied().collect();
+            self.hoist
+                .get(&op.root)
+                .into_iter()
+                .flatten()
+                .filter(|(p, f)| {
+                    set.contains(p)
+                        && *f != from
+                        && *f != me
+                        && !sent.contains(f)
+                        && !near(f)
+                        && ov.is_alive(f)
+                })
+                .copied()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut hoisted: Vec<NodeId> = Vec::new();
+        for (_, f) in &hoist {
+            if !hoisted.contains(f) {
+                hoisted.push(*f);
+                out.push(tree(*f));
+            }
+        }
         let latency = |x: NodeId| ov.rtt_us(x).unwrap_or(bound) / 2;
-        out.extend(plan::schedule(me, &set, latency, ov.send_cost_us()));
+        for (c, delegation) in plan::schedule(me, &set, latency, ov.send_cost_us()) {
+            // What the receiver and its delegation must not send again: what this entry
+            // hoisted for them, or what a delegate was told, passed on whole.
+            let mut told: Vec<NodeId> = hoist
+                .iter()
+                .filter(|(p, _)| *p == c || delegation.contains(p))
+                .map(|(_, f)| *f)
+                .collect();
+            if delegate {
+                told.extend(received.hoisted.iter().copied());
+            }
+            told.sort_unstable();
+            told.dedup();
+            out.push(Target {
+                to: c,
+                plan: Plan {
+                    delegation,
+                    hoisted: told,
+                },
+            });
+        }
         if !delegate {
+            // Near children the plan does not name are still covered by the tree.
+            let planned: HashSet<NodeId> = set.iter().copied().collect();
             out.extend(
                 children
                     .iter()
                     .filter(|c| near(c) && !planned.contains(c))
-                    .map(|c| (*c, Vec::new())),
+                    .map(|c| tree(*c)),
             );
         }
         out
