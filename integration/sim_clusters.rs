@@ -7,7 +7,7 @@
 //! swapped, would fail). `cargo test --release --test sim_clusters -- --nocapture` prints
 //! when the views agreed.
 
-use overlay::proto::NodeId;
+use overlay::proto::{Command, DeliveryKind, Event, NodeId, Start, StartKind};
 use overlay::sim::{Action, Sim, SimConfig};
 use overlay::topology::Topology;
 use std::collections::BTreeMap;
@@ -225,4 +225,91 @@ fn phoenix_168_every_node_discovers_the_three_clusters() {
     sizes.sort();
     assert_eq!(sizes, vec![3, 65, 100]);
     assert!(every_view_is(&sim, 1, &expected(&sim, |c| c.min(1))).is_err());
+}
+
+/// The second broadcast from `root` (the first teaches the cluster entries who is below):
+/// per node reached, who sent it.
+fn broadcast_senders(sim: &mut Sim, root: usize) -> Vec<(usize, NodeId)> {
+    let mut out = Vec::new();
+    for nonce in [1, 2] {
+        sim.record_events(true);
+        sim.command(
+            root,
+            Command::Start(Start {
+                nonce,
+                timeout: Duration::from_secs(5),
+                what: StartKind::Broadcast {
+                    payload: vec![7; 100],
+                },
+            }),
+        );
+        sim.run_for(Duration::from_secs(3));
+        out.clear();
+        for (_, node, ev) in sim.take_events() {
+            if let Event::Delivered(d) = ev
+                && d.kind == DeliveryKind::Broadcast
+                && d.op.nonce == nonce
+            {
+                out.push((node, d.from));
+            }
+        }
+        sim.record_events(false);
+    }
+    out
+}
+
+/// The collective engine spreads inside the clusters discovery found, with no RTT bound
+/// configured that would group anyone: with `cluster_rtt` at 1 µs (below every RTT of
+/// phoenix-27), nodes of the root's cluster are still reached by the in-cluster plan (from
+/// a node other than their tree parent); with planning off, every node is reached by its
+/// tree parent. Everyone is reached exactly once either way.
+#[test]
+fn collectives_plan_over_the_discovered_clusters() {
+    let topo = topology("phoenix-27");
+    let mut reached_by_plan = Vec::new();
+    for cluster_rtt in [Duration::from_micros(1), Duration::ZERO] {
+        let mut core = overlay::proto::Config::test();
+        core.cluster_rtt = cluster_rtt;
+        let mut sim = Sim::new(
+            &topo,
+            SimConfig {
+                seed: 3,
+                core,
+                ..SimConfig::default()
+            },
+        );
+        sim.run_until_converged(Duration::from_secs(60))
+            .expect("converges");
+        let want = expected(&sim, |c| c);
+        let deadline = sim.now() + Duration::from_secs(30);
+        while every_view_is(&sim, 1, &want).is_err() && sim.now() < deadline {
+            sim.run_for(Duration::from_millis(500));
+        }
+        every_view_is(&sim, 1, &want).expect("views agree");
+        let root = 3; // the first node of cluster B (12 nodes)
+        let root_id = sim.id(root);
+        let got = broadcast_senders(&mut sim, root);
+        let mut nodes: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        assert_eq!(got.len(), sim.live_nodes().len(), "each node once");
+        assert_eq!(nodes.len(), got.len(), "nobody twice");
+        let planned = got
+            .iter()
+            .filter(|(n, from)| {
+                *n != root
+                    && sim.cluster_of(*n) == sim.cluster_of(root)
+                    && sim.core(*n).parent(root_id) != Some(*from)
+            })
+            .count();
+        reached_by_plan.push(planned);
+    }
+    eprintln!(
+        "nodes of the root's cluster reached by plan: {reached_by_plan:?} (discovered clusters, planning off)"
+    );
+    assert!(
+        reached_by_plan[0] > 0,
+        "no plan over the discovered cluster"
+    );
+    assert_eq!(reached_by_plan[1], 0, "planning off still planned");
 }
