@@ -227,30 +227,35 @@ fn phoenix_168_every_node_discovers_the_three_clusters() {
     assert!(every_view_is(&sim, 1, &expected(&sim, |c| c.min(1))).is_err());
 }
 
-/// The second broadcast from `root` (the first teaches the cluster entries who is below):
-/// per node reached, who sent it.
-fn broadcast_senders(sim: &mut Sim, root: usize) -> Vec<(usize, NodeId)> {
+/// The second of two operations `what` from `root` (the first teaches the cluster
+/// entries who is below): per node reached, who sent it and what.
+fn senders(
+    sim: &mut Sim,
+    root: usize,
+    kind: DeliveryKind,
+    what: impl Fn() -> StartKind,
+) -> Vec<(usize, NodeId, Vec<u8>)> {
     let mut out = Vec::new();
-    for nonce in [1, 2] {
+    // Operation numbers are the root's to choose; each call takes two of its own.
+    let base = 10 * (kind as u64 + 1);
+    for nonce in [base + 1, base + 2] {
         sim.record_events(true);
         sim.command(
             root,
             Command::Start(Start {
                 nonce,
                 timeout: Duration::from_secs(5),
-                what: StartKind::Broadcast {
-                    payload: vec![7; 100],
-                },
+                what: what(),
             }),
         );
         sim.run_for(Duration::from_secs(3));
         out.clear();
         for (_, node, ev) in sim.take_events() {
             if let Event::Delivered(d) = ev
-                && d.kind == DeliveryKind::Broadcast
+                && d.kind == kind
                 && d.op.nonce == nonce
             {
-                out.push((node, d.from));
+                out.push((node, d.from, d.payload));
             }
         }
         sim.record_events(false);
@@ -261,8 +266,9 @@ fn broadcast_senders(sim: &mut Sim, root: usize) -> Vec<(usize, NodeId)> {
 /// The collective engine spreads inside the clusters discovery found, with no RTT bound
 /// configured that would group anyone: with `cluster_rtt` at 1 µs (below every RTT of
 /// phoenix-27), nodes of the root's cluster are still reached by the in-cluster plan (from
-/// a node other than their tree parent); with planning off, every node is reached by its
-/// tree parent. Everyone is reached exactly once either way.
+/// a node other than their tree parent), by a broadcast and by a scatter; with planning
+/// off, every node is reached by its tree parent. Everyone is reached exactly once, with
+/// its own item, either way.
 #[test]
 fn collectives_plan_over_the_discovered_clusters() {
     let topo = topology("phoenix-27");
@@ -288,28 +294,58 @@ fn collectives_plan_over_the_discovered_clusters() {
         every_view_is(&sim, 1, &want).expect("views agree");
         let root = 3; // the first node of cluster B (12 nodes)
         let root_id = sim.id(root);
-        let got = broadcast_senders(&mut sim, root);
-        let mut nodes: Vec<usize> = got.iter().map(|(n, _)| *n).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        assert_eq!(got.len(), sim.live_nodes().len(), "each node once");
-        assert_eq!(nodes.len(), got.len(), "nobody twice");
-        let planned = got
-            .iter()
-            .filter(|(n, from)| {
-                *n != root
-                    && sim.cluster_of(*n) == sim.cluster_of(root)
-                    && sim.core(*n).parent(root_id) != Some(*from)
-            })
-            .count();
-        reached_by_plan.push(planned);
+        let ids: Vec<NodeId> = sim.ids().to_vec();
+        let broadcast = senders(&mut sim, root, DeliveryKind::Broadcast, || {
+            StartKind::Broadcast {
+                payload: vec![7; 100],
+            }
+        });
+        let items = ids.clone();
+        let scatter = senders(&mut sim, root, DeliveryKind::Scatter, || {
+            StartKind::Scatter {
+                items: items
+                    .iter()
+                    .map(|id| (*id, id.to_string().into_bytes()))
+                    .collect(),
+            }
+        });
+        let mut counts = Vec::new();
+        for (i, n, payload) in &scatter {
+            assert_eq!(
+                payload,
+                &ids[*n].to_string().into_bytes(),
+                "node {i}: not its item"
+            );
+        }
+        for got in [broadcast, scatter] {
+            let mut nodes: Vec<usize> = got.iter().map(|(n, _, _)| *n).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            assert_eq!(got.len(), sim.live_nodes().len(), "each node once");
+            assert_eq!(nodes.len(), got.len(), "nobody twice");
+            let planned = got
+                .iter()
+                .filter(|(n, from, _)| {
+                    *n != root
+                        && sim.cluster_of(*n) == sim.cluster_of(root)
+                        && sim.core(*n).parent(root_id) != Some(*from)
+                })
+                .count();
+            counts.push(planned);
+        }
+        reached_by_plan.push(counts);
     }
     eprintln!(
-        "nodes of the root's cluster reached by plan: {reached_by_plan:?} (discovered clusters, planning off)"
+        "nodes of the root's cluster reached by plan [broadcast, scatter]: {:?} with the discovered clusters, {:?} with planning off",
+        reached_by_plan[0], reached_by_plan[1]
     );
     assert!(
-        reached_by_plan[0] > 0,
-        "no plan over the discovered cluster"
+        reached_by_plan[0][0] > 0,
+        "broadcast: no plan over the discovered cluster"
     );
-    assert_eq!(reached_by_plan[1], 0, "planning off still planned");
+    assert!(
+        reached_by_plan[0][1] > 0,
+        "scatter: no plan over the discovered cluster"
+    );
+    assert_eq!(reached_by_plan[1], vec![0, 0], "planning off still planned");
 }

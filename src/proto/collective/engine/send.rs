@@ -45,7 +45,7 @@ impl Collectives {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn push_down(
+    pub(super) fn push_down(
         &mut self,
         to: NodeId,
         op: OpId,
