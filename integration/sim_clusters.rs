@@ -310,12 +310,9 @@ fn collectives_plan_over_the_discovered_clusters() {
             }
         });
         let mut counts = Vec::new();
-        for (i, n, payload) in &scatter {
-            assert_eq!(
-                payload,
-                &ids[*n].to_string().into_bytes(),
-                "node {i}: not its item"
-            );
+        for (n, _, payload) in &scatter {
+            let want = ids[*n].to_string().into_bytes();
+            assert_eq!(payload, &want, "node {n}: not its item");
         }
         for got in [broadcast, scatter] {
             let mut nodes: Vec<usize> = got.iter().map(|(n, _, _)| *n).collect();
