@@ -173,6 +173,46 @@ fn summary(c: &Contender) -> (f64, f64) {
     (quantile(&v, 0.5), *v.last().unwrap_or(&f64::NAN))
 }
 
+/// Per-node completion times (ms) of ours in the simulator, with `core` as every node's
+/// configuration: the second of two 1 KB broadcasts from each root (the first teaches the
+/// relays their subtrees).
+fn simulated_broadcasts(
+    topo: &Topology,
+    seed: u64,
+    core: overlay::proto::Config,
+    payload: &[u8],
+) -> anyhow::Result<Vec<f64>> {
+    let mut sim = Sim::new(
+        topo,
+        SimConfig {
+            seed,
+            core,
+            ..SimConfig::default()
+        },
+    );
+    if sim.run_until_converged(Duration::from_secs(120)).is_none() {
+        bail!("{} did not converge in 120 simulated s", topo.name);
+    }
+    let mut times = Vec::new();
+    let mut nonce = 1000;
+    for root in roots(&sim) {
+        for timed in [false, true] {
+            nonce += 1;
+            let broadcast = StartKind::Broadcast {
+                payload: payload.to_vec(),
+            };
+            let pick =
+                |e: &Event| matches!(e, Event::Delivered(d) if d.kind == DeliveryKind::Broadcast);
+            let (got, _) = run_op(&mut sim, root, nonce, broadcast, pick);
+            if timed {
+                times
+                    .extend((got.iter().filter(|(v, _, _)| *v != root)).map(|(_, us, _)| us / 1e3));
+            }
+        }
+    }
+    Ok(times)
+}
+
 fn fig5(cli: &Cli) -> anyhow::Result<serde_json::Value> {
     let topo = topology("phoenix-168")?;
     progress("fig5: building phoenix-168 trees in the simulator");
@@ -266,10 +306,39 @@ fn fig5(cli: &Cli) -> anyhow::Result<serde_json::Value> {
             }
         }
     }
+    // Send order, measured: the same protocol serving children in id order instead of the
+    // most descendants first, with the in-cluster plan and with planning off (the trees
+    // alone), each on a simulator of its own with the same seed.
+    progress("fig5: send order (children in id order; and both orders with planning off)");
+    let variant = |descendants_first: bool, plan: bool| -> anyhow::Result<(f64, f64)> {
+        let mut core = overlay::proto::Config::wan();
+        core.descendants_first = descendants_first;
+        if !plan {
+            core.cluster_rtt = Duration::ZERO;
+        }
+        let times = simulated_broadcasts(&topo, cli.seed, core, &payload)?;
+        Ok(summary(&Contender {
+            name: "",
+            times_ms: times,
+        }))
+    };
+    let order = [
+        summary(&contenders[3]),
+        variant(false, true)?,
+        variant(true, false)?,
+        variant(false, false)?,
+    ];
     let s: Vec<(f64, f64)> = contenders.iter().map(summary).collect();
     let ratio = |ours: usize, other: usize| json!({"median": s[ours].0 / s[other].0, "max": s[ours].1 / s[other].1});
     let out = json!({
         "benchmark": "fig5",
+        "send_order": {
+            "note": "ours (simulated): children with the most descendants first against the same protocol serving children in id order; with the in-cluster plan (default) and with planning off",
+            "planned": {"descendants_first_ms": [order[0].0, order[0].1], "id_order_ms": [order[1].0, order[1].1],
+                "ratio": {"median": order[0].0 / order[1].0, "max": order[0].1 / order[1].1}},
+            "trees_alone": {"descendants_first_ms": [order[2].0, order[2].1], "id_order_ms": [order[3].0, order[3].1],
+                "ratio": {"median": order[2].0 / order[3].0, "max": order[2].1 / order[3].1}},
+        },
         "topology": "phoenix-168",
         "roots": roots(&sim).len(),
         "model": {"cpu_send_us": 20, "cpu_recv_us": 20, "bytes": 1024},
@@ -318,6 +387,19 @@ fn fig5(cli: &Cli) -> anyhow::Result<serde_json::Value> {
                 "  {key:<26} median {:.3}  max {:.3}",
                 out[key]["median"].as_f64().unwrap_or(f64::NAN),
                 out[key]["max"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+        for (name, k) in [("with the plan", "planned"), ("trees alone", "trees_alone")] {
+            let o = &out["send_order"][k];
+            let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+            println!(
+                "  send order, {name}: most descendants first {:.2} / {:.2} ms, id order {:.2} / {:.2} ms; ratio median {:.3}  max {:.3}",
+                f(&o["descendants_first_ms"][0]),
+                f(&o["descendants_first_ms"][1]),
+                f(&o["id_order_ms"][0]),
+                f(&o["id_order_ms"][1]),
+                f(&o["ratio"]["median"]),
+                f(&o["ratio"]["max"])
             );
         }
     }
@@ -579,6 +661,24 @@ fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                         "| {k} | {:.3} | {:.3} |",
                         r[k]["median"].as_f64().unwrap_or(f64::NAN),
                         r[k]["max"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push_str("\nSend order (ours, simulated; the same protocol with children served in id order instead of the most descendants first, on simulators of their own with the same seed):\n\n| | most descendants first, median / max ms | id order, median / max ms | ratio median | ratio max |\n|---|---|---|---|---|\n");
+                for (name, k) in [
+                    ("with the in-cluster plan", "planned"),
+                    ("trees alone (planning off)", "trees_alone"),
+                ] {
+                    let o = &r["send_order"][k];
+                    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+                    let _ = writeln!(
+                        md,
+                        "| {name} | {:.2} / {:.2} | {:.2} / {:.2} | {:.3} | {:.3} |",
+                        f(&o["descendants_first_ms"][0]),
+                        f(&o["descendants_first_ms"][1]),
+                        f(&o["id_order_ms"][0]),
+                        f(&o["id_order_ms"][1]),
+                        f(&o["ratio"]["median"]),
+                        f(&o["ratio"]["max"])
                     );
                 }
                 md.push('\n');

@@ -56,6 +56,10 @@ pub struct Config {
     pub cluster_rtt: Duration,
     /// The cost of sending one message, as that schedule assumes it.
     pub send_cost: Duration,
+    /// A relay passes an operation to the child with the most descendants first (the
+    /// paper's future work: the longest subtree starts soonest). `false` sends in id order,
+    /// which only serves to measure the difference (`bench fig5`).
+    pub descendants_first: bool,
     /// Cluster discovery: a group of members stands as a level of its own when the
     /// latency joining it to the rest is more than this factor above the latency inside it
     /// (see [`crate::proto::clusters`]).
@@ -90,6 +94,7 @@ impl Config {
             inbound_expiry: Duration::from_secs(5),
             cluster_rtt: Duration::from_millis(2),
             send_cost: Duration::from_micros(30),
+            descendants_first: true,
             cluster_gap: 2.0,
             cluster_floor: Duration::from_micros(500),
             cluster_sync: Duration::from_secs(2),

@@ -174,6 +174,9 @@ impl Overlay for CoreView<'_> {
     fn send_cost_us(&self) -> u32 {
         self.config.send_cost.as_micros().min(u32::MAX as u128) as u32
     }
+    fn descendants_first(&self) -> bool {
+        self.config.descendants_first
+    }
 }
 
 const OWN_ROOT: RootIdx = 0;

@@ -210,4 +210,8 @@ pub trait Overlay {
     fn send_cost_us(&self) -> u32 {
         30
     }
+    /// Whether children with the most descendants are served first (else in id order).
+    fn descendants_first(&self) -> bool {
+        true
+    }
 }

@@ -214,10 +214,14 @@ impl Collectives {
             .into_iter()
             .filter(|c| *c != from && *c != self.me && ov.is_alive(c))
             .collect();
-        children.sort_by_key(|c| {
-            let n = self.subtrees.get(&(root, *c)).map_or(1, |s| s.len());
-            (Reverse(n), *c)
-        });
+        if ov.descendants_first() {
+            children.sort_by_key(|c| {
+                let n = self.subtrees.get(&(root, *c)).map_or(1, |s| s.len());
+                (Reverse(n), *c)
+            });
+        } else {
+            children.sort_unstable();
+        }
         children
     }
 
