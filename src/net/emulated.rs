@@ -32,6 +32,7 @@
 //! ```
 
 pub mod pipe;
+mod wire;
 
 use self::pipe::Pipe;
 use crate::topology::Topology;
@@ -43,7 +44,6 @@ use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -64,6 +64,9 @@ pub struct LatencyMap {
     /// bandwidth is not emulated). One lock per link: senders to different clusters do not
     /// wait for each other.
     links: Vec<Option<Mutex<Pipe>>>,
+    /// The thread that sends every socket's delayed datagrams, started with the first
+    /// socket.
+    wire: OnceLock<wire::Wire>,
 }
 
 /// Where a datagram goes: the one-way latency and the shared link it crosses, if any.
@@ -93,6 +96,7 @@ impl LatencyMap {
             bandwidth: false,
             links: Vec::new(),
             cut: RwLock::default(),
+            wire: OnceLock::new(),
         })
     }
 
@@ -116,12 +120,23 @@ impl LatencyMap {
             bandwidth: true,
             links,
             cut: RwLock::default(),
+            wire: OnceLock::new(),
         })
     }
 
     /// Whether sockets on this map emulate bandwidth ([`LatencyMap::with_bandwidth`]).
     pub fn emulates_bandwidth(&self) -> bool {
         self.bandwidth
+    }
+
+    /// The wire, started on first use.
+    fn wire(&self) -> io::Result<&wire::Wire> {
+        if let Some(w) = self.wire.get() {
+            return Ok(w);
+        }
+        // Two sockets binding at once may both start one; the one not kept ends at once.
+        let _ = self.wire.set(wire::Wire::start()?);
+        Ok(self.wire.get().expect("just set"))
     }
 
     /// A fresh NIC pipe for a socket in `cluster`, if bandwidth is emulated and the cluster
@@ -397,28 +412,20 @@ impl DelayQueue {
     }
 }
 
-/// State shared between a socket and its sender thread.
+/// A socket's side of the wire: its delay queue and the descriptor the wire sends from.
+/// Held by the socket and by the wire's tokens, so what is queued still leaves after the
+/// socket is dropped.
 #[derive(Debug)]
 struct Shared {
     queue: Mutex<DelayQueue>,
-    /// The sender thread, unparked when a datagram becomes the new head or the socket
-    /// closes (set once the thread is spawned).
-    sender: OnceLock<std::thread::Thread>,
-    /// Set when the socket is dropped: the thread drains what is queued, then ends.
-    closed: AtomicBool,
+    /// The socket's second descriptor (non-blocking), for the wire thread.
+    io: std::net::UdpSocket,
 }
 
 impl Shared {
     fn queue(&self) -> MutexGuard<'_, DelayQueue> {
         // Same reasoning as `LatencyMap::read`: every update leaves the queue consistent.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Wakes the sender thread; an unpark before it parks is kept (`park` returns at once).
-    fn wake(&self) {
-        if let Some(t) = self.sender.get() {
-            t.unpark();
-        }
     }
 }
 
@@ -448,7 +455,8 @@ impl EmulatedUdpSocket {
     /// address in `map` under `cluster`, and starts its sender thread; default queue limits.
     ///
     /// Must be called inside a tokio runtime (the receive side is registered with it).
-    /// Starts one OS thread per socket for the delayed sends (see [`run_sender`]). Fails if
+    /// The delayed sends leave from the network's wire thread (started with its first
+    /// socket; see `wire.rs`). Fails if
     /// there is none, if `cluster` is out of range for the topology, or if binding fails.
     pub fn bind(
         addr: SocketAddr,
@@ -480,28 +488,16 @@ impl EmulatedUdpSocket {
         let std_socket = std::net::UdpSocket::bind(addr)?;
         std_socket.set_nonblocking(true)?;
         super::sockbuf::enlarge(&std_socket);
-        // The same socket (a second descriptor, also non-blocking) for the sender thread.
+        // The same socket (a second descriptor, also non-blocking) for the wire thread.
         let send_socket = std_socket.try_clone()?;
         let io = Arc::new(UdpSocket::from_std(std_socket)?);
         let registered = registered_addr(io.local_addr()?);
         let shared = Arc::new(Shared {
             queue: Mutex::new(queue),
-            sender: OnceLock::new(),
-            closed: AtomicBool::new(false),
+            io: send_socket,
         });
-        let thread = {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("emulated-wire-{}", registered.port()))
-                .stack_size(SENDER_STACK)
-                .spawn(move || run_sender(send_socket, shared))?
-        };
-        let _ = shared.sender.set(thread.thread().clone());
-        if let Err(e) = map.register(registered, cluster) {
-            shared.closed.store(true, AtomicOrdering::Release);
-            shared.wake();
-            return Err(e);
-        }
+        map.wire()?;
+        map.register(registered, cluster)?;
         Ok(Arc::new(EmulatedUdpSocket {
             io,
             registered,
@@ -541,10 +537,8 @@ impl EmulatedUdpSocket {
 impl Drop for EmulatedUdpSocket {
     fn drop(&mut self) {
         self.map.unregister(self.registered);
-        // Datagrams already queued are "on the wire": the thread still delivers them, then
-        // ends (it holds only its own descriptor, closed when it ends).
-        self.shared.closed.store(true, AtomicOrdering::Release);
-        self.shared.wake();
+        // Datagrams already queued are "on the wire": the wire still sends them (its tokens
+        // hold the queue and the descriptor).
     }
 }
 
@@ -554,90 +548,6 @@ fn registered_addr(bound: SocketAddr) -> SocketAddr {
         IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, bound.port()).into(),
         IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, bound.port()).into(),
         _ => bound,
-    }
-}
-
-/// Datagrams sent per queue lock, so a burst does not hold the lock against `try_send`.
-const SEND_BATCH: usize = 64;
-
-/// Stack of a sender thread: it only moves datagrams from the queue to the socket.
-const SENDER_STACK: usize = 256 * 1024;
-
-/// How often a send that finds the socket's buffer full is retried before the datagram
-/// counts as lost (which QUIC recovers from).
-const SEND_RETRIES: u32 = 100;
-
-/// The sender thread: sends each queued datagram at its due time on the real socket.
-///
-/// A thread, not a tokio task, because tokio's timers have a resolution of one
-/// millisecond: a task would round every delay up to the next tick, turning a 0.1 ms LAN
-/// into one of about 1.2 ms and skewing whatever is measured over it. A parked thread
-/// wakes within tens of microseconds (its timer slack is set to the minimum).
-fn run_sender(io: std::net::UdpSocket, shared: Arc<Shared>) {
-    set_min_timer_slack();
-    let mut batch = Vec::with_capacity(SEND_BATCH);
-    loop {
-        let next_due = {
-            let mut queue = shared.queue();
-            let now = Instant::now();
-            while batch.len() < SEND_BATCH {
-                match queue.pop_due(now) {
-                    Some(d) => batch.push(d),
-                    None => break,
-                }
-            }
-            queue.next_due()
-        };
-        if !batch.is_empty() {
-            for d in batch.drain(..) {
-                send_now(&io, &d);
-            }
-            continue;
-        }
-        match next_due {
-            Some(due) => {
-                let wait = due.saturating_duration_since(Instant::now());
-                if !wait.is_zero() {
-                    std::thread::park_timeout(wait);
-                }
-            }
-            None => {
-                if shared.closed.load(AtomicOrdering::Acquire) {
-                    return;
-                }
-                // An unpark between the check and here is kept: `park` returns at once.
-                std::thread::park();
-            }
-        }
-    }
-}
-
-/// Sends one datagram on the non-blocking socket, retrying briefly while its buffer is
-/// full; a datagram that still does not fit, or fails, is lost (QUIC recovers), and the
-/// thread goes on.
-fn send_now(io: &std::net::UdpSocket, d: &Datagram) {
-    for _ in 0..SEND_RETRIES {
-        match io.send_to(&d.bytes, d.dest) {
-            Ok(_) => return,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            Err(e) => {
-                tracing::debug!(dest = %d.dest, error = %e, "emulated socket: send failed");
-                return;
-            }
-        }
-    }
-    tracing::debug!(dest = %d.dest, "emulated socket: send buffer full, datagram lost");
-}
-
-/// Asks the kernel to wake this thread's timed sleeps as precisely as it can (the default
-/// slack of 50 us is half a LAN latency).
-fn set_min_timer_slack() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and only affects this thread.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
     }
 }
 
@@ -679,7 +589,7 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
             .unwrap_or(transmit.contents.len())
             .max(1);
         let now = Instant::now();
-        let mut new_head = false;
+        let mut new_head: Option<Instant> = None;
         let mut dropped = 0usize;
         {
             let mut queue = self.shared.queue();
@@ -696,8 +606,9 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
                 };
                 let delay = (left - now) + latency;
                 match queue.push(now, delay, dest, chunk) {
-                    // The thread sleeps until the old head; wake it only if it must wake sooner.
-                    Some(due) => new_head |= queue.next_due() == Some(due),
+                    // A new head needs a token; the wire wakes only if it is its earliest.
+                    Some(due) if queue.next_due() == Some(due) => new_head = Some(due),
+                    Some(_) => {}
                     None => dropped += 1,
                 }
             }
@@ -705,8 +616,10 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
         if dropped > 0 {
             tracing::trace!(%dest, dropped, "emulated socket: queue or pipe full, dropped");
         }
-        if new_head {
-            self.shared.wake();
+        if let Some(due) = new_head
+            && let Some(wire) = self.map.wire.get()
+        {
+            wire.schedule(due, self.shared.clone());
         }
         Ok(())
     }
