@@ -766,6 +766,11 @@ fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 );
                 let _ = writeln!(
                     md,
+                    "\nTrees wide-area optimal when the broadcasts began: {} of {}.",
+                    r["optimal_trees"], r["trees"]
+                );
+                let _ = writeln!(
+                    md,
                     "\nJoined in {:.1} s; every tree wide-area optimal {} s after the first start; {} nodes crashed (10%), every survivor's tree optimal again {} s later.\n",
                     r["joined_s"].as_f64().unwrap_or(f64::NAN),
                     r["converged_s"]
@@ -885,6 +890,10 @@ fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
              ours then reaches the application's delivery stream {:.0} us later (median; 90%: {:.0} us)",
             out["app_lag_us"]["median"].as_f64().unwrap_or(f64::NAN),
             out["app_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN),
+        );
+        println!(
+            "  trees wide-area optimal when the broadcasts began: {} of {}",
+            out["optimal_trees"], out["trees"]
         );
         println!(
             "  joined {:.1} s, wide-area optimal {} s, {} crashed, repaired {} s",
