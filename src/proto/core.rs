@@ -121,6 +121,8 @@ pub struct Core {
     coll: Collectives,
     /// Clusters discovered from the measured latencies.
     discovery: discovery::Discovery,
+    /// Scratch space of `handle_entries` (kept to save an allocation per message).
+    entry_scratch: Vec<Option<RootIdx>>,
 }
 
 /// The overlay as the collective engine sees it: borrowed from the core's tables.
@@ -229,6 +231,7 @@ impl Core {
             stats: CoreStats::default(),
             coll: Collectives::new(id),
             discovery,
+            entry_scratch: Vec::new(),
         }
     }
 
@@ -523,17 +526,9 @@ impl Core {
                     }
                 }
             }
-            Message::Advert { entries } => {
-                for e in entries {
-                    self.handle_entry(from, e, false);
-                }
-            }
+            Message::Advert { entries } => self.handle_entries(from, &entries, false),
             Message::TreeUpdate(e) => self.handle_entry(from, e, true),
-            Message::TreeUpdates(entries) => {
-                for e in entries {
-                    self.handle_entry(from, e, true);
-                }
-            }
+            Message::TreeUpdates(entries) => self.handle_entries(from, &entries, true),
             Message::Attach { root } => self.handle_link(from, root, true),
             Message::Detach { root } => self.handle_link(from, root, false),
             Message::Links { attach, detach } => {
@@ -727,12 +722,48 @@ impl Core {
         if slot.len() <= ri {
             slot.resize(ri + 1, Heard::default());
         }
-        slot[ri] = Heard {
-            serial: e.serial,
-            dist_us: e.dist_us,
-            connected: e.connected,
-            known: true,
-        };
+        slot[ri] = heard_of(&e);
+        self.act_on_entry(from, ri, e, pushed);
+    }
+
+    /// Several entries from one peer, as [`Core::handle_entry`] one after the other would
+    /// handle them, in fewer passes over memory: every root is looked up first (the lookups
+    /// are independent, so their cache misses overlap instead of queueing behind each
+    /// other's work), then everything heard is written under one lookup of the peer, then
+    /// each entry is acted on. Equivalent because acting on one root's entry reads and
+    /// writes only that root's tree and what was heard about that root, and nothing in
+    /// between adds or removes roots or forgets the peer.
+    fn handle_entries(&mut self, from: NodeId, entries: &[AdvertEntry], pushed: bool) {
+        if let [e] = entries {
+            return self.handle_entry(from, *e, pushed);
+        }
+        let mut live = std::mem::take(&mut self.entry_scratch);
+        live.clear();
+        live.extend(entries.iter().map(|e| self.root_index.get(&e.root).copied()));
+        for slot in live.iter_mut() {
+            *slot = slot.filter(|&i| self.trees[i].is_some());
+        }
+        if let Some(max) = live.iter().flatten().copied().max() {
+            let heard = self.heard.entry(from).or_default();
+            if heard.len() <= max {
+                heard.resize(max + 1, Heard::default());
+            }
+            for (e, ri) in entries.iter().zip(&live) {
+                if let Some(ri) = *ri {
+                    heard[ri] = heard_of(e);
+                }
+            }
+            for (e, ri) in entries.iter().zip(&live) {
+                if let Some(ri) = *ri {
+                    self.act_on_entry(from, ri, *e, pushed);
+                }
+            }
+        }
+        self.entry_scratch = live;
+    }
+
+    /// The part of [`Core::handle_entry`] after `e` was written down as heard from `from`.
+    fn act_on_entry(&mut self, from: NodeId, ri: RootIdx, e: AdvertEntry, pushed: bool) {
         let t = self.trees[ri].as_ref().expect("live");
         if t.parent == Some(from) {
             self.apply_parent_state(ri, e);
@@ -1079,8 +1110,7 @@ impl Core {
         }
         if serial_advanced || t.push_due() {
             t.pushed = (t.dist_us, t.connected);
-            let children: Vec<NodeId> = t.children.iter().copied().collect();
-            for c in children {
+            for &c in &t.children {
                 self.outbox.update(c, e);
             }
         }
@@ -1486,6 +1516,16 @@ impl Core {
         }
         self.left = true;
         self.events.push_back(Event::Left);
+    }
+}
+
+/// What we note down about a peer's entry.
+fn heard_of(e: &AdvertEntry) -> Heard {
+    Heard {
+        serial: e.serial,
+        dist_us: e.dist_us,
+        connected: e.connected,
+        known: true,
     }
 }
 

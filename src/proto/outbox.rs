@@ -12,38 +12,54 @@ use super::message::{AdvertEntry, Message};
 use std::collections::BTreeMap;
 
 /// Tree messages waiting for the end of the current input, per destination.
+///
+/// Links, pushes and answers are kept as flat lists of `(peer, root, order, what)` and
+/// sorted when drained (one allocation per list, reused from input to input, instead of a
+/// map node per peer and root): the result is what per-peer maps of per-root maps with
+/// "the last word per root wins" would give.
 #[derive(Debug, Default)]
 pub struct Outbox {
-    /// peer -> root -> attach (true) or detach (false); the last word per root wins,
+    /// (peer, root, order, attach (true) or detach (false)); the last word per root wins,
     /// which is also what the receiver would end up with.
-    links: BTreeMap<NodeId, BTreeMap<NodeId, bool>>,
-    /// peer -> root -> latest state pushed to that child.
-    updates: BTreeMap<NodeId, BTreeMap<NodeId, AdvertEntry>>,
-    /// peer -> root -> latest state owed as an answer to an advert request.
-    answers: BTreeMap<NodeId, BTreeMap<NodeId, AdvertEntry>>,
+    links: Vec<(NodeId, NodeId, u32, bool)>,
+    /// (peer, root, order, latest state pushed to that child).
+    updates: Vec<(NodeId, NodeId, u32, AdvertEntry)>,
+    /// (peer, root, order, latest state owed as an answer to an advert request).
+    answers: Vec<(NodeId, NodeId, u32, AdvertEntry)>,
     /// peer -> (root, suggested parent) pairs to pass on.
     hints: BTreeMap<NodeId, Vec<(NodeId, NodeId)>>,
+    /// Order of the next addition (ties between equal (peer, root) keys go to the latest).
+    seq: u32,
 }
 
 impl Outbox {
+    fn next(&mut self) -> u32 {
+        self.seq += 1;
+        self.seq
+    }
+
     /// We chose `peer` as our parent in `root`'s tree.
     pub fn attach(&mut self, peer: NodeId, root: NodeId) {
-        self.links.entry(peer).or_default().insert(root, true);
+        let n = self.next();
+        self.links.push((peer, root, n, true));
     }
 
     /// `peer` is no longer our parent in `root`'s tree (or never was).
     pub fn detach(&mut self, peer: NodeId, root: NodeId) {
-        self.links.entry(peer).or_default().insert(root, false);
+        let n = self.next();
+        self.links.push((peer, root, n, false));
     }
 
     /// Push our state in `e.root`'s tree to the child `peer`.
     pub fn update(&mut self, peer: NodeId, e: AdvertEntry) {
-        self.updates.entry(peer).or_default().insert(e.root, e);
+        let n = self.next();
+        self.updates.push((peer, e.root, n, e));
     }
 
     /// Answer `peer`'s advert request with our state in `e.root`'s tree.
     pub fn answer(&mut self, peer: NodeId, e: AdvertEntry) {
-        self.answers.entry(peer).or_default().insert(e.root, e);
+        let n = self.next();
+        self.answers.push((peer, e.root, n, e));
     }
 
     /// Suggest `parent` to `peer` as a parent worth measuring in `root`'s tree.
@@ -65,9 +81,10 @@ impl Outbox {
     /// Turns everything waiting into messages, one per destination and kind (the single-root
     /// forms when there is just one root, so a quiet overlay sends what it always sent).
     pub fn drain(&mut self, mut send: impl FnMut(NodeId, Message)) {
-        for (peer, roots) in std::mem::take(&mut self.links) {
+        self.seq = 0;
+        for (peer, roots) in last_words(&mut self.links) {
             let (mut attach, mut detach) = (Vec::new(), Vec::new());
-            for (root, up) in roots {
+            for (_, root, _, up) in roots {
                 if up {
                     attach.push(root);
                 } else {
@@ -80,22 +97,46 @@ impl Outbox {
                 _ => send(peer, Message::Links { attach, detach }),
             }
         }
-        for (peer, roots) in std::mem::take(&mut self.updates) {
-            let mut entries: Vec<AdvertEntry> = roots.into_values().collect();
-            if entries.len() == 1 {
-                send(peer, Message::TreeUpdate(entries.pop().expect("one")));
+        self.links.clear();
+        for (peer, roots) in last_words(&mut self.updates) {
+            if let [(_, _, _, e)] = roots.as_slice() {
+                send(peer, Message::TreeUpdate(*e));
             } else {
-                send(peer, Message::TreeUpdates(entries));
+                send(peer, Message::TreeUpdates(roots.iter().map(|r| r.3).collect()));
             }
         }
-        for (peer, roots) in std::mem::take(&mut self.answers) {
-            let entries = roots.into_values().collect();
+        self.updates.clear();
+        for (peer, roots) in last_words(&mut self.answers) {
+            let entries = roots.iter().map(|r| r.3).collect();
             send(peer, Message::Advert { entries });
         }
+        self.answers.clear();
         for (peer, parents) in std::mem::take(&mut self.hints) {
             send(peer, Message::ParentHint { parents });
         }
     }
+}
+
+/// Sorts `list` by (peer, root, order) and yields, peer by peer in ascending order, the last
+/// word for every root of that peer (roots ascending).
+fn last_words<T: Copy>(
+    list: &mut [(NodeId, NodeId, u32, T)],
+) -> impl Iterator<Item = (NodeId, Vec<(NodeId, NodeId, u32, T)>)> + '_ {
+    list.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+    let list: &[(NodeId, NodeId, u32, T)] = list;
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let peer = list.get(i)?.0;
+        let mut words = Vec::new();
+        while let Some(w) = list.get(i).filter(|w| w.0 == peer) {
+            // The last of a run of equal roots is the latest word.
+            if list.get(i + 1).is_none_or(|n| n.0 != peer || n.1 != w.1) {
+                words.push(*w);
+            }
+            i += 1;
+        }
+        Some((peer, words))
+    })
 }
 
 #[cfg(test)]
