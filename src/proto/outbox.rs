@@ -102,7 +102,10 @@ impl Outbox {
             if let [(_, _, _, e)] = roots.as_slice() {
                 send(peer, Message::TreeUpdate(*e));
             } else {
-                send(peer, Message::TreeUpdates(roots.iter().map(|r| r.3).collect()));
+                send(
+                    peer,
+                    Message::TreeUpdates(roots.iter().map(|r| r.3).collect()),
+                );
             }
         }
         self.updates.clear();
