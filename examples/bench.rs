@@ -493,7 +493,10 @@ fn run_sim_job(j: &SimJob, seed: u64) -> anyhow::Result<serde_json::Value> {
         }
         let s = sim.snapshot();
         if sim.now().as_micros() >= CONVERGE_MAX.as_micros() as u64 {
-            bail!("{label} did not converge in {} simulated s", CONVERGE_MAX.as_secs());
+            bail!(
+                "{label} did not converge in {} simulated s",
+                CONVERGE_MAX.as_secs()
+            );
         }
         progress(&format!(
             "sim {label}: {:.0} s simulated, {}/{} trees wide-area optimal, {:.0} s wall",
@@ -522,7 +525,10 @@ fn run_sim_job(j: &SimJob, seed: u64) -> anyhow::Result<serde_json::Value> {
     if j.repair {
         let live = sim.live_nodes();
         let crash: Vec<usize> = live.iter().copied().step_by(10).skip(1).collect();
-        progress(&format!("sim {label}: crashing {} nodes (10%)", crash.len()));
+        progress(&format!(
+            "sim {label}: crashing {} nodes (10%)",
+            crash.len()
+        ));
         for &c in &crash {
             sim.apply(overlay::sim::Action::Crash { node: c });
         }
