@@ -33,6 +33,17 @@ impl Core {
 
     /// The rules' verdict on `view` as a parent in tree `ri`, held back until the candidate is measured well enough.
     pub(super) fn judge(&self, ri: RootIdx, view: &CandidateView) -> Judgement {
+        let samples = self.rtt.get(&view.id).map_or(0, |e| e.samples());
+        self.judge_sampled(ri, view, samples)
+    }
+
+    /// [`Core::judge`] with the candidate's RTT sample count already looked up.
+    pub(super) fn judge_sampled(
+        &self,
+        ri: RootIdx,
+        view: &CandidateView,
+        samples: usize,
+    ) -> Judgement {
         let t = self.trees[ri].as_ref().expect("live");
         let parent_lat = t.parent.and_then(|p| self.lat_us(&p));
         let verdict = tree::judge_with(
@@ -48,7 +59,6 @@ impl Core {
         // wait. A peer that would be taken but is not measured enough (it advertises to us
         // because it watches us) is probed first; without that, two equally good entries
         // into a cluster of which only one watches the other would never merge.
-        let samples = self.rtt.get(&view.id).map_or(0, |e| e.samples());
         if t.connected && samples < MIN_SAMPLES_TO_MOVE {
             return match verdict {
                 // A candidate that would qualify once its state is fresh is measured first
@@ -72,7 +82,13 @@ impl Core {
             return;
         }
         let Some(view) = self.view(ri, c) else { return };
-        match self.judge(ri, &view) {
+        let samples = self.rtt.get(&c).map_or(0, |e| e.samples());
+        self.consider_view(ri, view, samples);
+    }
+
+    /// [`Core::consider`] once the candidate's view and RTT sample count are known.
+    pub(super) fn consider_view(&mut self, ri: RootIdx, view: CandidateView, samples: usize) {
+        match self.judge_sampled(ri, &view, samples) {
             Judgement::Switch(why) => self.switch_to(ri, view, why),
             other => self.follow_up(ri, &view, other),
         }

@@ -40,6 +40,12 @@ impl Core {
         if !self.heard.contains_key(&peer) {
             return; // Nothing heard from it yet: no tree to re-judge.
         }
+        // What `consider(ri, peer)` would look up about the peer in every tree, looked up
+        // once: nothing done in the loop changes what we heard from the peer, whether it is
+        // alive, or its latency and samples.
+        let heard = self.heard.get(&peer).cloned().unwrap_or_default();
+        let lat = self.lat_us(&peer).filter(|_| self.members.is_alive(&peer));
+        let samples = self.rtt.get(&peer).map_or(0, |e| e.samples());
         for ri in 0..self.trees.len() {
             let Some(t) = self.trees[ri].as_ref() else {
                 continue;
@@ -52,8 +58,18 @@ impl Core {
                     connected: t.connected,
                 };
                 self.apply_parent_state(ri, e);
-            } else {
-                self.consider(ri, peer);
+            } else if ri != OWN_ROOT
+                && let Some(lat_us) = lat
+                && let Some(h) = heard.get(ri).filter(|h| h.known)
+            {
+                let view = CandidateView {
+                    id: peer,
+                    serial: h.serial,
+                    dist_us: h.dist_us,
+                    connected: h.connected,
+                    lat_us,
+                };
+                self.consider_view(ri, view, samples);
             }
         }
     }
