@@ -125,7 +125,7 @@ impl Outbox {
 fn last_words<T: Copy>(
     list: &mut [(NodeId, NodeId, u32, T)],
 ) -> impl Iterator<Item = (NodeId, Vec<(NodeId, NodeId, u32, T)>)> + '_ {
-    list.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+    list.sort_unstable_by_key(|w| (w.0, w.1, w.2));
     let list: &[(NodeId, NodeId, u32, T)] = list;
     let mut i = 0;
     std::iter::from_fn(move || {

@@ -130,7 +130,7 @@ impl Core {
         let every = (self.config.full_advert_every.max(1) as u64)
             .max(trees.div_ceil(self.config.refresh_entries_per_s.max(1) as u64));
         for (i, peer) in targets.into_iter().enumerate() {
-            if (i as u64 + self.housekeeping_rounds) % every == 0 {
+            if (i as u64 + self.housekeeping_rounds).is_multiple_of(every) {
                 self.owed_full.insert(peer);
             }
         }
@@ -152,14 +152,15 @@ impl Core {
                 }
             }
             let t = self.trees[ri].as_ref().expect("live");
-            if !t.connected || (ri as u64 + self.housekeeping_rounds) % 4 == 0 {
+            if !t.connected || (ri as u64 + self.housekeeping_rounds).is_multiple_of(4) {
                 self.evaluate_all(ri);
             }
         }
         // Far children that may share a cluster: introduce them again now and then (an
         // introduction at attach time is skipped while a tree is still forming).
         for ri in 0..self.trees.len() {
-            if self.trees[ri].is_some() && (ri as u64 + self.housekeeping_rounds) % 8 == 0 {
+            if self.trees[ri].is_some() && (ri as u64 + self.housekeeping_rounds).is_multiple_of(8)
+            {
                 self.introduce_far_children(ri);
             }
         }
