@@ -75,6 +75,7 @@ async fn all_four_collectives_are_exact_over_quic_on_phoenix_27() {
 
     // Broadcast from a node of cluster C: everyone delivers exactly the payload, once.
     let root = 20;
+    let sent = Instant::now();
     let report = nodes[root]
         .broadcast(b"to everyone".to_vec())
         .await
@@ -84,6 +85,20 @@ async fn all_four_collectives_are_exact_over_quic_on_phoenix_27() {
     assert_eq!(receivers.len(), n, "every node delivers");
     assert_eq!(got.len(), n, "nobody delivers twice");
     assert!(got.iter().all(|(_, d)| &d.payload[..] == b"to everyone"));
+    // Each delivery carries when its node received it: after the start, and no earlier
+    // than the emulated one-way latency from the root's cluster allows.
+    let topology = overlay.map.topology();
+    for (i, d) in &got {
+        let floor = topology.latency(overlay.clusters[root], overlay.clusters[*i]);
+        let took = d.received.saturating_duration_since(sent);
+        assert!(d.received >= sent, "node {i} received before the start");
+        if *i != root {
+            assert!(
+                took >= floor,
+                "node {i} received after {took:?}, under {floor:?}"
+            );
+        }
+    }
     assert_eq!(
         report.delivered.iter().copied().collect::<BTreeSet<_>>(),
         all

@@ -7,7 +7,7 @@
 //! swapped, would fail). `cargo test --release --test sim_clusters -- --nocapture` prints
 //! when the views agreed.
 
-use overlay::proto::NodeId;
+use overlay::proto::{Command, DeliveryKind, Event, NodeId, Start, StartKind};
 use overlay::sim::{Action, Sim, SimConfig};
 use overlay::topology::Topology;
 use std::collections::BTreeMap;
@@ -225,4 +225,124 @@ fn phoenix_168_every_node_discovers_the_three_clusters() {
     sizes.sort();
     assert_eq!(sizes, vec![3, 65, 100]);
     assert!(every_view_is(&sim, 1, &expected(&sim, |c| c.min(1))).is_err());
+}
+
+/// The second of two operations `what` from `root` (the first teaches the cluster
+/// entries who is below): per node reached, who sent it and what.
+fn senders(
+    sim: &mut Sim,
+    root: usize,
+    kind: DeliveryKind,
+    what: impl Fn() -> StartKind,
+) -> Vec<(usize, NodeId, Vec<u8>)> {
+    let mut out = Vec::new();
+    // Operation numbers are the root's to choose; each call takes two of its own.
+    let base = 10 * (kind as u64 + 1);
+    for nonce in [base + 1, base + 2] {
+        sim.record_events(true);
+        sim.command(
+            root,
+            Command::Start(Start {
+                nonce,
+                timeout: Duration::from_secs(5),
+                what: what(),
+            }),
+        );
+        sim.run_for(Duration::from_secs(3));
+        out.clear();
+        for (_, node, ev) in sim.take_events() {
+            if let Event::Delivered(d) = ev
+                && d.kind == kind
+                && d.op.nonce == nonce
+            {
+                out.push((node, d.from, d.payload));
+            }
+        }
+        sim.record_events(false);
+    }
+    out
+}
+
+/// The collective engine spreads inside the clusters discovery found, with no RTT bound
+/// configured that would group anyone: with `cluster_rtt` at 1 µs (below every RTT of
+/// phoenix-27), nodes of the root's cluster are still reached by the in-cluster plan (from
+/// a node other than their tree parent), by a broadcast and by a scatter; with planning
+/// off, every node is reached by its tree parent. Everyone is reached exactly once, with
+/// its own item, either way.
+#[test]
+fn collectives_plan_over_the_discovered_clusters() {
+    let topo = topology("phoenix-27");
+    let mut reached_by_plan = Vec::new();
+    for cluster_rtt in [Duration::from_micros(1), Duration::ZERO] {
+        let mut core = overlay::proto::Config::test();
+        core.cluster_rtt = cluster_rtt;
+        let mut sim = Sim::new(
+            &topo,
+            SimConfig {
+                seed: 3,
+                core,
+                ..SimConfig::default()
+            },
+        );
+        sim.run_until_converged(Duration::from_secs(60))
+            .expect("converges");
+        let want = expected(&sim, |c| c);
+        let deadline = sim.now() + Duration::from_secs(30);
+        while every_view_is(&sim, 1, &want).is_err() && sim.now() < deadline {
+            sim.run_for(Duration::from_millis(500));
+        }
+        every_view_is(&sim, 1, &want).expect("views agree");
+        let root = 3; // the first node of cluster B (12 nodes)
+        let root_id = sim.id(root);
+        let ids: Vec<NodeId> = sim.ids().to_vec();
+        let broadcast = senders(&mut sim, root, DeliveryKind::Broadcast, || {
+            StartKind::Broadcast {
+                payload: vec![7; 100],
+            }
+        });
+        let items = ids.clone();
+        let scatter = senders(&mut sim, root, DeliveryKind::Scatter, || {
+            StartKind::Scatter {
+                items: items
+                    .iter()
+                    .map(|id| (*id, id.to_string().into_bytes()))
+                    .collect(),
+            }
+        });
+        let mut counts = Vec::new();
+        for (n, _, payload) in &scatter {
+            let want = ids[*n].to_string().into_bytes();
+            assert_eq!(payload, &want, "node {n}: not its item");
+        }
+        for got in [broadcast, scatter] {
+            let mut nodes: Vec<usize> = got.iter().map(|(n, _, _)| *n).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            assert_eq!(got.len(), sim.live_nodes().len(), "each node once");
+            assert_eq!(nodes.len(), got.len(), "nobody twice");
+            let planned = got
+                .iter()
+                .filter(|(n, from, _)| {
+                    *n != root
+                        && sim.cluster_of(*n) == sim.cluster_of(root)
+                        && sim.core(*n).parent(root_id) != Some(*from)
+                })
+                .count();
+            counts.push(planned);
+        }
+        reached_by_plan.push(counts);
+    }
+    eprintln!(
+        "nodes of the root's cluster reached by plan [broadcast, scatter]: {:?} with the discovered clusters, {:?} with planning off",
+        reached_by_plan[0], reached_by_plan[1]
+    );
+    assert!(
+        reached_by_plan[0][0] > 0,
+        "broadcast: no plan over the discovered cluster"
+    );
+    assert!(
+        reached_by_plan[0][1] > 0,
+        "scatter: no plan over the discovered cluster"
+    );
+    assert_eq!(reached_by_plan[1], vec![0, 0], "planning off still planned");
 }

@@ -43,6 +43,12 @@ pub struct Delivery {
     pub kind: DeliveryKind,
     /// The bytes.
     pub payload: Bytes,
+    /// When this node had it: when the connection read the message that delivered it (for
+    /// a streamed payload, when the stream was complete; at the root, when it started).
+    /// Earlier than when the application sees it by the driver's and the scheduler's
+    /// latency, so latency measurements can start and stop at the network, as a socket
+    /// timestamp would.
+    pub received: std::time::Instant,
 }
 
 impl Delivery {

@@ -33,6 +33,8 @@ pub struct QuicRunOptions {
 pub struct Times {
     /// One entry per (root, non-root node).
     pub ms: Vec<f64>,
+    /// For each entry of `ms`: (root's cluster, node's cluster).
+    pub clusters: Vec<(usize, usize)>,
     /// Nodes not reached in time.
     pub missed: usize,
 }
@@ -60,6 +62,10 @@ pub struct QuicRun {
     pub crashed: usize,
     /// From the crash until every survivor's tree was wide-area optimal again.
     pub repaired: Option<Duration>,
+    /// Ours: how long after its connection read a broadcast the application's delivery
+    /// stream yielded it, µs, one entry per delivery (sorted). Every contender's times are
+    /// taken at the connection; this is what the application adds on top.
+    pub app_lag_us: Vec<f64>,
 }
 
 /// Runs it; `progress` gets one line per step.
@@ -251,7 +257,15 @@ fn roots(clusters: &[usize], per_cluster: usize) -> Vec<usize> {
         .collect()
 }
 
-type Receipts = Arc<Mutex<HashMap<(NodeId, u64), HashMap<usize, Instant>>>>;
+/// Per operation, when each node's connection read it; and every delivery's lag to the
+/// application.
+#[derive(Default)]
+struct ReceiptLog {
+    at: HashMap<(NodeId, u64), HashMap<usize, Instant>>,
+    app_lag_us: Vec<f64>,
+}
+
+type Receipts = Arc<Mutex<ReceiptLog>>;
 
 /// Timed broadcasts per root and contender; they alternate (ours, MagPIe, unaware) so that
 /// every contender sees the same machine.
@@ -271,9 +285,14 @@ async fn broadcasts(
         let mut stream = Box::pin(node.deliveries());
         listeners.push(tokio::spawn(async move {
             while let Some(d) = stream.next().await {
-                let now = Instant::now();
+                // Taken where the static trees take theirs: when the connection read it.
+                let lag = d.received.elapsed();
                 let mut r = receipts.lock().unwrap_or_else(|e| e.into_inner());
-                r.entry((d.root, d.op)).or_default().entry(i).or_insert(now);
+                r.app_lag_us.push(lag.as_secs_f64() * 1e6);
+                r.at.entry((d.root, d.op))
+                    .or_default()
+                    .entry(i)
+                    .or_insert(d.received);
             }
         }));
     }
@@ -300,9 +319,14 @@ async fn broadcasts(
             ours_once(overlay, &receipts, root, &payload, wait, &mut out.ours).await?;
             for (id, times) in [(magpie, &mut out.magpie), (unaware, &mut out.unaware)] {
                 let got = net.broadcast(id, round, &payload, wait).await;
-                for (_, t) in got.into_iter().enumerate().filter(|(v, _)| *v != root) {
+                for (v, t) in got.into_iter().enumerate().filter(|(v, _)| *v != root) {
                     match t {
-                        Some(t) => times.ms.push(ms(t)),
+                        Some(t) => {
+                            times.ms.push(ms(t));
+                            times
+                                .clusters
+                                .push((overlay.clusters[root], overlay.clusters[v]));
+                        }
                         None => times.missed += 1,
                     }
                 }
@@ -310,6 +334,7 @@ async fn broadcasts(
             for (v, us) in trees::lower_bound(root, topo).into_iter().enumerate() {
                 if v != root {
                     out.bound.ms.push(us / 1e3);
+                    (out.bound.clusters).push((overlay.clusters[root], overlay.clusters[v]));
                 }
             }
         }
@@ -318,6 +343,14 @@ async fn broadcasts(
     for l in listeners {
         l.abort();
     }
+    let mut lag = std::mem::take(
+        &mut receipts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .app_lag_us,
+    );
+    lag.sort_by(f64::total_cmp);
+    out.app_lag_us = lag;
     Ok(())
 }
 
@@ -338,7 +371,7 @@ async fn ours_once(
     loop {
         let count = {
             let r = receipts.lock().unwrap_or_else(|e| e.into_inner());
-            r.get(&key).map_or(0, |m| m.len())
+            r.at.get(&key).map_or(0, |m| m.len())
         };
         if count >= n || Instant::now() >= deadline {
             break;
@@ -348,11 +381,15 @@ async fn ours_once(
     let got = receipts
         .lock()
         .unwrap_or_else(|e| e.into_inner())
+        .at
         .remove(&key)
         .unwrap_or_default();
     for v in (0..n).filter(|&v| v != root) {
         match got.get(&v) {
-            Some(t) => times.ms.push(ms(t.saturating_duration_since(t0))),
+            Some(t) => {
+                times.ms.push(ms(t.saturating_duration_since(t0)));
+                (times.clusters).push((overlay.clusters[root], overlay.clusters[v]));
+            }
             None => times.missed += 1,
         }
     }
@@ -385,6 +422,37 @@ impl QuicRun {
     }
 
     /// The results as one JSON object (`benchmark: "quic"`).
+    /// Per (root's cluster, node's cluster): each contender's median, ms (where ours wins
+    /// and loses).
+    pub fn per_cluster(&self) -> Vec<((usize, usize), [f64; 4])> {
+        let mut pairs: Vec<(usize, usize)> = self.bound.clusters.clone();
+        pairs.sort_unstable();
+        pairs.dedup();
+        pairs
+            .into_iter()
+            .map(|pair| {
+                let median = |t: &Times| {
+                    let mut v: Vec<f64> = (t.ms.iter().zip(&t.clusters))
+                        .filter(|(_, c)| **c == pair)
+                        .map(|(m, _)| *m)
+                        .collect();
+                    v.sort_by(f64::total_cmp);
+                    super::quantile(&v, 0.5)
+                };
+                let c = self.contenders();
+                (
+                    pair,
+                    [
+                        median(c[0].1),
+                        median(c[1].1),
+                        median(c[2].1),
+                        median(c[3].1),
+                    ],
+                )
+            })
+            .collect()
+    }
+
     pub fn to_json(&self, topology: &str, slowdown: u32) -> serde_json::Value {
         use serde_json::json;
         let s: Vec<(f64, f64)> = self.contenders().iter().map(|(_, t)| summary(t)).collect();
@@ -405,6 +473,13 @@ impl QuicRun {
             "converged_s": self.converged.map(|d| d.as_secs_f64()),
             "crashed": self.crashed,
             "repair_s": self.repaired.map(|d| d.as_secs_f64()),
+            "per_cluster_median_ms": self.per_cluster().iter().map(|((a, b), m)| json!({
+                "root_cluster": a, "node_cluster": b, "unaware": m[0], "magpie": m[1], "ours": m[2], "bound": m[3]})).collect::<Vec<_>>(),
+            "app_lag_us": {
+                "note": "ours: from the connection's read to the application's delivery stream; every contender's times are at the connection",
+                "median": super::quantile(&self.app_lag_us, 0.5),
+                "p90": super::quantile(&self.app_lag_us, 0.9),
+            },
         })
     }
 }

@@ -20,6 +20,12 @@ use tokio::sync::mpsc;
 /// Largest frame a static node accepts.
 const MAX_FRAME: usize = 64 * 1024;
 
+/// When each node received message `(tree, seq)`.
+type Receipts = HashMap<(u32, u32), Vec<Option<Instant>>>;
+
+/// A node's writer queue to each child it has connected to so far.
+type Writers = HashMap<usize, mpsc::UnboundedSender<Arc<Vec<u8>>>>;
+
 /// State shared by every node of the net.
 struct Shared {
     addrs: Vec<SocketAddr>,
@@ -28,9 +34,9 @@ struct Shared {
     endpoints: Vec<quinn::Endpoint>,
     trees: RwLock<HashMap<u32, Arc<Tree>>>,
     /// When node `i` received `(tree, seq)`.
-    receipts: Mutex<HashMap<(u32, u32), Vec<Option<Instant>>>>,
+    receipts: Mutex<Receipts>,
     /// Per node, the writer queue to each child connected so far.
-    writers: Vec<Mutex<HashMap<usize, mpsc::UnboundedSender<Arc<Vec<u8>>>>>>,
+    writers: Vec<Mutex<Writers>>,
 }
 
 /// A set of protocol-less QUIC nodes that forward along given trees.

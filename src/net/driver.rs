@@ -82,6 +82,8 @@ pub struct Driver {
     next_query: u64,
     ops: Ops,
     streams: Streams,
+    /// When the input being handled came off the network (a delivery's `received`).
+    input_at: Option<Instant>,
 }
 
 /// What [`Driver::new`] needs.
@@ -131,6 +133,7 @@ impl Driver {
             next_query: 0,
             ops: Ops::new(parts.seed),
             streams: Streams::new(parts.forwarding),
+            input_at: None,
         }
     }
 
@@ -192,6 +195,7 @@ impl Driver {
                 }
             }
             self.drain();
+            self.input_at = None;
         }
     }
 
@@ -282,8 +286,9 @@ impl Driver {
                     let _ = reply.send(Err(error));
                 }
             }
-            LinkInput::Received { peer, packet } => match packet {
+            LinkInput::Received { peer, packet, at } => match packet {
                 Packet::Overlay(msg) => {
+                    self.input_at = Some(at);
                     self.core.handle(now, Input::Received { from: peer, msg });
                 }
                 Packet::Gossip(msg) => self.gossip.handle_message(now, peer, msg),
@@ -305,44 +310,51 @@ impl Driver {
         }
     }
 
+    /// Hands one of the core's transmits to its connection (and a data stream, if it
+    /// announces one).
+    fn send_transmit(&mut self, t: crate::proto::Transmit) {
+        let stream = match &t.msg {
+            Message::Collective(CollectiveMessage::Down {
+                op,
+                body: DownBody::Stream { len, digest },
+                ..
+            }) => Some((*op, *len, *digest)),
+            _ => None,
+        };
+        let to = t.to;
+        // A one-off RTT measurement may wait behind protocol traffic for its dial.
+        let priority = match &t.msg {
+            Message::Ping { watch: false, .. } => Priority::Background,
+            _ => Priority::Urgent,
+        };
+        let sent = self.send_with(to, Packet::Overlay(t.msg), priority);
+        if let Some((op, len, digest)) = stream {
+            match self.links.conn(&to) {
+                Some(conn) => self.streams.forward(conn, to, op, len, digest),
+                // Being dialed: the stream starts once connected.
+                None if sent == Sent::Pending => {
+                    self.waiting_streams
+                        .entry(to)
+                        .or_default()
+                        .push((op, len, digest));
+                }
+                // Unreachable: the root asks it again directly later.
+                None => debug!(peer = %to, "no connection for a data stream"),
+            }
+        }
+    }
+
     /// Drains both state machines until neither has output (the drain rule).
     fn drain(&mut self) {
         loop {
             let mut progressed = false;
             while let Some(t) = self.core.poll_transmit() {
-                let stream = match &t.msg {
-                    Message::Collective(CollectiveMessage::Down {
-                        op,
-                        body: DownBody::Stream { len, digest },
-                        ..
-                    }) => Some((*op, *len, *digest)),
-                    _ => None,
-                };
-                let to = t.to;
-                // A one-off RTT measurement may wait behind protocol traffic for its dial.
-                let priority = match &t.msg {
-                    Message::Ping { watch: false, .. } => Priority::Background,
-                    _ => Priority::Urgent,
-                };
-                let sent = self.send_with(to, Packet::Overlay(t.msg), priority);
-                if let Some((op, len, digest)) = stream {
-                    match self.links.conn(&to) {
-                        Some(conn) => self.streams.forward(conn, to, op, len, digest),
-                        // Being dialed: the stream starts once connected.
-                        None if sent == Sent::Pending => {
-                            self.waiting_streams
-                                .entry(to)
-                                .or_default()
-                                .push((op, len, digest));
-                        }
-                        // Unreachable: the root asks it again directly later.
-                        None => debug!(peer = %to, "no connection for a data stream"),
-                    }
-                }
+                self.send_transmit(t);
                 progressed = true;
             }
             while let Some(e) = self.core.poll_event() {
                 let now = self.now();
+                let received = self.input_at.unwrap_or_else(Instant::now);
                 if let Event::Delivered(d) = &e
                     && d.payload.is_empty()
                     && let Some(payload) = self.streams.payload(d.op)
@@ -352,11 +364,12 @@ impl Driver {
                         op: d.op.nonce,
                         kind: d.kind,
                         payload,
+                        received,
                     });
                     progressed = true;
                     continue;
                 }
-                if self.ops.event(&mut self.core, now, &e) {
+                if self.ops.event(&mut self.core, now, received, &e) {
                     progressed = true;
                     continue;
                 }

@@ -58,8 +58,12 @@ pub enum LinkInput {
     DialFailed { peer: NodeId, error: DialError },
     /// A join through an address failed.
     JoinFailed { request: u64, error: DialError },
-    /// A decoded packet from `peer` on connection `conn`.
-    Received { peer: NodeId, packet: Packet },
+    /// A decoded packet from `peer`, and when its frame was read off the connection.
+    Received {
+        peer: NodeId,
+        packet: Packet,
+        at: std::time::Instant,
+    },
     /// A data-plane receiver finished: the payload of `op` is here and checked (`ok`), or
     /// its stream failed.
     StreamDone { op: crate::proto::OpId, ok: bool },
@@ -268,6 +272,7 @@ async fn read_stream(
                     .bytes_in
                     .fetch_add(bytes.len() as u64 + 4, Ordering::Relaxed);
                 let was_first = std::mem::replace(&mut first, false);
+                let at = std::time::Instant::now();
                 match Packet::decode(&bytes) {
                     Ok(Packet::Data(header)) if was_first => {
                         // A data-plane stream: the rest is raw payload, read by the driver's
@@ -285,7 +290,7 @@ async fn read_stream(
                         ctx.stats.frames_in.fetch_add(1, Ordering::Relaxed);
                         if ctx
                             .to_driver
-                            .send(LinkInput::Received { peer, packet })
+                            .send(LinkInput::Received { peer, packet, at })
                             .is_err()
                         {
                             return;

@@ -8,6 +8,7 @@ use crate::proto::{Command, Core, Event, Input, OpReport, Start, StartKind, Time
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
@@ -125,7 +126,7 @@ impl Ops {
     }
 
     /// Handles a collective event of the core; returns false for other events.
-    pub fn event(&mut self, core: &mut Core, now: Time, event: &Event) -> bool {
+    pub fn event(&mut self, core: &mut Core, now: Time, received: Instant, event: &Event) -> bool {
         match event {
             Event::Delivered(d) => {
                 if d.kind == DeliveryKind::Barrier
@@ -140,6 +141,7 @@ impl Ops {
                     op: d.op.nonce,
                     kind: d.kind,
                     payload: Bytes::from(d.payload.clone()),
+                    received,
                 };
                 self.subscribers
                     .retain(|s| s.send(delivery.clone()).is_ok());

@@ -50,8 +50,9 @@ pub struct Config {
     pub serial_request_gap: Duration,
     /// A peer that has not probed us for this long stops receiving our adverts.
     pub inbound_expiry: Duration,
-    /// Peers within this RTT form this node's cluster: collective operations spread among
-    /// them by a planned schedule instead of along the tree (zero: never).
+    /// Collective operations spread inside this node's cluster by a planned schedule
+    /// instead of along the tree (zero: never). The cluster is the level-1 group cluster
+    /// discovery finds; until it has found one, the peers within this RTT.
     pub cluster_rtt: Duration,
     /// The cost of sending one message, as that schedule assumes it.
     pub send_cost: Duration,

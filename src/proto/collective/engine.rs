@@ -67,6 +67,9 @@ struct Relay {
     delivered: bool,
     /// Scatter items received so far while more parts are coming.
     pending_items: Vec<(NodeId, Vec<u8>)>,
+    /// Scatter: the items came with a delegation inside the cluster, so they are passed on
+    /// by plan, not along the tree.
+    delegated: bool,
     /// Direct requests waiting for this node's own part.
     direct_waiters: Vec<NodeId>,
     /// Whether the operation entered this node's cluster here (it planned the spread).
@@ -90,6 +93,7 @@ impl Relay {
             own: Own::None,
             delivered: false,
             pending_items: Vec::new(),
+            delegated: false,
             direct_waiters: Vec::new(),
             entry: false,
         }

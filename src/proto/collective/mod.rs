@@ -196,10 +196,15 @@ pub trait Overlay {
     fn children(&self, root: NodeId) -> Vec<NodeId>;
     /// The RTT estimate to `peer`, µs.
     fn rtt_us(&self, peer: NodeId) -> Option<u32>;
-    /// Peers this close (RTT, µs) are in this node's cluster: operations spread among them
-    /// by plan (see `plan.rs`) rather than along the tree. 0 turns planning off.
-    fn cluster_rtt_us(&self) -> u32 {
-        0
+    /// Whether operations spread inside clusters by plan (see `plan.rs`) rather than
+    /// along the tree.
+    fn plans(&self) -> bool {
+        false
+    }
+    /// Whether `peer` is in this node's cluster (the group cluster discovery found, or
+    /// before it has, the peers within `Config::cluster_rtt`).
+    fn in_cluster(&self, _peer: &NodeId) -> bool {
+        false
     }
     /// The cost of one send, µs, as the in-cluster plan assumes it.
     fn send_cost_us(&self) -> u32 {

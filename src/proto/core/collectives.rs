@@ -10,6 +10,9 @@ pub(super) struct CoreView<'a> {
     root_index: &'a HashMap<NodeId, RootIdx>,
     trees: &'a [Option<TreeState>],
     rtt: &'a HashMap<NodeId, RttEstimator>,
+    /// This node's discovered level-1 cluster (sorted, itself included), once discovery has
+    /// put it in a group with others.
+    cluster: Option<&'a [NodeId]>,
 }
 
 impl Overlay for CoreView<'_> {
@@ -32,8 +35,20 @@ impl Overlay for CoreView<'_> {
     fn rtt_us(&self, peer: NodeId) -> Option<u32> {
         self.rtt.get(&peer).and_then(|e| e.rtt_us())
     }
-    fn cluster_rtt_us(&self) -> u32 {
-        self.config.cluster_rtt.as_micros().min(u32::MAX as u128) as u32
+    fn plans(&self) -> bool {
+        !self.config.cluster_rtt.is_zero()
+    }
+    fn in_cluster(&self, peer: &NodeId) -> bool {
+        if !self.plans() {
+            return false;
+        }
+        match self.cluster {
+            Some(members) => members.binary_search(peer).is_ok(),
+            // Before discovery has grouped this node: the peers within the bound.
+            None => self
+                .rtt_us(*peer)
+                .is_some_and(|r| u128::from(r) <= self.config.cluster_rtt.as_micros()),
+        }
     }
     fn send_cost_us(&self) -> u32 {
         self.config.send_cost.as_micros().min(u32::MAX as u128) as u32
@@ -50,6 +65,9 @@ impl Core {
             root_index: &self.root_index,
             trees: &self.trees,
             rtt: &self.rtt,
+            cluster: (self.discovery.table.view().group_of(1, &self.id))
+                .map(|g| g.members.as_slice())
+                .filter(|m| m.len() > 1),
         };
         f(&mut self.coll, &view);
     }

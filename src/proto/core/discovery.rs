@@ -51,8 +51,7 @@ impl Core {
     }
 
     /// The members of this node's discovered level-1 cluster, itself included (just itself
-    /// until discovery has run). Exposed for the collective engine, which does not use it
-    /// yet: it still takes the peers within `Config::cluster_rtt` as its cluster.
+    /// until discovery has run). The collective engine plans its spread over this cluster.
     pub fn discovered_cluster(&self) -> Vec<NodeId> {
         self.clusters()
             .group_of(1, &self.id)

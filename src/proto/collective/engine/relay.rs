@@ -2,6 +2,7 @@
 //! scatter items, direct answers, and answers from below.
 
 use super::*;
+use std::collections::{BTreeSet, HashSet};
 
 impl Collectives {
     #[allow(clippy::too_many_arguments)]
@@ -57,6 +58,7 @@ impl Collectives {
             }
             DownBody::Scatter { items } => {
                 relay.kind = OpKind::Scatter;
+                relay.delegated = !plan.delegation.is_empty();
                 if more {
                     relay.phase = Phase::AwaitMore;
                     relay.pending_items = items;
@@ -328,6 +330,12 @@ impl Collectives {
 
     /// Splits scatter items: this node's own, those for a child's subtree (as the child's
     /// last answer described it, or the child itself), the rest directly to its destination.
+    /// Passes scatter items on: each to the child whose subtree holds its destination, or
+    /// directly to a destination outside every subtree. Where the operation enters a
+    /// cluster, the items for the cluster's nodes go by the in-cluster plan instead (each
+    /// planned recipient gets its own item and those of its delegation), except below
+    /// children whose subtree leaves the cluster: those stay on the tree, so no node is sent
+    /// parts of one operation by two senders.
     pub(super) fn route_scatter(
         &mut self,
         now: Time,
@@ -337,17 +345,28 @@ impl Collectives {
         items: Vec<(NodeId, Vec<u8>)>,
     ) {
         let me = self.me;
-        let from = self.relays.get(&op).map(|r| r.from).unwrap_or(me);
+        let (from, delegated) = self
+            .relays
+            .get(&op)
+            .map_or((me, false), |r| (r.from, r.delegated));
         let children = self.ordered_children(ov, op.root, from);
         let mut owner: HashMap<NodeId, NodeId> = HashMap::new();
+        // Children whose known subtree stays inside the cluster: the plan may serve it.
+        let mut inside: HashSet<NodeId> = HashSet::new();
         for c in &children {
             if let Some(sub) = self.subtrees.get(&(op.root, *c)) {
                 for n in sub {
                     owner.entry(*n).or_insert(*c);
                 }
+                if ov.in_cluster(c) && sub.iter().all(|n| ov.in_cluster(n)) {
+                    inside.insert(*c);
+                }
             }
             owner.insert(*c, *c);
         }
+        let entry = from == me || !ov.in_cluster(&from);
+        let planning = ov.plans() && (delegated || entry);
+        let mut planned: Vec<(NodeId, Vec<u8>)> = Vec::new();
         let mut per_child: BTreeMap<NodeId, Vec<(NodeId, Vec<u8>)>> = BTreeMap::new();
         let mut direct: Vec<(NodeId, Vec<u8>)> = Vec::new();
         for (dest, v) in items {
@@ -363,6 +382,13 @@ impl Collectives {
                         payload: v,
                     }));
                 }
+            } else if planning
+                && dest != from
+                && ov.in_cluster(&dest)
+                && ov.is_alive(&dest)
+                && (delegated || owner.get(&dest).is_none_or(|c| inside.contains(c)))
+            {
+                planned.push((dest, v));
             } else if let Some(c) = owner.get(&dest).filter(|c| **c != from) {
                 per_child.entry(*c).or_default().push((dest, v));
             } else if dest != from && ov.is_alive(&dest) {
@@ -392,6 +418,7 @@ impl Collectives {
                 .waiting
                 .insert(child, true);
         }
+        self.send_scatter_plan(ov, op, budget_us, planned);
         for (dest, v) in direct {
             let b = child_budget(budget_us, ov.rtt_us(dest));
             self.send_down(
@@ -411,6 +438,50 @@ impl Collectives {
                 .insert(dest, false);
         }
         let _ = now;
+    }
+
+    /// Sends planned scatter items: the plan over their destinations; each recipient gets
+    /// its item and its delegation's.
+    fn send_scatter_plan(
+        &mut self,
+        ov: &dyn Overlay,
+        op: OpId,
+        budget_us: u32,
+        items: Vec<(NodeId, Vec<u8>)>,
+    ) {
+        if items.is_empty() {
+            return;
+        }
+        let mut by_dest: HashMap<NodeId, Vec<u8>> = items.into_iter().collect();
+        let set: Vec<NodeId> = by_dest
+            .keys()
+            .copied()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let latency = |x: NodeId| ov.rtt_us(x).map_or(ov.send_cost_us(), |r| r / 2);
+        for (to, delegation) in plan::schedule(self.me, &set, latency, ov.send_cost_us()) {
+            let mine: Vec<(NodeId, Vec<u8>)> = std::iter::once(to)
+                .chain(delegation.iter().copied())
+                .filter_map(|d| by_dest.remove(&d).map(|v| (d, v)))
+                .collect();
+            let b = child_budget(budget_us, ov.rtt_us(to));
+            let chunks = chunk_items(mine);
+            let n = chunks.len();
+            for (i, chunk) in chunks.into_iter().enumerate() {
+                let plan = Plan {
+                    delegation: delegation.clone(),
+                    hoisted: Vec::new(),
+                };
+                let body = DownBody::Scatter { items: chunk };
+                self.push_down(to, op, b, false, i + 1 < n, plan, body);
+            }
+            self.relays
+                .get_mut(&op)
+                .expect("relay")
+                .waiting
+                .insert(to, true);
+        }
     }
 
     pub(super) fn accept_up(

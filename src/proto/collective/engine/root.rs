@@ -252,8 +252,7 @@ impl Collectives {
         if !r.entry || r.kind == OpKind::Scatter {
             return;
         }
-        let bound = ov.cluster_rtt_us();
-        let local = |x: &NodeId| *x != self.me && ov.rtt_us(*x).is_some_and(|t| t <= bound);
+        let local = |x: &NodeId| *x != self.me && ov.in_cluster(x);
         let pairs: Vec<(NodeId, NodeId)> = r
             .acc
             .exits

@@ -45,7 +45,7 @@ impl Collectives {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn push_down(
+    pub(super) fn push_down(
         &mut self,
         to: NodeId,
         op: OpId,
@@ -86,13 +86,12 @@ impl Collectives {
     ) -> Vec<Target> {
         let me = self.me;
         let children = self.ordered_children(ov, op.root, from);
-        let bound = ov.cluster_rtt_us();
-        let near = |x: &NodeId| bound > 0 && ov.rtt_us(*x).is_some_and(|r| r <= bound);
+        let near = |x: &NodeId| ov.in_cluster(x);
         let entry = !near(&from) || from == me;
         let delegate = from != me && near(&from);
         let far: Vec<NodeId> = children.iter().filter(|c| !near(c)).copied().collect();
         if let Some(r) = self.relays.get_mut(&op) {
-            r.entry = entry && bound > 0;
+            r.entry = entry && ov.plans();
             r.acc.exits.extend(far.iter().map(|c| (me, *c)));
         }
         let tree = |c: NodeId| Target {
@@ -146,7 +145,8 @@ impl Collectives {
                 out.push(tree(*f));
             }
         }
-        let latency = |x: NodeId| ov.rtt_us(x).unwrap_or(bound) / 2;
+        // Unmeasured (rare: discovery groups measured peers): as far as a send costs.
+        let latency = |x: NodeId| ov.rtt_us(x).map_or(ov.send_cost_us(), |r| r / 2);
         for (c, delegation) in plan::schedule(me, &set, latency, ov.send_cost_us()) {
             // What the receiver and its delegation must not send again: what this entry
             // hoisted for them, or what a delegate was told, passed on whole.
