@@ -82,9 +82,11 @@ impl Outbox {
     /// forms when there is just one root, so a quiet overlay sends what it always sent).
     pub fn drain(&mut self, mut send: impl FnMut(NodeId, Message)) {
         self.seq = 0;
-        for (peer, roots) in last_words(&mut self.links) {
+        last_words(&mut self.links);
+        for roots in self.links.chunk_by(|a, b| a.0 == b.0) {
+            let peer = roots[0].0;
             let (mut attach, mut detach) = (Vec::new(), Vec::new());
-            for (_, root, _, up) in roots {
+            for &(_, root, _, up) in roots {
                 if up {
                     attach.push(root);
                 } else {
@@ -98,8 +100,10 @@ impl Outbox {
             }
         }
         self.links.clear();
-        for (peer, roots) in last_words(&mut self.updates) {
-            if let [(_, _, _, e)] = roots.as_slice() {
+        last_words(&mut self.updates);
+        for roots in self.updates.chunk_by(|a, b| a.0 == b.0) {
+            let peer = roots[0].0;
+            if let [(_, _, _, e)] = roots {
                 send(peer, Message::TreeUpdate(*e));
             } else {
                 send(
@@ -109,9 +113,10 @@ impl Outbox {
             }
         }
         self.updates.clear();
-        for (peer, roots) in last_words(&mut self.answers) {
+        last_words(&mut self.answers);
+        for roots in self.answers.chunk_by(|a, b| a.0 == b.0) {
             let entries = roots.iter().map(|r| r.3).collect();
-            send(peer, Message::Advert { entries });
+            send(roots[0].0, Message::Advert { entries });
         }
         self.answers.clear();
         for (peer, parents) in std::mem::take(&mut self.hints) {
@@ -120,26 +125,20 @@ impl Outbox {
     }
 }
 
-/// Sorts `list` by (peer, root, order) and yields, peer by peer in ascending order, the last
-/// word for every root of that peer (roots ascending).
-fn last_words<T: Copy>(
-    list: &mut [(NodeId, NodeId, u32, T)],
-) -> impl Iterator<Item = (NodeId, Vec<(NodeId, NodeId, u32, T)>)> + '_ {
+/// Sorts `list` by (peer, root, order) and keeps only the last word for every (peer, root):
+/// peers ascending, and each peer's roots ascending.
+fn last_words<T: Copy>(list: &mut Vec<(NodeId, NodeId, u32, T)>) {
     list.sort_unstable_by_key(|w| (w.0, w.1, w.2));
-    let list: &[(NodeId, NodeId, u32, T)] = list;
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        let peer = list.get(i)?.0;
-        let mut words = Vec::new();
-        while let Some(w) = list.get(i).filter(|w| w.0 == peer) {
-            // The last of a run of equal roots is the latest word.
-            if list.get(i + 1).is_none_or(|n| n.0 != peer || n.1 != w.1) {
-                words.push(*w);
-            }
-            i += 1;
+    let mut kept = 0;
+    for i in 0..list.len() {
+        // The last of a run of equal (peer, root) is the latest word.
+        let w = list[i];
+        if list.get(i + 1).is_none_or(|n| (n.0, n.1) != (w.0, w.1)) {
+            list[kept] = w;
+            kept += 1;
         }
-        Some((peer, words))
-    })
+    }
+    list.truncate(kept);
 }
 
 #[cfg(test)]
