@@ -5,6 +5,7 @@
 //! cargo run --release --example sim -- --topology phoenix-27 --json
 //! cargo run --release --example sim -- --topology topologies/das-4.toml --dot 0
 //! cargo run --release --example sim -- --topology topologies/phoenix-27.toml --churn 20
+//! cargo run --release --example sim -- --topology topologies/scale-1000.toml --scale 2
 //! ```
 //!
 //! The run lasts until every tree is spanning and wide-area optimal (site optimal on
@@ -57,6 +58,10 @@ struct Args {
     /// How long the trees must stay optimal and unchanged to call the run converged.
     #[arg(long, default_value_t = 5.0)]
     stable_seconds: f64,
+    /// Multiply every cluster's node count by this factor (same latency matrix), e.g. 2 on
+    /// scale-1000 for 2000 nodes.
+    #[arg(long, value_name = "FACTOR")]
+    scale: Option<f64>,
     /// Core presets: wan, lan or test.
     #[arg(long, default_value = "wan")]
     preset: String,
@@ -174,7 +179,11 @@ fn run(args: Args) -> Result<()> {
         "test" => Config::test(),
         other => bail!("--preset must be wan, lan or test, got {other:?}"),
     };
-    let topo = load_topology(&args.topology)?;
+    let mut topo = load_topology(&args.topology)?;
+    if let Some(f) = args.scale {
+        ensure!(f.is_finite() && f > 0.0, "--scale must be positive");
+        topo = topo.scaled(f);
+    }
 
     let wall = Instant::now();
     let cfg = SimConfig {

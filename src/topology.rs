@@ -441,6 +441,33 @@ impl Topology {
         from * n + to
     }
 
+    /// The same topology with every cluster's node count multiplied by `factor` (rounded,
+    /// at least one node per cluster): same clusters, sites, latency and bandwidth
+    /// matrices, only more or fewer nodes. Named `<name>-x<factor>`; how it was derived is
+    /// appended to `source`. Used to measure how traffic grows with the number of nodes
+    /// without inventing latencies (e.g. 500 and 2000 nodes from scale-1000).
+    ///
+    /// # Panics
+    /// If `factor` is not a positive finite number.
+    pub fn scaled(&self, factor: f64) -> Topology {
+        assert!(
+            factor.is_finite() && factor > 0.0,
+            "scale factor must be positive"
+        );
+        let mut t = self.clone();
+        for c in &mut t.clusters {
+            c.nodes = ((c.nodes as f64 * factor).round() as usize).max(1);
+        }
+        t.name = format!("{}-x{factor}", self.name);
+        t.source = format!(
+            "{} Derived: every cluster's node count of {} multiplied by {factor} ({} nodes); same latency matrix.",
+            self.source,
+            self.name,
+            t.node_count()
+        );
+        t
+    }
+
     /// Total nodes over all clusters.
     pub fn node_count(&self) -> usize {
         self.clusters.iter().map(|c| c.nodes).sum()
@@ -485,6 +512,21 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scaled_keeps_the_matrix_and_multiplies_the_nodes() {
+        let t = Topology::builtin("phoenix-27").expect("shipped");
+        let d = t.scaled(2.0);
+        assert_eq!(d.node_count(), 2 * t.node_count());
+        assert_eq!(d.clusters.len(), t.clusters.len());
+        for a in 0..t.clusters.len() {
+            for b in 0..t.clusters.len() {
+                assert_eq!(d.latency(a, b), t.latency(a, b));
+            }
+        }
+        assert!(d.name.ends_with("-x2"), "{}", d.name);
+        assert!(t.scaled(0.01).clusters.iter().all(|c| c.nodes == 1));
+    }
 
     fn ms(x: f64) -> Duration {
         Duration::from_secs_f64(x / 1000.0)

@@ -12,38 +12,54 @@ use super::message::{AdvertEntry, Message};
 use std::collections::BTreeMap;
 
 /// Tree messages waiting for the end of the current input, per destination.
+///
+/// Links, pushes and answers are kept as flat lists of `(peer, root, order, what)` and
+/// sorted when drained (one allocation per list, reused from input to input, instead of a
+/// map node per peer and root): the result is what per-peer maps of per-root maps with
+/// "the last word per root wins" would give.
 #[derive(Debug, Default)]
 pub struct Outbox {
-    /// peer -> root -> attach (true) or detach (false); the last word per root wins,
+    /// (peer, root, order, attach (true) or detach (false)); the last word per root wins,
     /// which is also what the receiver would end up with.
-    links: BTreeMap<NodeId, BTreeMap<NodeId, bool>>,
-    /// peer -> root -> latest state pushed to that child.
-    updates: BTreeMap<NodeId, BTreeMap<NodeId, AdvertEntry>>,
-    /// peer -> root -> latest state owed as an answer to an advert request.
-    answers: BTreeMap<NodeId, BTreeMap<NodeId, AdvertEntry>>,
+    links: Vec<(NodeId, NodeId, u32, bool)>,
+    /// (peer, root, order, latest state pushed to that child).
+    updates: Vec<(NodeId, NodeId, u32, AdvertEntry)>,
+    /// (peer, root, order, latest state owed as an answer to an advert request).
+    answers: Vec<(NodeId, NodeId, u32, AdvertEntry)>,
     /// peer -> (root, suggested parent) pairs to pass on.
     hints: BTreeMap<NodeId, Vec<(NodeId, NodeId)>>,
+    /// Order of the next addition (ties between equal (peer, root) keys go to the latest).
+    seq: u32,
 }
 
 impl Outbox {
+    fn next(&mut self) -> u32 {
+        self.seq += 1;
+        self.seq
+    }
+
     /// We chose `peer` as our parent in `root`'s tree.
     pub fn attach(&mut self, peer: NodeId, root: NodeId) {
-        self.links.entry(peer).or_default().insert(root, true);
+        let n = self.next();
+        self.links.push((peer, root, n, true));
     }
 
     /// `peer` is no longer our parent in `root`'s tree (or never was).
     pub fn detach(&mut self, peer: NodeId, root: NodeId) {
-        self.links.entry(peer).or_default().insert(root, false);
+        let n = self.next();
+        self.links.push((peer, root, n, false));
     }
 
     /// Push our state in `e.root`'s tree to the child `peer`.
     pub fn update(&mut self, peer: NodeId, e: AdvertEntry) {
-        self.updates.entry(peer).or_default().insert(e.root, e);
+        let n = self.next();
+        self.updates.push((peer, e.root, n, e));
     }
 
     /// Answer `peer`'s advert request with our state in `e.root`'s tree.
     pub fn answer(&mut self, peer: NodeId, e: AdvertEntry) {
-        self.answers.entry(peer).or_default().insert(e.root, e);
+        let n = self.next();
+        self.answers.push((peer, e.root, n, e));
     }
 
     /// Suggest `parent` to `peer` as a parent worth measuring in `root`'s tree.
@@ -65,9 +81,12 @@ impl Outbox {
     /// Turns everything waiting into messages, one per destination and kind (the single-root
     /// forms when there is just one root, so a quiet overlay sends what it always sent).
     pub fn drain(&mut self, mut send: impl FnMut(NodeId, Message)) {
-        for (peer, roots) in std::mem::take(&mut self.links) {
+        self.seq = 0;
+        last_words(&mut self.links);
+        for roots in self.links.chunk_by(|a, b| a.0 == b.0) {
+            let peer = roots[0].0;
             let (mut attach, mut detach) = (Vec::new(), Vec::new());
-            for (root, up) in roots {
+            for &(_, root, _, up) in roots {
                 if up {
                     attach.push(root);
                 } else {
@@ -80,22 +99,46 @@ impl Outbox {
                 _ => send(peer, Message::Links { attach, detach }),
             }
         }
-        for (peer, roots) in std::mem::take(&mut self.updates) {
-            let mut entries: Vec<AdvertEntry> = roots.into_values().collect();
-            if entries.len() == 1 {
-                send(peer, Message::TreeUpdate(entries.pop().expect("one")));
+        self.links.clear();
+        last_words(&mut self.updates);
+        for roots in self.updates.chunk_by(|a, b| a.0 == b.0) {
+            let peer = roots[0].0;
+            if let [(_, _, _, e)] = roots {
+                send(peer, Message::TreeUpdate(*e));
             } else {
-                send(peer, Message::TreeUpdates(entries));
+                send(
+                    peer,
+                    Message::TreeUpdates(roots.iter().map(|r| r.3).collect()),
+                );
             }
         }
-        for (peer, roots) in std::mem::take(&mut self.answers) {
-            let entries = roots.into_values().collect();
-            send(peer, Message::Advert { entries });
+        self.updates.clear();
+        last_words(&mut self.answers);
+        for roots in self.answers.chunk_by(|a, b| a.0 == b.0) {
+            let entries = roots.iter().map(|r| r.3).collect();
+            send(roots[0].0, Message::Advert { entries });
         }
+        self.answers.clear();
         for (peer, parents) in std::mem::take(&mut self.hints) {
             send(peer, Message::ParentHint { parents });
         }
     }
+}
+
+/// Sorts `list` by (peer, root, order) and keeps only the last word for every (peer, root):
+/// peers ascending, and each peer's roots ascending.
+fn last_words<T: Copy>(list: &mut Vec<(NodeId, NodeId, u32, T)>) {
+    list.sort_unstable_by_key(|w| (w.0, w.1, w.2));
+    let mut kept = 0;
+    for i in 0..list.len() {
+        // The last of a run of equal (peer, root) is the latest word.
+        let w = list[i];
+        if list.get(i + 1).is_none_or(|n| (n.0, n.1) != (w.0, w.1)) {
+            list[kept] = w;
+            kept += 1;
+        }
+    }
+    list.truncate(kept);
 }
 
 #[cfg(test)]

@@ -2,8 +2,6 @@
 //! stale, and stale deadlines are skipped when they come up.
 
 use super::time::Time;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
 
 /// Everything the core can wait for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,11 +20,39 @@ pub enum Timer {
     Housekeeping,
 }
 
+/// How many [`Timer`] values there are.
+const TIMERS: usize = 6;
+
+impl Timer {
+    fn slot(self) -> usize {
+        match self {
+            Timer::SerialTick => 0,
+            Timer::AdvertFlush => 1,
+            Timer::ProbeRound => 2,
+            Timer::ProbeNext => 3,
+            Timer::ExploreRotate => 4,
+            Timer::Housekeeping => 5,
+        }
+    }
+
+    const ALL: [Timer; TIMERS] = [
+        Timer::SerialTick,
+        Timer::AdvertFlush,
+        Timer::ProbeRound,
+        Timer::ProbeNext,
+        Timer::ExploreRotate,
+        Timer::Housekeeping,
+    ];
+}
+
 /// A queue of timers; at most one live deadline per [`Timer`] value.
+///
+/// One slot per timer holds its live `(deadline, token)`; due timers come out in
+/// `(deadline, token)` order, so two timers due at the same instant fire in the order they
+/// were armed.
 #[derive(Debug, Default)]
 pub struct TimerQueue {
-    heap: BinaryHeap<Reverse<(Time, u64, Timer)>>,
-    live: HashMap<Timer, u64>,
+    live: [Option<(Time, u64)>; TIMERS],
     next_token: u64,
 }
 
@@ -34,46 +60,42 @@ impl TimerQueue {
     /// Arms `timer` at `at`, replacing any earlier deadline of the same timer.
     pub fn set(&mut self, timer: Timer, at: Time) {
         self.next_token += 1;
-        self.live.insert(timer, self.next_token);
-        self.heap.push(Reverse((at, self.next_token, timer)));
+        self.live[timer.slot()] = Some((at, self.next_token));
     }
 
     /// Arms `timer` at `at` unless it is already armed (earlier or later).
     pub fn set_if_idle(&mut self, timer: Timer, at: Time) {
-        if !self.live.contains_key(&timer) {
+        if !self.is_armed(timer) {
             self.set(timer, at);
         }
     }
 
     /// Whether `timer` is armed.
     pub fn is_armed(&self, timer: Timer) -> bool {
-        self.live.contains_key(&timer)
+        self.live[timer.slot()].is_some()
+    }
+
+    /// The armed timer with the smallest `(deadline, token)`.
+    fn first(&self) -> Option<(Time, u64, Timer)> {
+        Timer::ALL
+            .iter()
+            .filter_map(|&t| self.live[t.slot()].map(|(at, token)| (at, token, t)))
+            .min_by_key(|&(at, token, _)| (at, token))
     }
 
     /// Removes and returns the next live timer due at or before `now`.
     pub fn pop_due(&mut self, now: Time) -> Option<Timer> {
-        while let Some(Reverse((at, token, timer))) = self.heap.peek().copied() {
-            if self.live.get(&timer) != Some(&token) {
-                self.heap.pop(); // stale
-                continue;
-            }
-            if at > now {
-                return None;
-            }
-            self.heap.pop();
-            self.live.remove(&timer);
-            return Some(timer);
+        let (at, _, timer) = self.first()?;
+        if at > now {
+            return None;
         }
-        None
+        self.live[timer.slot()] = None;
+        Some(timer)
     }
 
-    /// The earliest live deadline. (A scan: the queue holds a handful of timers.)
+    /// The earliest live deadline.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.heap
-            .iter()
-            .filter(|Reverse((_, token, timer))| self.live.get(timer) == Some(token))
-            .map(|Reverse((at, _, _))| *at)
-            .min()
+        self.first().map(|(at, _, _)| at)
     }
 }
 

@@ -14,10 +14,11 @@ use super::queue::{EventQueue, Pending};
 use super::report::{RepairRecord, Report};
 use super::scenario::{self, Action};
 use super::traffic::{self, TrafficByKind};
+use crate::proto::id::IdMap;
 use crate::proto::rng::SplitMix64;
 use crate::proto::{Command, Core, DownReason, Event, Input, NodeId, Time, Transmit};
 use crate::topology::Topology;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -74,7 +75,7 @@ pub struct Sim<N: SimNode = Core> {
     now: Time,
     nodes: Vec<N>,
     ids: Vec<NodeId>,
-    index: HashMap<NodeId, usize>,
+    index: IdMap<NodeId, usize>,
     cluster_of: Vec<usize>,
     alive: Vec<bool>,
     doomed: Vec<bool>,
@@ -163,7 +164,7 @@ impl<N: SimNode> Sim<N> {
             now: Time::ZERO,
             nodes: Vec::new(),
             ids: Vec::new(),
-            index: HashMap::new(),
+            index: IdMap::default(),
             cluster_of: Vec::new(),
             alive: Vec::new(),
             doomed: Vec::new(),

@@ -1,0 +1,297 @@
+//! Parent selection: judging candidates by the rules of [`crate::proto::tree`], switching, detaching, and what follows a change of our own state.
+
+use super::*;
+
+impl Core {
+    /// Our one-way latency estimate to `peer` (half the filtered RTT), µs.
+    pub(super) fn lat_us(&self, peer: &NodeId) -> Option<u32> {
+        self.rtt.get(peer).and_then(|e| e.lat_us())
+    }
+
+    /// The index of `root`'s tree, if we track it.
+    pub(super) fn live_root(&self, root: NodeId) -> Option<RootIdx> {
+        self.root_index
+            .get(&root)
+            .copied()
+            .filter(|&i| self.trees[i].is_some())
+    }
+
+    /// What we know of candidate `c` in tree `ri`: what it last told us and our latency to it.
+    pub(super) fn view(&self, ri: RootIdx, c: NodeId) -> Option<CandidateView> {
+        let h = *self.heard.get(&c)?.get(ri)?;
+        if !h.known || !self.members.is_alive(&c) {
+            return None;
+        }
+        Some(CandidateView {
+            id: c,
+            serial: h.serial,
+            dist_us: h.dist_us,
+            connected: h.connected,
+            lat_us: self.lat_us(&c)?,
+        })
+    }
+
+    /// The rules' verdict on `view` as a parent in tree `ri`, held back until the candidate is measured well enough.
+    pub(super) fn judge(&self, ri: RootIdx, view: &CandidateView) -> Judgement {
+        let samples = self.rtt.get(&view.id).map_or(0, |e| e.samples());
+        self.judge_sampled(ri, view, samples)
+    }
+
+    /// [`Core::judge`] with the candidate's RTT sample count already looked up.
+    pub(super) fn judge_sampled(
+        &self,
+        ri: RootIdx,
+        view: &CandidateView,
+        samples: usize,
+    ) -> Judgement {
+        let t = self.trees[ri].as_ref().expect("live");
+        let parent_lat = t.parent.and_then(|p| self.lat_us(&p));
+        let verdict = tree::judge_with(
+            t,
+            self.id,
+            parent_lat,
+            view,
+            self.config.shortcut_threshold.as_micros() as u32,
+            self.sweep.is_empty(),
+        );
+        // A connected node only moves to a peer measured a few times: a first sample can
+        // be far off (queueing), and a move on noise is a move too many. Repair need not
+        // wait. A peer that would be taken but is not measured enough (it advertises to us
+        // because it watches us) is probed first; without that, two equally good entries
+        // into a cluster of which only one watches the other would never merge.
+        if t.connected && samples < MIN_SAMPLES_TO_MOVE {
+            return match verdict {
+                // A candidate that would qualify once its state is fresh is measured first
+                // too: without that, one heard of long ago, that does not advertise to us
+                // again (its dist did not change), is never looked at again.
+                Judgement::Switch(_) | Judgement::NeedFresh => Judgement::NeedMeasure,
+                // Asking for its parent moves nothing: one sample of our own will do (noise
+                // only makes a peer look farther). Waiting for three would stall the walk up
+                // a cluster's subtree at every step, and lose it where the hinted peer is
+                // dropped before its third sample.
+                Judgement::AskParent if samples > 0 => Judgement::AskParent,
+                _ => Judgement::No,
+            };
+        }
+        verdict
+    }
+
+    /// Judges one candidate and acts on the verdict.
+    pub(super) fn consider(&mut self, ri: RootIdx, c: NodeId) {
+        if ri == OWN_ROOT {
+            return;
+        }
+        let Some(view) = self.view(ri, c) else { return };
+        let samples = self.rtt.get(&c).map_or(0, |e| e.samples());
+        self.consider_view(ri, view, samples);
+    }
+
+    /// [`Core::consider`] once the candidate's view and RTT sample count are known.
+    pub(super) fn consider_view(&mut self, ri: RootIdx, view: CandidateView, samples: usize) {
+        match self.judge_sampled(ri, &view, samples) {
+            Judgement::Switch(why) => self.switch_to(ri, view, why),
+            other => self.follow_up(ri, &view, other),
+        }
+    }
+
+    /// Acts on a verdict that is not a switch: ask for fresher state, or for the
+    /// candidate's parent.
+    pub(super) fn follow_up(&mut self, ri: RootIdx, view: &CandidateView, verdict: Judgement) {
+        match verdict {
+            Judgement::NeedFresh => self.ask(ri, view),
+            // Parent queries only once the sweep has met every member: before that, every
+            // tree is forming, nearly every neighbour looks worth asking, and each answer
+            // costs a hinted peer and its probes; in a large overlay that floods.
+            Judgement::AskParent if !self.sweep.is_empty() => {}
+            Judgement::AskParent => {
+                // What we heard may be stale by a little (small changes are not advertised):
+                // ask for its exact state too.
+                if self.query_parent(ri, view) {
+                    self.ask(ri, view);
+                }
+            }
+            Judgement::NeedMeasure => self.measure(view.id),
+            Judgement::No if self.sweep.is_empty() && self.entry_walk(ri, view) => {
+                self.query_parent(ri, view);
+            }
+            Judgement::Switch(_) | Judgement::No => {}
+        }
+    }
+
+    /// Whether to walk up the ancestry of `view.id`, a peer much closer to us than our
+    /// parent that is neither a better parent nor, by its dist, obviously hanging near a
+    /// better one. We then entered a cluster over a long link, and the cluster may be
+    /// entered a second time, through the subtree `view.id` is in: the walk up finds that
+    /// other entry. Two entries whose near peers all hang in their own subtrees never see
+    /// each other otherwise. In a settled tree the walk leads back to us; the parent query
+    /// is then not repeated while nothing changes (see `query_parent`).
+    pub(super) fn entry_walk(&self, ri: RootIdx, view: &CandidateView) -> bool {
+        let t = self.trees[ri].as_ref().expect("live");
+        let Some(parent) = t.parent else {
+            return false;
+        };
+        t.connected
+            && view.connected
+            && parent != view.id
+            && !t.children.contains(&view.id)
+            && self.rtt.get(&view.id).is_some_and(|e| e.measured())
+            && self
+                .lat_us(&parent)
+                .is_some_and(|pl| view.lat_us.saturating_mul(2) < pl)
+    }
+
+    /// Judges every candidate heard of for this root and takes the best switch; a node
+    /// still without a path asks the root for a fresh serial.
+    pub(super) fn evaluate_all(&mut self, ri: RootIdx) {
+        if ri == OWN_ROOT || self.trees[ri].is_none() {
+            return;
+        }
+        let peers: Vec<NodeId> = self.heard.keys().copied().collect();
+        let mut best: Option<((SwitchReason, u32, u32, NodeId), CandidateView)> = None;
+        for c in peers {
+            let Some(view) = self.view(ri, c) else {
+                continue;
+            };
+            match self.judge(ri, &view) {
+                Judgement::Switch(why) => {
+                    let key = tree::preference(why, &view);
+                    if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                        best = Some((key, view));
+                    }
+                }
+                other => self.follow_up(ri, &view, other),
+            }
+        }
+        if let Some(((why, ..), view)) = best {
+            self.switch_to(ri, view, why);
+        }
+        if !self.trees[ri].as_ref().expect("live").connected {
+            self.request_serial(ri);
+        }
+    }
+
+    /// Takes `view.id` as our parent in tree `ri`: attach to it, detach from the old one, report the change.
+    pub(super) fn switch_to(&mut self, ri: RootIdx, view: CandidateView, why: SwitchReason) {
+        match why {
+            SwitchReason::Rules => self.stats.switches_rules += 1,
+            SwitchReason::Shortcut => self.stats.switches_shortcut += 1,
+            SwitchReason::Repair => self.stats.switches_repair += 1,
+        }
+        let now = self.now;
+        let t = self.trees[ri].as_mut().expect("live");
+        let old = t.parent;
+        let was_connected = t.connected;
+        let root = t.root;
+        t.parent = Some(view.id);
+        t.parent_dist_us = view.dist_us;
+        let advanced = t.adopt_serial(view.serial);
+        t.set_dist(view.dist_through());
+        t.track_best(why == SwitchReason::Repair);
+        t.connected = view.connected;
+        t.refreshed_at = now;
+        if let Some(o) = old {
+            self.outbox.detach(o, root);
+        }
+        self.outbox.attach(view.id, root);
+        self.events.push_back(Event::ParentChanged {
+            root,
+            old,
+            new: Some(view.id),
+        });
+        if !was_connected {
+            self.events.push_back(Event::ConnectedChanged {
+                root,
+                connected: true,
+            });
+        }
+        self.after_change(ri, advanced);
+    }
+
+    /// Our parent is gone: no path until repaired.
+    pub(super) fn detach(&mut self, ri: RootIdx) {
+        let t = self.trees[ri].as_mut().expect("live");
+        let old = t.parent.take();
+        let root = t.root;
+        let was_connected = t.connected;
+        t.connected = false;
+        t.dist_us = INFINITE;
+        t.parent_dist_us = INFINITE;
+        self.events.push_back(Event::ParentChanged {
+            root,
+            old,
+            new: None,
+        });
+        if was_connected {
+            self.events.push_back(Event::ConnectedChanged {
+                root,
+                connected: false,
+            });
+        }
+        self.after_change(ri, false);
+    }
+
+    /// Our parent told us its state (pushed, advertised, or our latency to it changed).
+    pub(super) fn apply_parent_state(&mut self, ri: RootIdx, e: AdvertEntry) {
+        let lat = self.trees[ri]
+            .as_ref()
+            .and_then(|t| t.parent)
+            .and_then(|p| self.lat_us(&p));
+        let now = self.now;
+        let t = self.trees[ri].as_mut().expect("live");
+        if e.serial < t.serial {
+            return; // Reordered or stale.
+        }
+        let advanced = t.adopt_serial(e.serial);
+        let before = (t.dist_us, t.connected);
+        t.parent_dist_us = e.dist_us;
+        t.refreshed_at = now;
+        let dist = match (e.connected, lat) {
+            (true, Some(l)) => e.dist_us.saturating_add(l),
+            (true, None) => t.dist_us, // Latency unknown for a moment: keep the last figure.
+            (false, _) => INFINITE,
+        };
+        t.set_dist(dist);
+        t.track_best(false);
+        t.connected = e.connected && dist != INFINITE;
+        let root = t.root;
+        if before.1 != t.connected {
+            self.events.push_back(Event::ConnectedChanged {
+                root,
+                connected: t.connected,
+            });
+        }
+        if advanced || before != (t.dist_us, t.connected) {
+            self.after_change(ri, advanced);
+        }
+        if !self.trees[ri].as_ref().expect("live").connected {
+            self.evaluate_all(ri);
+        }
+    }
+
+    /// After our state in a tree changed: push it to the children, schedule an advert if
+    /// it changed enough, and answer advert requests that waited for this serial.
+    pub(super) fn after_change(&mut self, ri: RootIdx, serial_advanced: bool) {
+        let t = self.trees[ri].as_mut().expect("live");
+        let e = entry_of(t);
+        if t.advert_due() {
+            self.dirty.insert(ri);
+        }
+        if serial_advanced || t.push_due() {
+            t.pushed = (t.dist_us, t.connected);
+            for &c in &t.children {
+                self.outbox.update(c, e);
+            }
+        }
+        if serial_advanced && let Some(waiting) = self.waiting_asks.get_mut(&ri) {
+            let ready: Vec<NodeId> = waiting
+                .iter()
+                .filter(|(_, s, _)| *s <= e.serial)
+                .map(|(p, _, _)| *p)
+                .collect();
+            waiting.retain(|(_, s, _)| *s > e.serial);
+            for p in ready {
+                self.outbox.answer(p, e);
+            }
+        }
+    }
+}

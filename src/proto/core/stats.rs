@@ -1,0 +1,36 @@
+//! Counters of what the core did.
+
+/// Counters of what the core did, for diagnostics and the simulator's report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CoreStats {
+    /// Parent switches under conditions (1)-(4).
+    pub switches_rules: u64,
+    /// Parent switches by the shortcut rule.
+    pub switches_shortcut: u64,
+    /// Re-attachments of a node without a path.
+    pub switches_repair: u64,
+    /// Parents lost because they left or died.
+    pub parents_lost: u64,
+    /// Parents dropped because they went quiet for six serial periods.
+    pub parents_quiet: u64,
+    /// Advert requests and parent queries sent.
+    pub asks: u64,
+    /// Parent queries sent.
+    pub parent_queries: u64,
+    /// Versions of its own cluster summary this node published.
+    pub cluster_publishes: u64,
+    /// Cluster discovery messages sent (summaries, digests, version lists).
+    pub cluster_messages: u64,
+    /// Their encoded bytes.
+    pub cluster_bytes: u64,
+    /// Full adverts sent (one entry per connected tree).
+    pub full_adverts: u64,
+    /// Entries carried by full adverts.
+    pub full_advert_entries: u64,
+    /// Entries sent in adverts of changes.
+    pub delta_advert_entries: u64,
+    /// Peers newly watched as near peers or explorers (a full advert each way).
+    pub watches: u64,
+    /// Peers newly hinted (measured only).
+    pub hinted: u64,
+}
