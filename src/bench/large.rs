@@ -1,5 +1,5 @@
 //! `bench large`: large broadcasts over the emulated wide area with its bandwidths,
-//! pipelined against store-and-forward (the program is `examples/bench.rs`; the tables and
+//! pipelined against store-and-forward (the program is `examples/bench/`; the tables and
 //! the plot are in [`super::large_report`]).
 //!
 //! The overlay runs once, in process: a few real nodes per cluster of a topology (das-4 by

@@ -2,7 +2,7 @@
 //! real QUIC ([`quic_tree`]), the real-QUIC run ([`quic_run`]), summary statistics and SVG
 //! plots ([`plot`]), and the large-broadcast benchmark ([`large`], its bandwidth bound
 //! [`bandwidth`] and its tables [`large_report`]). The benchmark program is
-//! `examples/bench.rs`.
+//! `examples/bench/`.
 
 pub mod bandwidth;
 pub mod large;

@@ -1,0 +1,263 @@
+//! Benchmarks, contenders side by side in one run (DESIGN §8). Ratios are printed; absolute
+//! times are shown but never asserted.
+//!
+//! ```text
+//! cargo run --release --example bench -- fig5 [--json] [--seed N] [--out docs]
+//! cargo run --release --example bench -- collectives [--json]
+//! cargo run --release --example bench -- convergence [--json] [--threads N]
+//! cargo run --release --example bench -- overhead [--json] [--threads N] [--with-2000]
+//! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K]
+//! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M]
+//! cargo run --release --example bench -- all          # all of the above, writes docs/
+//! ```
+//!
+//! convergence and overhead share their simulator runs (in `all`, each topology converges
+//! once): cold start until every tree is wide-area optimal and stable, then 10 s of steady
+//! traffic (the overhead figure), then (convergence: phoenix-168 and scale-1000) 10% of the
+//! nodes crash and the repair is timed. Overhead also runs at 500 nodes and, with
+//! `--with-2000`, at 2000 nodes: scale-1000 with every cluster's node count halved or
+//! doubled (`Topology::scaled`, same latency matrix). The runs go side by side on
+//! `--threads` threads (default 2); each is single-threaded and deterministic.
+//!
+//! fig5 (the paper's Fig. 5): phoenix-168, 1 KB broadcasts from six roots (two per
+//! cluster). Contenders: a topology-unaware binomial tree over node ids (MPICH), the static
+//! MagPIe tree (a coordinator per cluster fed by a flat tree, binomial inside clusters),
+//! our live trees, and the lower bound (shortest one-way latency path). All four are timed
+//! with one cost model (20 µs CPU per message sent and received, the link latency, 1 KB
+//! serialized at the link's bandwidth); "ours" uses the trees the protocol built in the
+//! simulator, and is also measured by running real broadcasts in the simulator.
+
+mod collectives;
+mod fig5;
+mod large;
+mod markdown;
+mod quic;
+mod sim_jobs;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use overlay::bench::quantile;
+use overlay::proto::{Command, Event, Start, StartKind};
+use overlay::sim::{Sim, SimConfig};
+use overlay::topology::Topology;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use collectives::collectives;
+use fig5::fig5;
+use large::large;
+use markdown::markdown;
+use quic::quic;
+use sim_jobs::{
+    convergence, convergence_report, overhead, overhead_report, run_sim_jobs, sim_jobs,
+};
+
+#[derive(Parser, Debug)]
+#[command(about = "Benchmarks: contenders side by side, ratios printed")]
+struct Cli {
+    #[command(subcommand)]
+    what: What,
+    /// Print one JSON object per benchmark instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Simulator seed.
+    #[arg(long, global = true, default_value_t = 1)]
+    seed: u64,
+    /// Where plots and BENCHMARKS.md go (`all` and `fig5`).
+    #[arg(long, global = true, default_value = "docs")]
+    out: PathBuf,
+    /// The topology of the real-QUIC run (`quic`). phoenix-168 over real QUIC needs
+    /// more than this machine's two cores (see docs/BENCHMARKS.md); phoenix-27 fits.
+    #[arg(long, global = true, default_value = "phoenix-27")]
+    quic_topology: String,
+    /// The real-QUIC run's protocol clocks are slowed by this factor, so that every node
+    /// of the topology fits on this machine's cores (`quic`).
+    #[arg(long, global = true, default_value_t = 1)]
+    slowdown: u32,
+    /// Simulator runs of `convergence` and `overhead` (and `all`) executed side by side
+    /// (each run is single-threaded and deterministic, so this changes only wall time).
+    #[arg(long, global = true, default_value_t = 2)]
+    threads: usize,
+    /// Also measure overhead at 2000 nodes (scale-1000 with every cluster doubled). Not in
+    /// `all` by default: converging 2000 nodes in the simulator takes far longer than the
+    /// 15 minutes `all` is meant to take on a 2-core machine.
+    #[arg(long, global = true)]
+    with_2000: bool,
+}
+
+#[derive(Subcommand, Debug, Clone, Copy)]
+enum What {
+    /// Per-node completion times of 1 KB broadcasts on phoenix-168 (the paper's Fig. 5).
+    Fig5,
+    /// Gather and reduce latency against broadcast latency on the same trees.
+    Collectives,
+    /// Time until every tree is wide-area optimal, and repair after 10% crash.
+    Convergence,
+    /// Control bytes per node per second against the number of nodes.
+    Overhead,
+    /// Fig. 5, convergence and repair over real QUIC: every node in this process over the
+    /// emulated-latency socket; the static trees run over the same QUIC stack.
+    Quic,
+    /// 1, 16 and 64 MiB broadcasts on das-4 with emulated bandwidth over real QUIC,
+    /// pipelined against store-and-forward (see overlay::bench::large).
+    Large {
+        /// Nodes started in every das-4 cluster.
+        #[arg(long, default_value_t = overlay::bench::large::DEFAULT_NODES_PER_CLUSTER)]
+        nodes_per_cluster: usize,
+        /// Skip payloads larger than this many MiB (for a quick look).
+        #[arg(long, default_value_t = usize::MAX)]
+        max_mib: usize,
+    },
+    /// Everything above; writes docs/BENCHMARKS.md and the plots.
+    All,
+}
+
+fn topology(name: &str) -> anyhow::Result<Topology> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("topologies")
+        .join(format!("{name}.toml"));
+    Topology::load(&path).with_context(|| format!("loading {}", path.display()))
+}
+
+fn progress(msg: &str) {
+    eprintln!("[bench] {msg}");
+}
+
+/// A converged phoenix-168 simulation.
+fn converged_sim(topo: &Topology, seed: u64) -> anyhow::Result<(Sim, Duration)> {
+    let mut sim = Sim::new(
+        topo,
+        SimConfig {
+            seed,
+            ..SimConfig::default()
+        },
+    );
+    let Some(t) = sim.run_until_converged(Duration::from_secs(120)) else {
+        bail!("{} did not converge in 120 simulated s", topo.name);
+    };
+    Ok((sim, t))
+}
+
+/// The roots: the first two nodes of every cluster.
+fn roots(sim: &Sim) -> Vec<usize> {
+    let mut r = Vec::new();
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    for i in 0..sim.total_nodes() {
+        let c = sim.cluster_of(i);
+        let n = seen.entry(c).or_default();
+        if *n < 2 {
+            r.push(i);
+            *n += 1;
+        }
+    }
+    r
+}
+
+/// Starts `what` at `root`, runs 3 s, returns (node, µs after the start, sender) of the
+/// deliveries `pick` selects, and the report's elapsed µs.
+fn run_op(
+    sim: &mut Sim,
+    root: usize,
+    nonce: u64,
+    what: StartKind,
+    pick: impl Fn(&Event) -> bool,
+) -> (Vec<(usize, f64, overlay::proto::NodeId)>, f64) {
+    sim.record_events(true);
+    let t0 = sim.now();
+    sim.command(
+        root,
+        Command::Start(Start {
+            nonce,
+            timeout: Duration::from_secs(5),
+            what,
+        }),
+    );
+    sim.run_for(Duration::from_secs(3));
+    let mut got = Vec::new();
+    let mut report = f64::NAN;
+    for (t, node, ev) in sim.take_events() {
+        let us = t.saturating_since(t0).as_secs_f64() * 1e6;
+        if let Event::Report(r) = &ev
+            && r.op.is_some_and(|o| o.nonce == nonce)
+        {
+            report = r.elapsed.as_secs_f64() * 1e6;
+        }
+        if pick(&ev)
+            && let Event::Delivered(d) = &ev
+        {
+            got.push((node, us, d.from));
+        }
+    }
+    sim.record_events(false);
+    (got, report)
+}
+
+struct Contender {
+    name: &'static str,
+    times_ms: Vec<f64>,
+}
+
+fn summary(c: &Contender) -> (f64, f64) {
+    let mut v = c.times_ms.clone();
+    v.sort_by(f64::total_cmp);
+    (quantile(&v, 0.5), *v.last().unwrap_or(&f64::NAN))
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let wall = Instant::now();
+    let results = match cli.what {
+        What::Fig5 => vec![fig5(&cli)?],
+        What::Collectives => vec![collectives(&cli)?],
+        What::Convergence => vec![convergence(&cli)?],
+        What::Overhead => vec![overhead(&cli)?],
+        What::Quic => vec![quic(&cli)?],
+        What::Large {
+            nodes_per_cluster,
+            max_mib,
+        } => vec![large(&cli, nodes_per_cluster, max_mib)?],
+        What::All => {
+            // One set of simulator runs serves convergence and overhead (scale-1000 and
+            // phoenix-168 are converged once; their overhead window comes before the
+            // crash). They start at once, beside fig5 and collectives: all of these are
+            // deterministic simulations (the machine's load changes only their wall time),
+            // and the scale-1000 run alone outlasts the rest, leaving a core free.
+            let (first, runs) = std::thread::scope(|s| {
+                let sims = s.spawn(|| {
+                    run_sim_jobs(&sim_jobs(true, true, cli.with_2000), cli.seed, cli.threads)
+                });
+                let first = fig5(&cli).and_then(|f| Ok(vec![f, collectives(&cli)?]));
+                (first, sims.join().expect("simulator runs do not panic"))
+            });
+            let (mut all, runs) = (first?, runs?);
+            all.push(convergence_report(&cli, &runs));
+            all.push(overhead_report(&cli, &runs)?);
+            all.push(quic(&cli)?);
+            all.push(large(
+                &cli,
+                overlay::bench::large::DEFAULT_NODES_PER_CLUSTER,
+                usize::MAX,
+            )?);
+            all
+        }
+    };
+    if cli.json {
+        for r in &results {
+            println!("{r}");
+        }
+    }
+    if let What::All = cli.what {
+        std::fs::write(
+            cli.out.join("bench-results.json"),
+            serde_json::to_string_pretty(&results)?,
+        )?;
+        std::fs::write(cli.out.join("BENCHMARKS.md"), markdown(&results, cli.seed))?;
+        progress(&format!(
+            "all done in {:.0} s; results in {}/bench-results.json",
+            wall.elapsed().as_secs_f64(),
+            cli.out.display()
+        ));
+    }
+    Ok(())
+}

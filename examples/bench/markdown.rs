@@ -1,0 +1,202 @@
+//! docs/BENCHMARKS.md: the report written by `all` from every benchmark's JSON results.
+
+use crate::sim_jobs::OVERHEAD_WINDOW;
+
+/// docs/BENCHMARKS.md from the results of `all`.
+pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
+    use std::fmt::Write as _;
+    let mut md = String::from("# Benchmarks\n\n");
+    let _ = writeln!(
+        md,
+        "Made by `cargo run --release --example bench -- all --seed {seed}` (simulator; \
+         contenders side by side in one run; absolute times depend on the machine, ratios \
+         are the result).\n"
+    );
+    for r in results {
+        match r["benchmark"].as_str() {
+            Some("fig5") => {
+                md.push_str("## Fig. 5: 1 KB broadcast on phoenix-168\n\n");
+                md.push_str("Per-node completion time over 6 roots (two per cluster). All contenders timed \
+                    with one model: 20 us CPU per message sent and received, link latency, 1 KB serialized \
+                    at the link's bandwidth. \"ours (model)\" is the dissemination our protocol actually \
+                    performed in the simulator (first sender of each node, in send order) timed with that \
+                    model; \"ours (simulated)\" is the simulator's own timing (no bandwidth term). \
+                    CDF: `fig5-sim.svg`.\n\n| contender | median ms | max ms |\n|---|---|---|\n");
+                for c in r["contenders"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {:.2} | {:.2} |",
+                        c["name"].as_str().unwrap_or(""),
+                        c["median_ms"].as_f64().unwrap_or(f64::NAN),
+                        c["max_ms"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push_str("\n| ratio (ours / theirs) | median | max |\n|---|---|---|\n");
+                for k in [
+                    "ratio_vs_static",
+                    "ratio_vs_unaware",
+                    "ratio_vs_bound",
+                    "simulated_ratio_vs_static",
+                    "simulated_ratio_vs_bound",
+                ] {
+                    let _ = writeln!(
+                        md,
+                        "| {k} | {:.3} | {:.3} |",
+                        r[k]["median"].as_f64().unwrap_or(f64::NAN),
+                        r[k]["max"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push_str("\nSend order (ours, simulated; the same protocol with children served in id order instead of the most descendants first, on simulators of their own with the same seed):\n\n| | most descendants first, median / max ms | id order, median / max ms | ratio median | ratio max |\n|---|---|---|---|---|\n");
+                for (name, k) in [
+                    ("with the in-cluster plan", "planned"),
+                    ("trees alone (planning off)", "trees_alone"),
+                ] {
+                    let o = &r["send_order"][k];
+                    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+                    let _ = writeln!(
+                        md,
+                        "| {name} | {:.2} / {:.2} | {:.2} / {:.2} | {:.3} | {:.3} |",
+                        f(&o["descendants_first_ms"][0]),
+                        f(&o["descendants_first_ms"][1]),
+                        f(&o["id_order_ms"][0]),
+                        f(&o["id_order_ms"][1]),
+                        f(&o["ratio"]["median"]),
+                        f(&o["ratio"]["max"])
+                    );
+                }
+                md.push('\n');
+            }
+            Some("collectives") => {
+                let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+                let _ = writeln!(
+                    md,
+                    "## Collectives: gather, reduce and scatter against broadcast; planned against along the trees (phoenix-168)\n\nTime from start to the root's report (every member answered), mean over 6 roots; the second of two operations per root (the first teaches each cluster's entry who is below). \"tree\": the same with planning off (`cluster_rtt` zero), on a simulator of its own with the same seed.\n\n| | broadcast ms | scatter ms | gather ms | reduce ms |\n|---|---|---|---|---|\n| planned (default) | {:.1} | {:.1} | {:.1} | {:.1} |\n| along the trees | {:.1} | {:.1} | {:.1} | {:.1} |\n| planned / tree | {:.3} | {:.3} | {:.3} | {:.3} |\n\nGather / broadcast {:.2}, reduce / broadcast {:.2}.\n",
+                    f(&r["broadcast_ms"]),
+                    f(&r["scatter_ms"]),
+                    f(&r["gather_ms"]),
+                    f(&r["reduce_ms"]),
+                    f(&r["tree_ms"]["broadcast"]),
+                    f(&r["tree_ms"]["scatter"]),
+                    f(&r["tree_ms"]["gather"]),
+                    f(&r["tree_ms"]["reduce"]),
+                    f(&r["planned_vs_tree"]["broadcast"]),
+                    f(&r["planned_vs_tree"]["scatter"]),
+                    f(&r["planned_vs_tree"]["gather"]),
+                    f(&r["planned_vs_tree"]["reduce"]),
+                    f(&r["gather_vs_broadcast"]),
+                    f(&r["reduce_vs_broadcast"]),
+                );
+            }
+            Some("convergence") => {
+                let _ = writeln!(
+                    md,
+                    "## Convergence and repair (simulator)\n\nCold start until every tree is wide-area optimal and stays so for 5 s; then {} s of steady traffic (the overhead window), then 10% of the nodes crash at once; repaired = every tree spans the survivors again.\n\n| topology | nodes | wide-area optimal and stable (s) | crashed (10%) | repaired (ms) | wall to converge (s) |\n|---|---|---|---|---|---|",
+                    OVERHEAD_WINDOW.as_secs()
+                );
+                for x in r["runs"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {:.1} | {} | {:.0} | {:.0} |",
+                        x["topology"].as_str().unwrap_or(""),
+                        x["nodes"],
+                        x["converged_s"].as_f64().unwrap_or(f64::NAN),
+                        x["crashed"],
+                        x["repair_ms"].as_f64().unwrap_or(f64::NAN),
+                        x["converged_wall_s"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push('\n');
+            }
+            Some("quic") => {
+                let _ = writeln!(
+                    md,
+                    "## Over real QUIC: Fig. 5, convergence, repair ({})\n\n{} nodes, each a full node with its own QUIC endpoint, in one process over the emulated-latency socket; protocol clocks slowed x{} so they fit on the machine. The static trees run over the same QUIC stack and socket (a protocol-less forwarder per node, connections opened by a first broadcast). Every contender's time at a node is taken where its connection read the message. CDF: `fig5-quic.svg`. Command: `cargo run --release --example bench -- quic`.\n\n| contender | median ms | max ms | missed |\n|---|---|---|---|",
+                    r["topology"].as_str().unwrap_or(""),
+                    r["nodes"],
+                    r["slowdown"]
+                );
+                for c in r["contenders"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {:.2} | {:.2} | {} |",
+                        c["name"].as_str().unwrap_or(""),
+                        c["median_ms"].as_f64().unwrap_or(f64::NAN),
+                        c["max_ms"].as_f64().unwrap_or(f64::NAN),
+                        c["missed"]
+                    );
+                }
+                md.push_str("\n| ratio (ours / theirs) | median | max |\n|---|---|---|\n");
+                for k in ["ratio_vs_static", "ratio_vs_unaware", "ratio_vs_bound"] {
+                    let _ = writeln!(
+                        md,
+                        "| {k} | {:.3} | {:.3} |",
+                        r[k]["median"].as_f64().unwrap_or(f64::NAN),
+                        r[k]["max"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                md.push_str("\nMedian ms per (root's cluster, node's cluster):\n\n| clusters | MagPIe | ours | bound |\n|---|---|---|---|\n");
+                for p in r["per_cluster_median_ms"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} -> {} | {:.2} | {:.2} | {:.2} |",
+                        p["root_cluster"],
+                        p["node_cluster"],
+                        p["magpie"].as_f64().unwrap_or(f64::NAN),
+                        p["ours"].as_f64().unwrap_or(f64::NAN),
+                        p["bound"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                let _ = writeln!(
+                    md,
+                    "\nOurs reaches the application's delivery stream {:.0} us (median; 90%: {:.0} us) after its connection read the message.",
+                    r["app_lag_us"]["median"].as_f64().unwrap_or(f64::NAN),
+                    r["app_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN)
+                );
+                let _ = writeln!(
+                    md,
+                    "\nTrees wide-area optimal when the broadcasts began: {} of {}.",
+                    r["optimal_trees"], r["trees"]
+                );
+                let _ = writeln!(
+                    md,
+                    "\nJoined in {:.1} s; every tree wide-area optimal {} s after the first start; {} nodes crashed (10%), every survivor's tree optimal again {} s later.\n",
+                    r["joined_s"].as_f64().unwrap_or(f64::NAN),
+                    r["converged_s"]
+                        .as_f64()
+                        .map_or("-".into(), |x| format!("{x:.1}")),
+                    r["crashed"],
+                    r["repair_s"]
+                        .as_f64()
+                        .map_or("-".into(), |x| format!("{x:.1}"))
+                );
+            }
+            Some("overhead") => {
+                let _ = writeln!(
+                    md,
+                    "## Control overhead (simulator, {} s right after convergence)\n\nPlot: `overhead.svg`. The 500- and 2000-node points are scale-1000 with every cluster's node count halved or doubled (same latency matrix; there are no such topology files).\n\n| topology | nodes | bytes/node/s |\n|---|---|---|",
+                    OVERHEAD_WINDOW.as_secs()
+                );
+                for x in r["runs"].as_array().into_iter().flatten() {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {:.0} |",
+                        x["topology"].as_str().unwrap_or(""),
+                        x["nodes"],
+                        x["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                if let Some(n) = r["note"].as_str() {
+                    let _ = writeln!(md, "\n{n}.");
+                }
+                md.push('\n');
+            }
+            Some("large") => {
+                if let Ok(o) = serde_json::from_value(r.clone()) {
+                    md.push_str(&overlay::bench::large_report::markdown(&o));
+                }
+            }
+            _ => {}
+        }
+    }
+    md
+}

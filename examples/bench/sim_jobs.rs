@@ -1,0 +1,285 @@
+//! convergence and overhead: the shared simulator runs (cold start until every tree is
+//! wide-area optimal, a window of steady control traffic, then for convergence a 10% crash
+//! and the repair), run side by side, and the two reports made from them.
+
+use super::{Cli, progress, topology};
+use anyhow::bail;
+use overlay::bench::plot::{Series, line_chart};
+use overlay::sim::{Sim, SimConfig};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// One simulator run of the convergence and overhead benchmarks: a topology (a shipped one,
+/// or scale-1000 with every cluster's node count scaled), converged from a cold start, then
+/// [`OVERHEAD_WINDOW`] of steady traffic measured, then (for the convergence benchmark) 10%
+/// of the nodes crashed and the repair timed. One run serves both benchmarks in `all`.
+#[derive(Clone, Debug)]
+pub(crate) struct SimJob {
+    /// Shipped topology the run starts from.
+    base: &'static str,
+    /// Every cluster's node count multiplied by this (1.0: the file as it is).
+    scale: f64,
+    /// Whether the convergence benchmark wants this run (crash 10% after the window).
+    repair: bool,
+    /// Whether the overhead benchmark wants this run.
+    overhead: bool,
+}
+
+/// Steady control traffic is measured over this much simulated time after convergence.
+pub(crate) const OVERHEAD_WINDOW: Duration = Duration::from_secs(10);
+
+/// Why the 2000-node point is opt-in (printed with the overhead results when it is left out).
+const BIG_NOTE: &str = "2000 nodes (scale-1000 x2) left out: in the simulator its first 6 simulated \
+seconds alone took more than 4x the CPU time of 1000 nodes' (the work grows with nodes x trees), so \
+converging it does not fit the 15 minutes of `all` on 2 cores; add --with-2000 to include it";
+
+/// Simulated time a run may take to converge.
+const CONVERGE_MAX: Duration = Duration::from_secs(120);
+
+/// The runs of the convergence and overhead benchmarks. Overhead at 500 and 2000 nodes
+/// uses scale-1000 with every cluster's node count halved or doubled (there are no such
+/// topology files; the latency matrix is scale-1000's).
+pub(crate) fn sim_jobs(conv: bool, over: bool, big: bool) -> Vec<SimJob> {
+    let job = |base, scale, repair: bool, overhead: bool| SimJob {
+        base,
+        scale,
+        repair: repair && conv,
+        overhead: overhead && over,
+    };
+    let all = [
+        job("scale-1000", 2.0, false, true),
+        job("scale-1000", 1.0, true, true),
+        job("scale-1000", 0.5, false, true),
+        job("phoenix-168", 1.0, true, true),
+        job("sites-64", 1.0, false, true),
+        job("das-4", 1.0, false, true),
+        job("phoenix-27", 1.0, false, true),
+    ];
+    all.into_iter()
+        .filter(|j| big || j.scale <= 1.0)
+        .filter(|j| j.repair || j.overhead)
+        .collect()
+}
+
+/// What one [`SimJob`] measured (JSON, one object per run).
+fn run_sim_job(j: &SimJob, seed: u64) -> anyhow::Result<serde_json::Value> {
+    let base = topology(j.base)?;
+    let topo = if j.scale == 1.0 {
+        base
+    } else {
+        base.scaled(j.scale)
+    };
+    let label = topo.name.clone();
+    let derived = (j.scale != 1.0).then(|| {
+        format!(
+            "{} with every cluster's node count x{} (same latency matrix)",
+            j.base, j.scale
+        )
+    });
+    let wall = Instant::now();
+    progress(&format!(
+        "sim {label}: {} nodes, converging (cold start)",
+        topo.node_count()
+    ));
+    let mut sim = Sim::new(
+        &topo,
+        SimConfig {
+            seed,
+            ..SimConfig::default()
+        },
+    );
+    // In steps of 5 simulated seconds (a multiple of the check interval, so the run is the
+    // one a single call would make), with a progress line after each.
+    let step = Duration::from_secs(5);
+    let conv = loop {
+        if let Some(t) = sim.run_until_converged(step) {
+            break t;
+        }
+        let s = sim.snapshot();
+        if sim.now().as_micros() >= CONVERGE_MAX.as_micros() as u64 {
+            bail!(
+                "{label} did not converge in {} simulated s",
+                CONVERGE_MAX.as_secs()
+            );
+        }
+        progress(&format!(
+            "sim {label}: {:.0} s simulated, {}/{} trees wide-area optimal, {:.0} s wall",
+            sim.now().as_micros() as f64 / 1e6,
+            s.wide_area_optimal,
+            s.trees,
+            wall.elapsed().as_secs_f64()
+        ));
+    };
+    let conv_wall = wall.elapsed().as_secs_f64();
+    progress(&format!(
+        "sim {label}: converged at {:.1} s simulated ({conv_wall:.0} s wall); {} s of steady traffic",
+        conv.as_secs_f64(),
+        OVERHEAD_WINDOW.as_secs()
+    ));
+    let n = sim.live_count();
+    let before = sim.control_bytes();
+    sim.run_for(OVERHEAD_WINDOW);
+    let per = (sim.control_bytes() - before) as f64 / n as f64 / OVERHEAD_WINDOW.as_secs_f64();
+    progress(&format!(
+        "sim {label}: {per:.0} bytes/node/s over the window, {:.0} s wall",
+        wall.elapsed().as_secs_f64()
+    ));
+    let mut out = json!({
+        "topology": label, "base": j.base, "scale": j.scale, "derived": derived,
+        "nodes": n, "converged_s": conv.as_secs_f64(), "converged_wall_s": conv_wall,
+        "window_s": OVERHEAD_WINDOW.as_secs_f64(), "bytes_per_node_per_s": per,
+        "repair": j.repair, "overhead": j.overhead,
+    });
+    if j.repair {
+        let live = sim.live_nodes();
+        let crash: Vec<usize> = live.iter().copied().step_by(10).skip(1).collect();
+        progress(&format!(
+            "sim {label}: crashing {} nodes (10%)",
+            crash.len()
+        ));
+        for &c in &crash {
+            sim.apply(overlay::sim::Action::Crash { node: c });
+        }
+        let repair = sim.run_until_spanning(Duration::from_secs(60));
+        progress(&format!(
+            "sim {label}: repaired in {} ms simulated, {:.0} s wall",
+            repair.map_or("-".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3)),
+            wall.elapsed().as_secs_f64()
+        ));
+        out["crashed"] = json!(crash.len());
+        out["repair_ms"] = json!(repair.map(|d| d.as_secs_f64() * 1e3));
+    }
+    out["wall_s"] = json!(wall.elapsed().as_secs_f64());
+    progress(&format!(
+        "sim {label}: done, {:.0} s wall",
+        wall.elapsed().as_secs_f64()
+    ));
+    Ok(out)
+}
+
+/// Runs `jobs` on `threads` threads (each run is single-threaded and deterministic; the
+/// largest go first). Results in the order of `jobs`.
+pub(crate) fn run_sim_jobs(
+    jobs: &[SimJob],
+    seed: u64,
+    threads: usize,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<anyhow::Result<serde_json::Value>>>> =
+        jobs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(j) = jobs.get(i) else { break };
+                    let r = run_sim_job(j, seed);
+                    *results[i].lock().expect("no panics while held") = Some(r);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .expect("no panics while held")
+                .expect("every job ran")
+        })
+        .collect()
+}
+
+pub(crate) fn convergence_report(cli: &Cli, runs: &[serde_json::Value]) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = runs
+        .iter()
+        .filter(|r| r["repair"].as_bool() == Some(true))
+        .cloned()
+        .collect();
+    if !cli.json {
+        println!(
+            "convergence (simulator, cold start; 10% crashed after {} s of steady traffic; repair = every tree spans the survivors again)",
+            OVERHEAD_WINDOW.as_secs()
+        );
+        for r in &rows {
+            println!(
+                "  {:<12} {:>4} nodes: wide-area optimal and stable at {:.1} s ({:.0} s wall); {} crashed (10%) -> repaired in {:.0} ms ({:.1} s wall in all)",
+                r["topology"].as_str().unwrap_or(""),
+                r["nodes"],
+                r["converged_s"].as_f64().unwrap_or(f64::NAN),
+                r["converged_wall_s"].as_f64().unwrap_or(f64::NAN),
+                r["crashed"],
+                r["repair_ms"].as_f64().unwrap_or(f64::NAN),
+                r["wall_s"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    json!({"benchmark": "convergence", "runs": rows})
+}
+
+pub(crate) fn overhead_report(
+    cli: &Cli,
+    runs: &[serde_json::Value],
+) -> anyhow::Result<serde_json::Value> {
+    let mut rows: Vec<serde_json::Value> = runs
+        .iter()
+        .filter(|r| r["overhead"].as_bool() == Some(true))
+        .cloned()
+        .collect();
+    rows.sort_by_key(|r| r["nodes"].as_u64().unwrap_or(0));
+    let series: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["nodes"].as_f64().unwrap_or(f64::NAN),
+                r["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    let svg = line_chart(
+        "steady control traffic against overlay size (simulator)",
+        "nodes",
+        "bytes per node per second",
+        &[Series {
+            name: "ours".into(),
+            points: series,
+        }],
+        false,
+    );
+    std::fs::create_dir_all(&cli.out)?;
+    std::fs::write(cli.out.join("overhead.svg"), svg)?;
+    if !cli.json {
+        println!(
+            "overhead (simulator, {} s right after convergence; plot in {}/overhead.svg)",
+            OVERHEAD_WINDOW.as_secs(),
+            cli.out.display()
+        );
+        for r in &rows {
+            let derived = r["derived"]
+                .as_str()
+                .map_or(String::new(), |d| format!("  [{d}]"));
+            println!(
+                "  {:<16} {:>4} nodes: {:>8.0} bytes/node/s{derived}",
+                r["topology"].as_str().unwrap_or(""),
+                r["nodes"],
+                r["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    let note = (!runs.iter().any(|r| r["nodes"].as_u64() >= Some(2000))).then_some(BIG_NOTE);
+    if let Some(n) = note
+        && !cli.json
+    {
+        println!("  ({n})");
+    }
+    Ok(json!({"benchmark": "overhead", "runs": rows, "note": note}))
+}
+
+pub(crate) fn convergence(cli: &Cli) -> anyhow::Result<serde_json::Value> {
+    let runs = run_sim_jobs(&sim_jobs(true, false, cli.with_2000), cli.seed, cli.threads)?;
+    Ok(convergence_report(cli, &runs))
+}
+
+pub(crate) fn overhead(cli: &Cli) -> anyhow::Result<serde_json::Value> {
+    let runs = run_sim_jobs(&sim_jobs(false, true, cli.with_2000), cli.seed, cli.threads)?;
+    overhead_report(cli, &runs)
+}
