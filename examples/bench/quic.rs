@@ -82,7 +82,7 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
                 line = String::from(" ");
             }
         }
-        if line.trim().len() > 0 {
+        if !line.trim().is_empty() {
             println!("{line}");
         }
         println!(
