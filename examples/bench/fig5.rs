@@ -3,7 +3,9 @@
 //! trees (timed with the shared cost model and by real broadcasts in the simulator) and the
 //! lower bound; also writes the CDF plot.
 
-use super::{Cli, Contender, converged_sim, progress, roots, run_op, summary, topology};
+use super::{
+    Cli, Contender, converged_sim, progress, roots, run_op, send_order_row, summary, topology,
+};
 use anyhow::{Context, bail};
 use overlay::bench::plot::{Series, cdf, line_chart};
 use overlay::bench::trees::{self, CostModel, Tree};
@@ -230,16 +232,9 @@ pub(crate) fn fig5(cli: &Cli) -> anyhow::Result<serde_json::Value> {
             );
         }
         for (name, k) in [("with the plan", "planned"), ("trees alone", "trees_alone")] {
-            let o = &out["send_order"][k];
-            let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+            let [a, b, c, d, m, x] = send_order_row(&out["send_order"][k]);
             println!(
-                "  send order, {name}: most descendants first {:.2} / {:.2} ms, id order {:.2} / {:.2} ms; ratio median {:.3}  max {:.3}",
-                f(&o["descendants_first_ms"][0]),
-                f(&o["descendants_first_ms"][1]),
-                f(&o["id_order_ms"][0]),
-                f(&o["id_order_ms"][1]),
-                f(&o["ratio"]["median"]),
-                f(&o["ratio"]["max"])
+                "  send order, {name}: most descendants first {a:.2} / {b:.2} ms, id order {c:.2} / {d:.2} ms; ratio median {m:.3}  max {x:.3}"
             );
         }
     }

@@ -204,6 +204,24 @@ fn summary(c: &Contender) -> (f64, f64) {
     (quantile(&v, 0.5), *v.last().unwrap_or(&f64::NAN))
 }
 
+/// A number from the results, NaN where it is missing.
+pub(crate) fn num(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// One send-order comparison of fig5 (`planned` or `trees_alone`): most descendants first
+/// median and max, id order median and max, then the ratio's median and max.
+pub(crate) fn send_order_row(o: &serde_json::Value) -> [f64; 6] {
+    [
+        num(&o["descendants_first_ms"][0]),
+        num(&o["descendants_first_ms"][1]),
+        num(&o["id_order_ms"][0]),
+        num(&o["id_order_ms"][1]),
+        num(&o["ratio"]["median"]),
+        num(&o["ratio"]["max"]),
+    ]
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let wall = Instant::now();

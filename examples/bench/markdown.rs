@@ -1,6 +1,7 @@
 //! docs/BENCHMARKS.md: the report written by `all` from every benchmark's JSON results.
 
 use crate::sim_jobs::OVERHEAD_WINDOW;
+use crate::{num, send_order_row};
 
 /// docs/BENCHMARKS.md from the results of `all`.
 pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
@@ -51,40 +52,32 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     ("with the in-cluster plan", "planned"),
                     ("trees alone (planning off)", "trees_alone"),
                 ] {
-                    let o = &r["send_order"][k];
-                    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+                    let [a, b, c, d, m, x] = send_order_row(&r["send_order"][k]);
                     let _ = writeln!(
                         md,
-                        "| {name} | {:.2} / {:.2} | {:.2} / {:.2} | {:.3} | {:.3} |",
-                        f(&o["descendants_first_ms"][0]),
-                        f(&o["descendants_first_ms"][1]),
-                        f(&o["id_order_ms"][0]),
-                        f(&o["id_order_ms"][1]),
-                        f(&o["ratio"]["median"]),
-                        f(&o["ratio"]["max"])
+                        "| {name} | {a:.2} / {b:.2} | {c:.2} / {d:.2} | {m:.3} | {x:.3} |"
                     );
                 }
                 md.push('\n');
             }
             Some("collectives") => {
-                let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
                 let _ = writeln!(
                     md,
                     "## Collectives: gather, reduce and scatter against broadcast; planned against along the trees (phoenix-168)\n\nTime from start to the root's report (every member answered), mean over 6 roots; the second of two operations per root (the first teaches each cluster's entry who is below). \"tree\": the same with planning off (`cluster_rtt` zero), on a simulator of its own with the same seed.\n\n| | broadcast ms | scatter ms | gather ms | reduce ms |\n|---|---|---|---|---|\n| planned (default) | {:.1} | {:.1} | {:.1} | {:.1} |\n| along the trees | {:.1} | {:.1} | {:.1} | {:.1} |\n| planned / tree | {:.3} | {:.3} | {:.3} | {:.3} |\n\nGather / broadcast {:.2}, reduce / broadcast {:.2}.\n",
-                    f(&r["broadcast_ms"]),
-                    f(&r["scatter_ms"]),
-                    f(&r["gather_ms"]),
-                    f(&r["reduce_ms"]),
-                    f(&r["tree_ms"]["broadcast"]),
-                    f(&r["tree_ms"]["scatter"]),
-                    f(&r["tree_ms"]["gather"]),
-                    f(&r["tree_ms"]["reduce"]),
-                    f(&r["planned_vs_tree"]["broadcast"]),
-                    f(&r["planned_vs_tree"]["scatter"]),
-                    f(&r["planned_vs_tree"]["gather"]),
-                    f(&r["planned_vs_tree"]["reduce"]),
-                    f(&r["gather_vs_broadcast"]),
-                    f(&r["reduce_vs_broadcast"]),
+                    num(&r["broadcast_ms"]),
+                    num(&r["scatter_ms"]),
+                    num(&r["gather_ms"]),
+                    num(&r["reduce_ms"]),
+                    num(&r["tree_ms"]["broadcast"]),
+                    num(&r["tree_ms"]["scatter"]),
+                    num(&r["tree_ms"]["gather"]),
+                    num(&r["tree_ms"]["reduce"]),
+                    num(&r["planned_vs_tree"]["broadcast"]),
+                    num(&r["planned_vs_tree"]["scatter"]),
+                    num(&r["planned_vs_tree"]["gather"]),
+                    num(&r["planned_vs_tree"]["reduce"]),
+                    num(&r["gather_vs_broadcast"]),
+                    num(&r["reduce_vs_broadcast"]),
                 );
             }
             Some("convergence") => {

@@ -123,6 +123,15 @@ const REINTRODUCE_AFTER: std::time::Duration = std::time::Duration::from_secs(60
 const REQUERY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Core {
+    /// This node's parent in every tree that has one.
+    fn tree_parents(&self) -> HashSet<NodeId> {
+        self.trees
+            .iter()
+            .flatten()
+            .filter_map(|t| t.parent)
+            .collect()
+    }
+
     /// A core for node `id`, with its own RNG seeded by `seed`, started at `now`.
     pub fn new(id: NodeId, config: Config, seed: u64, now: Time) -> Self {
         let mut rng = SplitMix64::new(seed);

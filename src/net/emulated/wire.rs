@@ -145,14 +145,13 @@ fn run(state: Arc<WireState>) {
     let mut batch = Vec::with_capacity(SEND_BATCH);
     loop {
         let now = Instant::now();
-        let next = {
+        {
             let mut t = state.tokens();
             while t.heap.peek().is_some_and(|Reverse(head)| head.due <= now) {
                 let Reverse(token) = t.heap.pop().expect("peeked");
                 due_now.push(token.socket);
             }
-            t.heap.peek().map(|Reverse(head)| head.due)
-        };
+        }
         for socket in due_now.drain(..) {
             let more = {
                 let mut queue = socket.queue();
@@ -173,10 +172,8 @@ fn run(state: Arc<WireState>) {
                 state.push(due, socket);
             }
         }
-        let next = {
-            let t = state.tokens();
-            t.heap.peek().map(|Reverse(head)| head.due).or(next)
-        };
+        // Read after the sends: they may have re-armed sockets, and `try_send` adds tokens.
+        let next = state.tokens().heap.peek().map(|Reverse(head)| head.due);
         match next {
             Some(due) => {
                 let wait = due.saturating_duration_since(Instant::now());

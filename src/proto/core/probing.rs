@@ -109,12 +109,7 @@ impl Core {
     pub(super) fn on_probe_round(&mut self) {
         self.refill();
         let mut targets: HashSet<NodeId> = self.cands.watched().collect();
-        let parents: HashSet<NodeId> = self
-            .trees
-            .iter()
-            .flatten()
-            .filter_map(|t| t.parent)
-            .collect();
+        let parents = self.tree_parents();
         targets.extend(parents.iter().copied());
         let mut targets: Vec<NodeId> = targets.into_iter().collect();
         targets.sort_unstable();

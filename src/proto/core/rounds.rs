@@ -95,12 +95,7 @@ impl Core {
         let now = self.now;
         let period = self.config.serial_period;
         self.housekeeping_rounds += 1;
-        let parents: HashSet<NodeId> = self
-            .trees
-            .iter()
-            .flatten()
-            .filter_map(|t| t.parent)
-            .collect();
+        let parents = self.tree_parents();
         self.cands
             .expire(now, self.config.inbound_expiry, |k| parents.contains(k));
         // Forget what we heard from peers we no longer trade with.
