@@ -147,6 +147,12 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 );
                 let _ = writeln!(
                     md,
+                    "Every contender is timed from its root's start: ours from when the root's driver took the broadcast, {:.0} us (median; 90%: {:.0} us) after the application's call.",
+                    r["api_lag_us"]["median"].as_f64().unwrap_or(f64::NAN),
+                    r["api_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN)
+                );
+                let _ = writeln!(
+                    md,
                     "\nTrees wide-area optimal when the broadcasts began: {} of {}.",
                     r["optimal_trees"], r["trees"]
                 );

@@ -172,7 +172,11 @@ impl Driver {
                             let _ = done.send(());
                             return;
                         }
-                        Some(cmd) => self.handle_command(cmd),
+                        Some(cmd) => {
+                            // A broadcast's root delivers it "received" now: when it started.
+                            self.input_at = Some(Instant::now());
+                            self.handle_command(cmd)
+                        }
                         None => {
                             // Every handle dropped: leave quietly rather than vanish.
                             self.leave().await;
