@@ -210,6 +210,13 @@ impl LocalOverlay {
         }
     }
 
+    /// Each node's position in `nodes`, by id.
+    pub fn index_by_id(&self) -> HashMap<NodeId, usize> {
+        (self.nodes.iter().enumerate())
+            .map(|(i, n)| (n.id(), i))
+            .collect()
+    }
+
     /// Every node leaves.
     pub async fn shutdown(self) {
         futures::future::join_all(self.nodes.iter().map(|n| n.leave())).await;

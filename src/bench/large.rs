@@ -25,7 +25,7 @@ use crate::topology::Topology;
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -195,12 +195,7 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
 /// parent. Hops inside a cluster are left out: the payload spreads there by a planned
 /// schedule, not along the tree.
 async fn tree_hops(overlay: &LocalOverlay, root: NodeId) -> Vec<(usize, usize)> {
-    let index: HashMap<NodeId, usize> = overlay
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.id(), i))
-        .collect();
+    let index = overlay.index_by_id();
     let mut edges = Vec::new();
     for s in overlay.statuses().await {
         let Some(&child) = index.get(&s.id) else {

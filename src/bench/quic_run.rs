@@ -206,12 +206,7 @@ async fn wait(
 /// How far the measured RTTs are from the topology's, and how many trees enter a cluster
 /// more than once (a progress line).
 fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -> String {
-    let index: HashMap<NodeId, usize> = overlay
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.id(), i))
-        .collect();
+    let index = overlay.index_by_id();
     let topo = overlay.map.topology();
     let rtt = |a: usize, b: usize| {
         let (ca, cb) = (overlay.clusters[a], overlay.clusters[b]);
