@@ -5,7 +5,7 @@ use super::id::NodeId;
 use serde::{Deserialize, Serialize};
 
 /// Version byte that starts every frame. Bumped on any incompatible change.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 
 /// Largest encoded control message accepted (version byte included).
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -147,6 +147,21 @@ pub struct OpId {
     pub nonce: u64,
 }
 
+/// The 16-bit tag of `id` in operation `op`'s [`CollectiveMessage::Down::covered`] lists:
+/// two bytes per node instead of sixteen, salted by the operation so that two nodes whose
+/// tags collide (one chance in 65536) do so in one operation only; a node taken for covered
+/// by such a collision is reached by the root's direct retry.
+pub fn cover_tag(op: &OpId, id: &NodeId) -> u16 {
+    let half = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let root = half(&op.root.0[..8]) ^ half(&op.root.0[8..]);
+    // splitmix64's finaliser over the node, the operation's root and its nonce.
+    let mut x = half(&id.0[..8]) ^ half(&id.0[8..]).rotate_left(29) ^ root ^ op.nonce;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    x as u16
+}
+
 /// The element type of a built-in reduction: values are postcard-encoded vectors of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum NumKind {
@@ -242,6 +257,10 @@ pub enum CollectiveMessage {
     /// cluster: the nodes it is to pass the operation on to (see `collective/plan.rs`).
     /// `hoisted` are tree children outside the cluster, of the receiver or of its
     /// delegation, that the cluster's entry already sent to: they are not sent again.
+    /// `covered` is set when the sender planned: the tags ([`cover_tag`]) of every node of
+    /// the cluster the plan reaches, so the receiver passes the operation on along the tree
+    /// only to those of its children in the cluster that the plan does not reach (nodes
+    /// new below it since the plan was learned). Empty when the sender followed the tree.
     Down {
         op: OpId,
         budget_us: u32,
@@ -249,6 +268,7 @@ pub enum CollectiveMessage {
         more: bool,
         plan: Vec<NodeId>,
         hoisted: Vec<NodeId>,
+        covered: Vec<u16>,
         body: DownBody,
     },
     /// The answer of the sender's subtree (or of the sender alone after a direct request);
@@ -499,6 +519,7 @@ mod tests {
                 more: true,
                 plan: vec![b],
                 hoisted: vec![a],
+                covered: vec![7, 65535],
                 body: DownBody::Reduce {
                     key: "k".into(),
                     request: vec![1, 2],

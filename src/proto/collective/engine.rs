@@ -107,6 +107,9 @@ pub(super) struct Plan {
     delegation: Vec<NodeId>,
     /// Children outside the cluster the entry already sent to.
     hoisted: Vec<NodeId>,
+    /// Tags of the cluster's nodes the entry's plan reaches (empty: no plan; see
+    /// [`CollectiveMessage::Down`]).
+    covered: Vec<u16>,
 }
 
 /// One send of a relay: to whom, and what that node is told (see [`Plan`]).
@@ -417,6 +420,7 @@ impl Collectives {
                 more,
                 plan,
                 hoisted,
+                covered,
                 body,
             } => {
                 if op.root == self.me && !self.relays.contains_key(&op) {
@@ -425,6 +429,7 @@ impl Collectives {
                 let plan = Plan {
                     delegation: plan,
                     hoisted,
+                    covered,
                 };
                 self.accept_down(now, ov, from, op, budget_us, direct, more, plan, body)
             }

@@ -9,6 +9,8 @@ struct View {
     me: NodeId,
     others: Vec<NodeId>,
     children: HashMap<NodeId, Vec<NodeId>>,
+    /// Every node in one cluster, planning on (else no clusters, as with planning off).
+    one_cluster: bool,
 }
 
 impl Overlay for View {
@@ -26,6 +28,12 @@ impl Overlay for View {
     }
     fn rtt_us(&self, _: NodeId) -> Option<u32> {
         Some(1_000)
+    }
+    fn plans(&self) -> bool {
+        self.one_cluster
+    }
+    fn in_cluster(&self, _: &NodeId) -> bool {
+        self.one_cluster
     }
 }
 
@@ -55,6 +63,7 @@ impl Net {
                     me: ids[i],
                     others: ids.iter().copied().filter(|x| *x != ids[i]).collect(),
                     children: HashMap::from([(ids[0], kids)]),
+                    one_cluster: false,
                 }
             })
             .collect();
@@ -90,8 +99,12 @@ impl Net {
     }
 
     fn start(&mut self, i: usize, what: StartKind) {
+        self.start_op(i, 1, what);
+    }
+
+    fn start_op(&mut self, i: usize, nonce: u64, what: StartKind) {
         let s = Start {
-            nonce: 1,
+            nonce,
             timeout: Duration::from_secs(2),
             what,
         };
@@ -370,4 +383,78 @@ fn oversized_payloads_and_reused_nonces_are_errors() {
     assert!(r.error.unwrap().contains("already in use"));
     assert!(net.run(Duration::from_secs(5)));
     assert_eq!(net.deliveries(DeliveryKind::Broadcast), vec![0, 1]);
+}
+
+/// A chain-like tree in one cluster: 0 -> 1 -> 2 -> ..., with a few side branches.
+const CLUSTER_TREE: &[(usize, usize)] = &[
+    (0, 1),
+    (1, 2),
+    (2, 3),
+    (3, 4),
+    (4, 5),
+    (1, 6),
+    (2, 7),
+    (7, 8),
+];
+
+#[test]
+fn inside_a_cluster_the_plan_replaces_the_tree_without_sending_twice() {
+    let mut net = Net::new(9, CLUSTER_TREE);
+    for v in &mut net.views {
+        v.one_cluster = true;
+    }
+    // The first operation follows the tree (nothing learned yet); the root learns its
+    // cluster from the answers and plans the second.
+    net.start_op(0, 1, StartKind::Broadcast { payload: vec![1] });
+    assert!(net.run(Duration::from_secs(5)));
+    assert_eq!(
+        net.sent, 16,
+        "first operation: down and up each tree edge once"
+    );
+    net.sent = 0;
+    net.events.clear();
+    net.start_op(0, 2, StartKind::Broadcast { payload: vec![2] });
+    assert!(net.run(Duration::from_secs(5)));
+    assert_eq!(
+        net.deliveries(DeliveryKind::Broadcast),
+        (0..9).collect::<Vec<_>>()
+    );
+    let r = net.report();
+    assert_eq!(r.reached.len(), 9);
+    // Planned: each node is sent the operation once and answers once, so no tree parent
+    // sends again what the plan already delivered.
+    assert_eq!(
+        net.sent, 16,
+        "planned operation: one down and one up per node"
+    );
+    // The plan is wider than the chain: it finishes in fewer hops than the tree's depth (5).
+    assert!(r.elapsed < Duration::from_millis(8), "{:?}", r.elapsed);
+}
+
+#[test]
+fn a_node_new_below_a_plan_recipient_is_reached_by_the_tree() {
+    let mut net = Net::new(10, CLUSTER_TREE);
+    for v in &mut net.views {
+        v.one_cluster = true;
+    }
+    let (newcomer, root) = (net.ids[9], net.ids[0]);
+    // Node 9 is not in the tree at first: nobody names it as a child.
+    net.start_op(0, 1, StartKind::Broadcast { payload: vec![1] });
+    assert!(net.run(Duration::from_secs(5)));
+    // It joins below node 5 (the end of the chain); the root's plan does not know it.
+    net.views[5].children.get_mut(&root).unwrap().push(newcomer);
+    net.sent = 0;
+    net.events.clear();
+    net.start_op(0, 2, StartKind::Broadcast { payload: vec![2] });
+    assert!(net.run(Duration::from_secs(5)));
+    assert_eq!(
+        net.deliveries(DeliveryKind::Broadcast),
+        (0..10).collect::<Vec<_>>()
+    );
+    let r = net.report();
+    assert_eq!(r.reached.len(), 10);
+    assert!(r.missing.is_empty());
+    // Reached through the tree in the same pass, not by the root's direct retry.
+    assert!(r.elapsed < Duration::from_millis(20), "{:?}", r.elapsed);
+    assert_eq!(net.sent, 18, "one down and one up per node");
 }

@@ -471,7 +471,7 @@ impl Collectives {
             for (i, chunk) in chunks.into_iter().enumerate() {
                 let plan = Plan {
                     delegation: delegation.clone(),
-                    hoisted: Vec::new(),
+                    ..Plan::default()
                 };
                 let body = DownBody::Scatter { items: chunk };
                 self.push_down(to, op, b, false, i + 1 < n, plan, body);

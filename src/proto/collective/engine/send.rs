@@ -2,6 +2,7 @@
 //! slots.
 
 use super::*;
+use crate::proto::message::cover_tag;
 use std::collections::HashSet;
 
 impl Collectives {
@@ -64,6 +65,7 @@ impl Collectives {
                 more,
                 plan: plan.delegation,
                 hoisted: plan.hoisted,
+                covered: plan.covered,
                 body,
             }),
         });
@@ -74,9 +76,15 @@ impl Collectives {
     /// operation enters a cluster also sends to the tree children outside the cluster of
     /// the nodes its plan covers (one in-cluster hop less before every other cluster; they
     /// are told, so they do not send again). Order: children outside the cluster first
-    /// (they have the long way to go), then those hoisted, then the plan. Sets the relay's
-    /// `entry` flag when it planned for its cluster, and records this node's children
-    /// outside the cluster in the answer.
+    /// (they have the long way to go), then those hoisted, then the plan, then the tree
+    /// children in the cluster the plan does not reach. Sets the relay's `entry` flag when
+    /// it planned for its cluster, and records this node's children outside the cluster in
+    /// the answer.
+    ///
+    /// Who follows the tree inside a cluster: only the nodes the plan does not reach. The
+    /// plan's recipients learn which those are from the `covered` tags, so a node the plan
+    /// already reached is not sent the operation a second time by its tree parent, and a
+    /// node new below a recipient since the plan was learned is still reached.
     pub(super) fn targets(
         &mut self,
         ov: &dyn Overlay,
@@ -89,6 +97,8 @@ impl Collectives {
         let near = |x: &NodeId| ov.in_cluster(x);
         let entry = !near(&from) || from == me;
         let delegate = from != me && near(&from);
+        // A recipient of an entry's plan (perhaps with nothing to pass on itself).
+        let planned = delegate && !received.covered.is_empty();
         let far: Vec<NodeId> = children.iter().filter(|c| !near(c)).copied().collect();
         if let Some(r) = self.relays.get_mut(&op) {
             r.entry = entry && ov.plans();
@@ -114,10 +124,16 @@ impl Collectives {
             .into_iter()
             .filter(|x| *x != me && *x != from && ov.is_alive(x) && near(x))
             .collect();
-        if set.is_empty() {
+        if set.is_empty() && !planned {
             out.extend(children.iter().filter(|c| near(c)).map(|c| tree(*c)));
             return out;
         }
+        // The plan's reach: the entry's whole set, or the tags a recipient was given.
+        let covered: Vec<u16> = if planned {
+            received.covered
+        } else {
+            set.iter().map(|x| cover_tag(&op, x)).collect()
+        };
         // Hoisting: only the entry, over the nodes its plan covers.
         let hoist: Vec<(NodeId, NodeId)> = if entry {
             let sent: HashSet<NodeId> = far.iter().copied().collect();
@@ -165,19 +181,32 @@ impl Collectives {
                 plan: Plan {
                     delegation,
                     hoisted: told,
+                    covered: covered.clone(),
                 },
             });
         }
-        if !delegate {
-            // Near children the plan does not name are still covered by the tree.
-            let planned: HashSet<NodeId> = set.iter().copied().collect();
-            out.extend(
-                children
-                    .iter()
-                    .filter(|c| near(c) && !planned.contains(c))
-                    .map(|c| tree(*c)),
-            );
-        }
+        // Near children the plan does not reach follow the tree; they are told the plan's
+        // reach in turn, so that below them, too, only what it misses is sent to.
+        let planned_set: HashSet<NodeId> = set.iter().copied().collect();
+        let told = if delegate {
+            received.hoisted.clone()
+        } else {
+            Vec::new()
+        };
+        out.extend(
+            children
+                .iter()
+                .filter(|c| near(c) && !planned_set.contains(c))
+                .filter(|c| !covered.contains(&cover_tag(&op, c)))
+                .map(|c| Target {
+                    to: *c,
+                    plan: Plan {
+                        delegation: Vec::new(),
+                        hoisted: told.clone(),
+                        covered: covered.clone(),
+                    },
+                }),
+        );
         out
     }
 
