@@ -127,6 +127,15 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                         r[k]["max"].as_f64().unwrap_or(f64::NAN)
                     );
                 }
+                for k in ["ratio_vs_static", "ratio_vs_bound"] {
+                    let pp = &r["per_pair_median"][k];
+                    let _ = writeln!(
+                        md,
+                        "| {k}, each (root, node) pair's median over the rounds first | {:.3} | {:.3} |",
+                        pp["median"].as_f64().unwrap_or(f64::NAN),
+                        pp["max"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
                 md.push_str("\nMedian ms per (root's cluster, node's cluster):\n\n| clusters | MagPIe | ours | bound |\n|---|---|---|---|\n");
                 for p in r["per_cluster_median_ms"].as_array().into_iter().flatten() {
                     let _ = writeln!(

@@ -73,6 +73,14 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
                 out[key]["max"].as_f64().unwrap_or(f64::NAN)
             );
         }
+        let pp = &out["per_pair_median"];
+        println!(
+            "  per (root, node) median over the rounds first: ratio_vs_static median {:.3}  max {:.3}; ratio_vs_bound median {:.3}  max {:.3}",
+            pp["ratio_vs_static"]["median"].as_f64().unwrap_or(f64::NAN),
+            pp["ratio_vs_static"]["max"].as_f64().unwrap_or(f64::NAN),
+            pp["ratio_vs_bound"]["median"].as_f64().unwrap_or(f64::NAN),
+            pp["ratio_vs_bound"]["max"].as_f64().unwrap_or(f64::NAN),
+        );
         println!("  per (root's cluster -> node's cluster), median ms: MagPIe / ours / bound");
         let mut line = String::from(" ");
         for (i, ((a, b), m)) in r.per_cluster().iter().enumerate() {
