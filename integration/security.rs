@@ -216,8 +216,7 @@ async fn a_peer_cannot_claim_another_nodes_id() {
         let err = raw
             .connect(b.local_addr(), &server_name_for(a.id()))
             .await
-            .err()
-            .expect("a handshake with the wrong id succeeded");
+            .expect_err("a handshake with the wrong id succeeded");
         eprintln!("dialing B as A: {err}");
         assert!(
             matches!(err, quinn::ConnectionError::TransportError(_)),
@@ -227,8 +226,7 @@ async fn a_peer_cannot_claim_another_nodes_id() {
         let err = raw
             .connect(a.local_addr(), &server_name_for(b.id()))
             .await
-            .err()
-            .expect("a handshake with the wrong id succeeded");
+            .expect_err("a handshake with the wrong id succeeded");
         assert!(matches!(err, quinn::ConnectionError::TransportError(_)));
 
         // Control: asking for B at B's address works, and B is who it says.

@@ -201,7 +201,7 @@ mod tests {
     fn binomial_trees_span_and_have_log_depth() {
         let ids: Vec<u32> = (0..100).rev().collect();
         let t = binomial_unaware(7, &ids);
-        let mut seen = vec![false; 100];
+        let mut seen = [false; 100];
         let mut stack = vec![(7, 0)];
         let mut depth = 0;
         while let Some((u, d)) = stack.pop() {
