@@ -97,8 +97,11 @@ impl Collectives {
         let near = |x: &NodeId| ov.in_cluster(x);
         let entry = !near(&from) || from == me;
         let delegate = from != me && near(&from);
-        // A recipient of an entry's plan (perhaps with nothing to pass on itself).
-        let planned = delegate && !received.covered.is_empty();
+        // A recipient of an entry's plan (perhaps with nothing to pass on itself). A reach
+        // longer than the membership is forged or stale: followed as the tree.
+        let planned = delegate
+            && !received.covered.is_empty()
+            && received.covered.len() <= ov.alive_members().len();
         let far: Vec<NodeId> = children.iter().filter(|c| !near(c)).copied().collect();
         if let Some(r) = self.relays.get_mut(&op) {
             r.entry = entry && ov.plans();
@@ -193,11 +196,14 @@ impl Collectives {
         } else {
             Vec::new()
         };
+        // The entry knows its set exactly; only a recipient goes by the tags.
+        let reached = |c: &NodeId| {
+            planned_set.contains(c) || (planned && covered.contains(&cover_tag(&op, c)))
+        };
         out.extend(
             children
                 .iter()
-                .filter(|c| near(c) && !planned_set.contains(c))
-                .filter(|c| !covered.contains(&cover_tag(&op, c)))
+                .filter(|c| near(c) && !reached(c))
                 .map(|c| Target {
                     to: *c,
                     plan: Plan {
