@@ -336,7 +336,27 @@ fn das4_testbed_in_namespaces() {
     eprintln!("converged {} ms after run started", converged.as_millis());
     let ids: Vec<String> = ss.iter().map(|s| s.id.to_hex()).collect();
 
-    // RTTs against the topology.
+    // RTTs against the topology. An estimate is the minimum of its samples, and the first
+    // samples are taken while 12 processes start at once on the machine's cores: a pair
+    // measured only then can be a few ms high until its next samples come in, so the
+    // estimates get a bounded while to settle.
+    let (ss, _) = wait_until(
+        "every RTT estimate within the margin",
+        &all,
+        Duration::from_secs(30),
+        |ss| {
+            let r = rtt_report(&plan, ss, MARGIN_MS, MARGIN_REL);
+            if r.outside_margin.is_empty() && r.unmeasured == 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "RTTs outside +-max({MARGIN_MS} ms, {MARGIN_REL}): {}",
+                    r.outside_margin.join(", ")
+                ))
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let r = rtt_report(&plan, &ss, MARGIN_MS, MARGIN_REL);
     eprintln!(
         "RTT vs 2 x one-way latency: {} inter-cluster pairs, mean |error| {:.3} ms ({:+.1} % on \
