@@ -150,7 +150,7 @@ impl Streams {
         self.forwarding = forwarding;
     }
 
-    /// The root's own payload, complete from the start; kept until [`KEEP`] after
+    /// The root's own payload, complete from the start; kept until `KEEP` after
     /// `timeout`, the operation's deadline, since the root may retry until then.
     pub fn insert_complete(
         &mut self,

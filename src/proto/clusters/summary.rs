@@ -46,7 +46,7 @@ pub fn shells(sorted: &[(NodeId, u32)], params: &ClusterParams) -> Vec<Range<usi
 }
 
 /// The edges to publish for `row` (this node's RTT estimates, any order, one per peer),
-/// keeping the peers of `previous` where they are still about as near (see [`STICKY`]).
+/// keeping the peers of `previous` where they are still about as near (see `STICKY`).
 /// At most [`MAX_CLUSTER_EDGES`], nearest shells first.
 pub fn choose(
     row: &[(NodeId, u32)],

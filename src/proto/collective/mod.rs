@@ -4,7 +4,7 @@
 //! An operation is started by a root and travels the root's own tree. Every node that
 //! receives it for the first time (a *relay*):
 //! 1. delivers it (broadcast), takes its own item (scatter) or contributes (gather, reduce:
-//!    a published value, or the application's answer to [`Event::ContributionNeeded`]);
+//!    a published value, or the application's answer to [`Event::ContributionNeeded`](crate::proto::Event::ContributionNeeded));
 //! 2. forwards it to its current children in that tree, the child with the most descendants
 //!    first, each with a smaller time budget than its own;
 //! 3. answers the node it received it from once every child has answered, died, or the
