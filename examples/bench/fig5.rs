@@ -7,7 +7,7 @@ use super::{
     Cli, Contender, converged_sim, progress, roots, run_op, send_order_row, summary, topology,
 };
 use anyhow::{Context, bail};
-use overlay::bench::plot::{Series, cdf, line_chart};
+use overlay::bench::plot::completion_cdf;
 use overlay::bench::trees::{self, CostModel, Tree};
 use overlay::proto::{DeliveryKind, Event, StartKind};
 use overlay::sim::{Sim, SimConfig};
@@ -194,19 +194,9 @@ pub(crate) fn fig5(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         "wall_s": wall.elapsed().as_secs_f64(),
     });
     std::fs::create_dir_all(&cli.out)?;
-    let series: Vec<Series> = contenders
-        .iter()
-        .map(|c| Series {
-            name: c.name.to_string(),
-            points: cdf(&c.times_ms),
-        })
-        .collect();
-    let svg = line_chart(
+    let svg = completion_cdf(
         "phoenix-168, 1 KB broadcast from 6 roots: per-node completion",
-        "completion time (ms)",
-        "fraction of nodes",
-        &series,
-        false,
+        contenders.iter().map(|c| (c.name, c.times_ms.as_slice())),
     );
     std::fs::write(cli.out.join("fig5-sim.svg"), svg)?;
     if !cli.json {

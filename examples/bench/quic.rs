@@ -2,7 +2,7 @@
 //! emulated-latency socket, with the static trees run over the same QUIC stack.
 
 use super::{Cli, progress, topology};
-use overlay::bench::plot::{Series, cdf, line_chart};
+use overlay::bench::plot::completion_cdf;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -24,25 +24,15 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
     let mut out = r.to_json(&cli.quic_topology, cli.slowdown);
     out["wall_s"] = json!(wall.elapsed().as_secs_f64());
     std::fs::create_dir_all(&cli.out)?;
-    let series: Vec<Series> = r
-        .contenders()
-        .iter()
-        .map(|(name, t)| Series {
-            name: name.to_string(),
-            points: cdf(&t.ms),
-        })
-        .collect();
     let title = format!(
         "{} over real QUIC, 1 KB broadcast from {} roots: per-node completion",
         cli.quic_topology,
         r.roots.len()
     );
-    let svg = line_chart(
+    let contenders = r.contenders();
+    let svg = completion_cdf(
         &title,
-        "completion time (ms)",
-        "fraction of nodes",
-        &series,
-        false,
+        contenders.iter().map(|(n, t)| (*n, t.ms.as_slice())),
     );
     std::fs::write(cli.out.join("fig5-quic.svg"), svg)?;
     if !cli.json {

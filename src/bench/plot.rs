@@ -25,6 +25,27 @@ pub fn cdf(values: &[f64]) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Fig. 5's chart: per contender (name, completion times in ms), the CDF of the times.
+pub fn completion_cdf<'a>(
+    title: &str,
+    contenders: impl IntoIterator<Item = (&'a str, &'a [f64])>,
+) -> String {
+    let series: Vec<Series> = contenders
+        .into_iter()
+        .map(|(name, ms)| Series {
+            name: name.to_string(),
+            points: cdf(ms),
+        })
+        .collect();
+    line_chart(
+        title,
+        "completion time (ms)",
+        "fraction of nodes",
+        &series,
+        false,
+    )
+}
+
 /// An SVG line chart of `series` with axis labels; `log_x` draws x on a log scale.
 pub fn line_chart(
     title: &str,

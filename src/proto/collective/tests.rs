@@ -397,24 +397,37 @@ const CLUSTER_TREE: &[(usize, usize)] = &[
     (7, 8),
 ];
 
+impl Net {
+    /// Nodes 0..n, all in one cluster with planning on, over node 0's tree `edges`.
+    fn one_cluster(n: usize, edges: &[(usize, usize)]) -> Net {
+        let mut net = Net::new(n, edges);
+        for v in &mut net.views {
+            v.one_cluster = true;
+        }
+        net
+    }
+
+    /// A broadcast from node 0 run to its end, with `sent` and `events` counting only it.
+    fn broadcast_alone(&mut self, nonce: u64) {
+        self.sent = 0;
+        self.events.clear();
+        let payload = vec![nonce as u8];
+        self.start_op(0, nonce, StartKind::Broadcast { payload });
+        assert!(self.run(Duration::from_secs(5)));
+    }
+}
+
 #[test]
 fn inside_a_cluster_the_plan_replaces_the_tree_without_sending_twice() {
-    let mut net = Net::new(9, CLUSTER_TREE);
-    for v in &mut net.views {
-        v.one_cluster = true;
-    }
+    let mut net = Net::one_cluster(9, CLUSTER_TREE);
     // The first operation follows the tree (nothing learned yet); the root learns its
     // cluster from the answers and plans the second.
-    net.start_op(0, 1, StartKind::Broadcast { payload: vec![1] });
-    assert!(net.run(Duration::from_secs(5)));
+    net.broadcast_alone(1);
     assert_eq!(
         net.sent, 16,
         "first operation: down and up each tree edge once"
     );
-    net.sent = 0;
-    net.events.clear();
-    net.start_op(0, 2, StartKind::Broadcast { payload: vec![2] });
-    assert!(net.run(Duration::from_secs(5)));
+    net.broadcast_alone(2);
     assert_eq!(
         net.deliveries(DeliveryKind::Broadcast),
         (0..9).collect::<Vec<_>>()
@@ -433,20 +446,13 @@ fn inside_a_cluster_the_plan_replaces_the_tree_without_sending_twice() {
 
 #[test]
 fn a_node_new_below_a_plan_recipient_is_reached_by_the_tree() {
-    let mut net = Net::new(10, CLUSTER_TREE);
-    for v in &mut net.views {
-        v.one_cluster = true;
-    }
+    let mut net = Net::one_cluster(10, CLUSTER_TREE);
     let (newcomer, root) = (net.ids[9], net.ids[0]);
     // Node 9 is not in the tree at first: nobody names it as a child.
-    net.start_op(0, 1, StartKind::Broadcast { payload: vec![1] });
-    assert!(net.run(Duration::from_secs(5)));
+    net.broadcast_alone(1);
     // It joins below node 5 (the end of the chain); the root's plan does not know it.
     net.views[5].children.get_mut(&root).unwrap().push(newcomer);
-    net.sent = 0;
-    net.events.clear();
-    net.start_op(0, 2, StartKind::Broadcast { payload: vec![2] });
-    assert!(net.run(Duration::from_secs(5)));
+    net.broadcast_alone(2);
     assert_eq!(
         net.deliveries(DeliveryKind::Broadcast),
         (0..10).collect::<Vec<_>>()
