@@ -95,6 +95,19 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
             out["api_lag_us"]["median"].as_f64().unwrap_or(f64::NAN),
             out["api_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN),
         );
+        let slow: Vec<String> = (r.contenders().iter().take(3))
+            .map(|(name, t)| {
+                let list: Vec<String> = overlay::bench::quic_run::slowest(t, 3)
+                    .iter()
+                    .map(|(m, root, v, cr, cv)| format!("{m:.1} ({root}->{v}, {cr}->{cv})"))
+                    .collect();
+                format!("{name}: {}", list.join(", "))
+            })
+            .collect();
+        println!(
+            "  slowest deliveries, ms (root->node, clusters): {}",
+            slow.join("; ")
+        );
         println!(
             "  trees wide-area optimal when the broadcasts began: {} of {}",
             out["optimal_trees"], out["trees"]

@@ -416,6 +416,19 @@ async fn ours_once(
     Ok(api_lag.map(|d| d.as_secs_f64() * 1e6))
 }
 
+/// The `k` slowest deliveries of a contender: (ms, root, node, root's cluster, node's
+/// cluster), slowest first. The maximum is one of them; they tell whether it is one
+/// straggler (a retransmission) or a pattern.
+pub fn slowest(t: &Times, k: usize) -> Vec<(f64, usize, usize, usize, usize)> {
+    let mut v: Vec<(f64, usize, usize, usize, usize)> = (t.ms.iter().zip(&t.pairs))
+        .zip(&t.clusters)
+        .map(|((m, p), c)| (*m, p.0, p.1, c.0, c.1))
+        .collect();
+    v.sort_by(|a, b| b.0.total_cmp(&a.0));
+    v.truncate(k);
+    v
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -518,6 +531,11 @@ impl QuicRun {
                 "ratio_vs_static": {"median": p[2].0 / p[1].0, "max": p[2].1 / p[1].1},
                 "ratio_vs_bound": {"median": p[2].0 / p[3].0, "max": p[2].1 / p[3].1},
             },
+            "slowest": self.contenders().iter().map(|(name, t)| json!({
+                "name": name,
+                "deliveries": slowest(t, 3).iter().map(|(m, r, v, cr, cv)| json!({
+                    "ms": m, "root": r, "node": v, "root_cluster": cr, "node_cluster": cv})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
             "joined_s": self.started.as_secs_f64(),
             "converged_s": self.converged.map(|d| d.as_secs_f64()),
             "optimal_trees": self.optimal.0,

@@ -198,6 +198,15 @@ impl Driver {
                     }
                 }
             }
+            if self.core.has_deferred() {
+                // An operation's sends across the wide area go on the wire before its
+                // in-cluster part is worked out: hand them to their connections and let
+                // those run first.
+                while let Some(t) = self.core.poll_ready_transmit() {
+                    self.send_transmit(t);
+                }
+                tokio::task::yield_now().await;
+            }
             self.drain();
             self.input_at = None;
         }

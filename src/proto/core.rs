@@ -203,6 +203,8 @@ impl Core {
             return;
         }
         self.now = self.now.max(now);
+        // Work the previous input deferred comes before this one (undrained drivers).
+        self.run_deferred();
         match input {
             Input::Received { from, msg } => self.handle_message(from, msg),
             Input::Timeout => {}
@@ -244,15 +246,43 @@ impl Core {
         }
     }
 
-    /// Next message to send, if any.
+    /// Next message to send, if any. The sends of an operation across the wide area come
+    /// out before its in-cluster part is worked out: that part runs here once they are
+    /// drained (a driver that wants them on the wire first sends what
+    /// [`Core::poll_ready_transmit`] gives while [`Core::has_deferred`] holds).
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        if let Some(t) = self.poll_ready_transmit() {
+            return Some(t);
+        }
+        self.run_deferred();
+        self.poll_ready_transmit()
+    }
+
+    /// Next message already worked out, without running deferred work.
+    pub fn poll_ready_transmit(&mut self) -> Option<Transmit> {
         self.transmits
             .pop_front()
             .or_else(|| self.coll.poll_transmit())
     }
 
+    /// Whether an operation's in-cluster part waits behind the transmits queued now.
+    pub fn has_deferred(&self) -> bool {
+        self.coll.has_deferred()
+    }
+
+    fn run_deferred(&mut self) {
+        if self.coll.has_deferred() {
+            self.with_collectives(|c, v| c.run_deferred(v));
+        }
+    }
+
     /// Next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
+        if let Some(e) = self.events.pop_front().or_else(|| self.coll.poll_event()) {
+            return Some(e);
+        }
+        // Deferred work may have events too (a driver that drains events first).
+        self.run_deferred();
         self.events.pop_front().or_else(|| self.coll.poll_event())
     }
 

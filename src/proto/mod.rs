@@ -11,6 +11,13 @@
 //! reached (earlier inputs are fine; the core re-arms its deadline). Outputs that are not
 //! drained accumulate; they are never dropped.
 //!
+//! One output is lazy: when a collective operation arrives with sends across the wide area,
+//! its in-cluster part is worked out only once those are drained, inside `poll_transmit`
+//! (or before the next input), at the same `now`, so the outputs are those of one call. A
+//! driver that wants the far copies on the wire before that work sends what
+//! [`Core::poll_ready_transmit`] gives while [`Core::has_deferred`] holds, lets its
+//! connections run, then drains as usual (the QUIC driver does; the simulator need not).
+//!
 //! Where to find things:
 //! - the tree rules (conditions (1)-(4), shortcut, feasibility, oscillation guard): [`tree`];
 //! - the wire format: [`message`];

@@ -118,6 +118,21 @@ pub(super) struct Target {
     plan: Plan,
 }
 
+/// The in-cluster part of an accepted operation, left until the sends across the wide
+/// area it came with are drained: those have the long way to go, and working out the
+/// cluster's plan before they leave would delay every other cluster by that much. The
+/// core runs it when its transmits run dry ([`crate::proto::Core::poll_transmit`]), or
+/// before its next input, at the same `now`, so the outputs and their order are those of
+/// one uninterrupted call.
+pub(super) struct Deferred {
+    now: Time,
+    op: OpId,
+    from: NodeId,
+    budget_us: u32,
+    plan: Plan,
+    body: DownBody,
+}
+
 /// Most children outside the cluster an entry sends to on behalf of the nodes below it.
 const MAX_HOISTED: usize = 32;
 
@@ -174,6 +189,8 @@ pub struct Collectives {
     /// Streamed payloads the data plane finished before their control message arrived.
     streams_done: HashMap<OpId, bool>,
     streams_forget: VecDeque<(Time, OpId)>,
+    /// Accepted operations whose in-cluster part waits for the far sends to be drained.
+    deferred: VecDeque<Deferred>,
 }
 
 impl Collectives {
@@ -195,6 +212,7 @@ impl Collectives {
             refused_floods: 0,
             streams_done: HashMap::new(),
             streams_forget: VecDeque::new(),
+            deferred: VecDeque::new(),
         }
     }
 
@@ -203,9 +221,23 @@ impl Collectives {
         self.reducers.register(name, f);
     }
 
-    /// Next message to send.
+    /// Next message to send. Work deferred behind the sends already queued (see
+    /// [`Collectives::has_deferred`]) is not done here: the core runs it with
+    /// [`Collectives::run_deferred`] when this returns `None`.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
+    }
+
+    /// Whether some accepted operation still has its in-cluster part to do.
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// Does the in-cluster parts left by earlier inputs, oldest first.
+    pub fn run_deferred(&mut self, ov: &dyn Overlay) {
+        while let Some(d) = self.deferred.pop_front() {
+            self.continue_accept(ov, d);
+        }
     }
 
     /// Next event.

@@ -11,6 +11,8 @@ struct View {
     children: HashMap<NodeId, Vec<NodeId>>,
     /// Every node in one cluster, planning on (else no clusters, as with planning off).
     one_cluster: bool,
+    /// With `one_cluster`: nodes in a second, far cluster instead.
+    far: Vec<NodeId>,
 }
 
 impl Overlay for View {
@@ -32,8 +34,8 @@ impl Overlay for View {
     fn plans(&self) -> bool {
         self.one_cluster
     }
-    fn in_cluster(&self, _: &NodeId) -> bool {
-        self.one_cluster
+    fn in_cluster(&self, peer: &NodeId) -> bool {
+        self.one_cluster && self.far.contains(&self.me) == self.far.contains(peer)
     }
 }
 
@@ -64,6 +66,7 @@ impl Net {
                     others: ids.iter().copied().filter(|x| *x != ids[i]).collect(),
                     children: HashMap::from([(ids[0], kids)]),
                     one_cluster: false,
+                    far: Vec::new(),
                 }
             })
             .collect();
@@ -84,7 +87,14 @@ impl Net {
     }
 
     fn drain(&mut self, i: usize) {
-        while let Some(t) = self.engines[i].poll_transmit() {
+        loop {
+            let Some(t) = self.engines[i].poll_transmit() else {
+                if !self.engines[i].has_deferred() {
+                    break;
+                }
+                self.engines[i].run_deferred(&self.views[i]);
+                continue;
+            };
             let Message::Collective(m) = t.msg else {
                 panic!("not collective")
             };
@@ -463,4 +473,61 @@ fn a_node_new_below_a_plan_recipient_is_reached_by_the_tree() {
     // Reached through the tree in the same pass, not by the root's direct retry.
     assert!(r.elapsed < Duration::from_millis(20), "{:?}", r.elapsed);
     assert_eq!(net.sent, 18, "one down and one up per node");
+}
+
+#[test]
+fn far_sends_leave_before_the_cluster_part_is_worked_out() {
+    // Node 0's cluster is 0..=4 (a chain below 1, and 2 directly); 5 and 6 are a far
+    // cluster, entered at 5.
+    let edges = &[(0, 1), (0, 2), (0, 5), (1, 3), (3, 4), (5, 6)];
+    let mut net = Net::one_cluster(7, edges);
+    let far = vec![net.ids[5], net.ids[6]];
+    for v in &mut net.views {
+        v.far = far.clone();
+    }
+    for nonce in 1..=2u64 {
+        net.sent = 0;
+        net.events.clear();
+        let s = Start {
+            nonce,
+            timeout: Duration::from_secs(2),
+            what: StartKind::Broadcast {
+                payload: vec![nonce as u8],
+            },
+        };
+        net.engines[0].start(net.now, &net.views[0], s);
+        // Only the far child's copy is ready; the cluster's part waits until it is drained.
+        let first = net.engines[0].poll_transmit().expect("the far send");
+        assert_eq!(net.idx(first.to), 5);
+        assert!(net.engines[0].poll_transmit().is_none());
+        assert!(net.engines[0].has_deferred());
+        let Message::Collective(m) = first.msg else {
+            panic!("not collective")
+        };
+        net.queue
+            .push_back((net.now + Duration::from_millis(1), 0, 5, m));
+        net.sent += 1;
+        net.drain(0); // runs the deferred part: the sends inside the cluster
+        assert!(!net.engines[0].has_deferred());
+        let mut near: Vec<usize> = net.queue.iter().skip(1).map(|(_, _, to, _)| *to).collect();
+        near.sort_unstable();
+        if nonce == 1 {
+            // Nothing learned yet: the tree.
+            assert_eq!(near, vec![1, 2]);
+        } else {
+            // Planned over the cluster the first operation's answers described.
+            assert!(
+                near.len() > 2 && near.iter().all(|i| (1..=4).contains(i)),
+                "{near:?}"
+            );
+        }
+        assert!(net.run(Duration::from_secs(5)));
+        assert_eq!(
+            net.deliveries(DeliveryKind::Broadcast),
+            (0..7).collect::<Vec<_>>()
+        );
+        let r = net.report();
+        assert_eq!((r.reached.len(), r.missing.len()), (7, 0));
+        assert_eq!(net.sent, 12, "one down and one up per node");
+    }
 }

@@ -107,17 +107,58 @@ impl Collectives {
             }
         };
         self.insert_relay(op, relay);
-        if let Some(body) = forward {
-            for Target { to, plan } in self.targets(ov, op, from, plan) {
-                let b = child_budget(budget_us, ov.rtt_us(to));
-                self.send_down_planned(to, op, b, plan, body.clone());
-                self.relays
-                    .get_mut(&op)
-                    .expect("just inserted")
-                    .waiting
-                    .insert(to, true);
+        let Some(body) = forward else {
+            return self.finish_accept(now, ov, op);
+        };
+        // The sends across the wide area go first, and leave before the in-cluster part is
+        // worked out: that part is deferred until they are drained (see `Deferred`).
+        let far = self.far_targets(ov, op, from, &plan);
+        // Without clusters every child is far and nothing is left to plan.
+        let deferred = !far.is_empty() && ov.plans();
+        self.send_targets(ov, op, budget_us, far, &body);
+        let rest = Deferred {
+            now,
+            op,
+            from,
+            budget_us,
+            plan,
+            body,
+        };
+        if deferred {
+            self.deferred.push_back(rest);
+        } else {
+            self.continue_accept(ov, rest);
+        }
+    }
+
+    /// The in-cluster part of [`Collectives::accept_down`], after the far sends.
+    pub(super) fn continue_accept(&mut self, ov: &dyn Overlay, d: Deferred) {
+        let near = self.near_targets(ov, d.op, d.from, d.plan);
+        self.send_targets(ov, d.op, d.budget_us, near, &d.body);
+        self.finish_accept(d.now, ov, d.op);
+    }
+
+    /// Sends the operation to `targets`, each with its part of the plan, and waits for them.
+    fn send_targets(
+        &mut self,
+        ov: &dyn Overlay,
+        op: OpId,
+        budget_us: u32,
+        targets: Vec<Target>,
+        body: &DownBody,
+    ) {
+        for Target { to, plan } in targets {
+            let b = child_budget(budget_us, ov.rtt_us(to));
+            self.send_down_planned(to, op, b, plan, body.clone());
+            if let Some(r) = self.relays.get_mut(&op) {
+                r.waiting.insert(to, true);
             }
         }
+    }
+
+    /// What follows the sends of an accepted operation: this node's own part, a stream that
+    /// finished first, and the answer if nothing is awaited.
+    fn finish_accept(&mut self, now: Time, ov: &dyn Overlay, op: OpId) {
         if self.relays.get(&op).is_some_and(|r| r.own == Own::Pending) {
             self.resolve_own(now, ov, op);
         }

@@ -76,16 +76,45 @@ impl Collectives {
     /// operation enters a cluster also sends to the tree children outside the cluster of
     /// the nodes its plan covers (one in-cluster hop less before every other cluster; they
     /// are told, so they do not send again). Order: children outside the cluster first
-    /// (they have the long way to go), then those hoisted, then the plan, then the tree
-    /// children in the cluster the plan does not reach. Sets the relay's `entry` flag when
-    /// it planned for its cluster, and records this node's children outside the cluster in
-    /// the answer.
+    /// (they have the long way to go; [`Collectives::far_targets`]), then those hoisted,
+    /// then the plan, then the tree children in the cluster the plan does not reach
+    /// ([`Collectives::near_targets`]).
     ///
     /// Who follows the tree inside a cluster: only the nodes the plan does not reach. The
     /// plan's recipients learn which those are from the `covered` tags, so a node the plan
     /// already reached is not sent the operation a second time by its tree parent, and a
     /// node new below a recipient since the plan was learned is still reached.
-    pub(super) fn targets(
+    ///
+    /// The first part: the tree children outside the cluster, except those an entry already
+    /// sent to (`hoisted`). Sets the relay's `entry` flag when it plans for its cluster, and
+    /// records this node's children outside the cluster in the answer.
+    pub(super) fn far_targets(
+        &mut self,
+        ov: &dyn Overlay,
+        op: OpId,
+        from: NodeId,
+        received: &Plan,
+    ) -> Vec<Target> {
+        let me = self.me;
+        let children = self.ordered_children(ov, op.root, from);
+        let entry = !ov.in_cluster(&from) || from == me;
+        let far: Vec<NodeId> = children.into_iter().filter(|c| !ov.in_cluster(c)).collect();
+        if let Some(r) = self.relays.get_mut(&op) {
+            r.entry = entry && ov.plans();
+            r.acc.exits.extend(far.iter().map(|c| (me, *c)));
+        }
+        far.into_iter()
+            .filter(|c| !received.hoisted.contains(c))
+            .map(|to| Target {
+                to,
+                plan: Plan::default(),
+            })
+            .collect()
+    }
+
+    /// The second part (see [`Collectives::far_targets`]): hoisted children, the plan, and
+    /// the near tree children it does not reach.
+    pub(super) fn near_targets(
         &mut self,
         ov: &dyn Overlay,
         op: OpId,
@@ -103,19 +132,11 @@ impl Collectives {
             && !received.covered.is_empty()
             && received.covered.len() <= ov.alive_members().len();
         let far: Vec<NodeId> = children.iter().filter(|c| !near(c)).copied().collect();
-        if let Some(r) = self.relays.get_mut(&op) {
-            r.entry = entry && ov.plans();
-            r.acc.exits.extend(far.iter().map(|c| (me, *c)));
-        }
         let tree = |c: NodeId| Target {
             to: c,
             plan: Plan::default(),
         };
-        let mut out: Vec<Target> = far
-            .iter()
-            .filter(|c| !received.hoisted.contains(c))
-            .map(|c| tree(*c))
-            .collect();
+        let mut out: Vec<Target> = Vec::new();
         let set: Vec<NodeId> = if !received.delegation.is_empty() {
             received.delegation
         } else if entry {
