@@ -63,6 +63,19 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
                 out[key]["max"].as_f64().unwrap_or(f64::NAN)
             );
         }
+        let nf = &out["noise_floor"];
+        println!(
+            "  noise floor: MagPIe run again / MagPIe  median {:.3}  max {:.3}; per (root, node) median {:.3}  max {:.3}",
+            nf["ratio_again_vs_static"]["median"].as_f64().unwrap_or(f64::NAN),
+            nf["ratio_again_vs_static"]["max"].as_f64().unwrap_or(f64::NAN),
+            nf["per_pair_median"]["median"].as_f64().unwrap_or(f64::NAN),
+            nf["per_pair_median"]["max"].as_f64().unwrap_or(f64::NAN),
+        );
+        println!(
+            "  pairs faster (each (root, node) pair's median over the rounds): ours than MagPIe {:.0}%; MagPIe's second run than its first {:.0}%",
+            out["pairs_faster"]["ours_vs_static"].as_f64().unwrap_or(f64::NAN) * 100.0,
+            out["pairs_faster"]["again_vs_static"].as_f64().unwrap_or(f64::NAN) * 100.0,
+        );
         let pp = &out["per_pair_median"];
         println!(
             "  per (root, node) median over the rounds first: ratio_vs_static median {:.3}  max {:.3}; ratio_vs_bound median {:.3}  max {:.3}",

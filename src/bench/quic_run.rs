@@ -60,6 +60,9 @@ pub struct QuicRun {
     pub magpie: Times,
     /// The topology-unaware binomial tree over QUIC.
     pub unaware: Times,
+    /// The static MagPIe tree run a second time in every round: MagPIe against itself is
+    /// the run's noise floor (how far apart two runs of the same tree come out).
+    pub magpie_again: Times,
     /// The shortest-path one-way latency.
     pub bound: Times,
     /// Nodes crashed.
@@ -279,9 +282,13 @@ struct ReceiptLog {
 
 type Receipts = Arc<Mutex<ReceiptLog>>;
 
-/// Timed broadcasts per root and contender; they alternate (ours, MagPIe, unaware) so that
-/// every contender sees the same machine.
+/// Timed broadcasts per root and contender; they alternate (ours, MagPIe, unaware, MagPIe
+/// again) so that every contender sees the same machine.
 const ROUNDS: usize = 5;
+
+/// Quiet time before every timed broadcast: the previous one's acknowledgements and
+/// answers are over, so no contender starts while another's traffic still runs.
+const QUIET: Duration = Duration::from_millis(30);
 
 /// 1 KB broadcasts from every root: ours and the static trees over QUIC, alternating.
 async fn broadcasts(
@@ -328,10 +335,30 @@ async fn broadcasts(
         net.broadcast(magpie, 0, &payload, wait).await;
         net.broadcast(unaware, 0, &payload, wait).await;
         for round in 1..=ROUNDS as u32 {
-            let lag = ours_once(overlay, &receipts, root, &payload, wait, &mut out.ours).await?;
-            out.api_lag_us.extend(lag);
-            for (id, times) in [(magpie, &mut out.magpie), (unaware, &mut out.unaware)] {
-                let got = net.broadcast(id, round, &payload, wait).await;
+            // Each round runs the contenders in a rotated order (no contender always goes
+            // first, or right after another), each after a quiet gap.
+            for k in 0..4 {
+                tokio::time::sleep(QUIET).await;
+                let slot = (k + round as usize) % 4;
+                let (id, times) = match slot {
+                    0 => {
+                        let lag =
+                            ours_once(overlay, &receipts, root, &payload, wait, &mut out.ours)
+                                .await?;
+                        out.api_lag_us.extend(lag);
+                        continue;
+                    }
+                    1 => (magpie, &mut out.magpie),
+                    2 => (unaware, &mut out.unaware),
+                    _ => (magpie, &mut out.magpie_again),
+                };
+                // The repeat of MagPIe is numbered apart from the first run's.
+                let seq = if slot == 3 {
+                    round + ROUNDS as u32
+                } else {
+                    round
+                };
+                let got = net.broadcast(id, seq, &payload, wait).await;
                 for (v, t) in got.into_iter().enumerate().filter(|(v, _)| *v != root) {
                     match t {
                         Some(t) => {
@@ -464,6 +491,33 @@ fn per_pair_summary(t: &Times) -> (f64, f64) {
     )
 }
 
+/// Each (root, node) pair's median over the rounds.
+fn pair_medians(t: &Times) -> HashMap<(usize, usize), f64> {
+    let mut by_pair: HashMap<(usize, usize), Vec<f64>> = HashMap::new();
+    for (m, p) in t.ms.iter().zip(&t.pairs) {
+        by_pair.entry(*p).or_default().push(*m);
+    }
+    by_pair
+        .into_iter()
+        .map(|(p, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (p, super::quantile(&v, 0.5))
+        })
+        .collect()
+}
+
+/// Of the (root, node) pairs both reached, the share where `a`'s median over the rounds is
+/// below `b`'s: a paired comparison, which no single slow or fast sample decides.
+pub fn share_faster(a: &Times, b: &Times) -> f64 {
+    let (a, b) = (pair_medians(a), pair_medians(b));
+    let both: Vec<(f64, f64)> = a
+        .iter()
+        .filter_map(|(p, x)| b.get(p).map(|y| (*x, *y)))
+        .collect();
+    let faster = both.iter().filter(|(x, y)| x < y).count();
+    faster as f64 / both.len().max(1) as f64
+}
+
 impl QuicRun {
     /// The contenders in table order, with their names.
     pub fn contenders(&self) -> [(&'static str, &Times); 4] {
@@ -515,6 +569,8 @@ impl QuicRun {
         let p: Vec<(f64, f64)> = (self.contenders().iter())
             .map(|(_, t)| per_pair_summary(t))
             .collect();
+        let again = summary(&self.magpie_again);
+        let again_pp = per_pair_summary(&self.magpie_again);
         json!({
             "benchmark": "quic",
             "topology": topology,
@@ -526,6 +582,16 @@ impl QuicRun {
             "ratio_vs_static": ratio(1),
             "ratio_vs_unaware": ratio(0),
             "ratio_vs_bound": ratio(3),
+            "noise_floor": {
+                "note": "the static MagPIe tree against itself (run twice per round): how far two runs of the same tree come out on this machine; ours against MagPIe means something only beyond this",
+                "ratio_again_vs_static": {"median": again.0 / s[1].0, "max": again.1 / s[1].1},
+                "per_pair_median": {"median": again_pp.0 / p[1].0, "max": again_pp.1 / p[1].1},
+            },
+            "pairs_faster": {
+                "note": "share of (root, node) pairs whose median over the rounds is lower: ours against MagPIe, and MagPIe's second run against its first (0.5 is a tie)",
+                "ours_vs_static": share_faster(&self.ours, &self.magpie),
+                "again_vs_static": share_faster(&self.magpie_again, &self.magpie),
+            },
             "per_pair_median": {
                 "note": "supplementary: each (root, node) pair's median over the rounds first, then the median and max over the pairs",
                 "ratio_vs_static": {"median": p[2].0 / p[1].0, "max": p[2].1 / p[1].1},
