@@ -44,10 +44,12 @@ mod hints;
 mod inputs;
 mod parents;
 mod probing;
+mod rootset;
 mod rounds;
 mod stats;
 
 use self::entries::Heard;
+use self::rootset::RootSet;
 pub use self::stats::CoreStats;
 
 /// Index of a root in this core's tables (never reused while the core lives).
@@ -66,7 +68,7 @@ pub struct Core {
     trees: Vec<Option<TreeState>>,
     heard: HashMap<NodeId, Vec<Heard>>,
     /// Roots whose advertised state is due to go out with the next flush.
-    dirty: BTreeSet<RootIdx>,
+    dirty: RootSet,
     /// Peers owed a full advert (new candidates, new inbound probers, periodic refresh).
     owed_full: BTreeSet<NodeId>,
     /// Advert bytes that may still be sent (negative: spent ahead), and when last topped up.
@@ -159,7 +161,7 @@ impl Core {
             root_index,
             trees: vec![Some(TreeState::new_root(id, now))],
             heard: HashMap::default(),
-            dirty: BTreeSet::new(),
+            dirty: RootSet::default(),
             owed_full: BTreeSet::new(),
             advert_tokens: budget,
             tokens_at: now,

@@ -54,7 +54,7 @@ impl Core {
         }
         let mut spent = 0usize;
         let mut entries = Vec::with_capacity(self.dirty.len());
-        for ri in std::mem::take(&mut self.dirty) {
+        for ri in self.dirty.take() {
             if let Some(t) = self.trees[ri].as_mut() {
                 t.advertised = (t.dist_us, t.connected);
                 entries.push(entry_of(t));
@@ -164,3 +164,4 @@ impl Core {
         self.timers.set(Timer::Housekeeping, now + period);
     }
 }
+
