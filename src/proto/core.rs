@@ -48,7 +48,7 @@ mod rootset;
 mod rounds;
 mod stats;
 
-use self::entries::Heard;
+use self::entries::{Heard, HeardFrom};
 use self::rootset::RootSet;
 pub use self::stats::CoreStats;
 
@@ -66,7 +66,7 @@ pub struct Core {
     cands: CandidateSet,
     root_index: HashMap<NodeId, RootIdx>,
     trees: Vec<Option<TreeState>>,
-    heard: HashMap<NodeId, Vec<Heard>>,
+    heard: HashMap<NodeId, HeardFrom>,
     /// Roots whose advertised state is due to go out with the next flush.
     dirty: RootSet,
     /// Peers owed a full advert (new candidates, new inbound probers, periodic refresh).
@@ -106,6 +106,8 @@ pub struct Core {
     discovery: discovery::Discovery,
     /// Scratch space of `handle_entries` (kept to save an allocation per message).
     entry_scratch: Vec<Option<RootIdx>>,
+    /// Scratch space of `evaluate_all`.
+    heard_scratch: Vec<(NodeId, Heard)>,
 }
 
 const OWN_ROOT: RootIdx = 0;
@@ -186,6 +188,7 @@ impl Core {
             coll: Collectives::new(id),
             discovery,
             entry_scratch: Vec::new(),
+            heard_scratch: Vec::new(),
         }
     }
 

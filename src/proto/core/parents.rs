@@ -16,28 +16,26 @@ impl Core {
             .filter(|&i| self.trees[i].is_some())
     }
 
-    /// What we know of candidate `c` in tree `ri`: what it last told us and our latency to it.
-    pub(super) fn view(&self, ri: RootIdx, c: NodeId) -> Option<CandidateView> {
-        let h = *self.heard.get(&c)?.get(ri)?;
-        if !h.known || !self.members.is_alive(&c) {
+    /// What we know of candidate `c` in a tree, given what it last told us about it (`h`):
+    /// that and our latency to it, with its RTT sample count; `None` unless it is alive and
+    /// we have an RTT estimate.
+    pub(super) fn view_heard(&self, c: NodeId, h: Heard) -> Option<(CandidateView, usize)> {
+        if !self.members.is_alive(&c) {
             return None;
         }
-        Some(CandidateView {
+        let rtt = self.rtt.get(&c)?;
+        let view = CandidateView {
             id: c,
             serial: h.serial,
             dist_us: h.dist_us,
             connected: h.connected,
-            lat_us: self.lat_us(&c)?,
-        })
+            lat_us: rtt.lat_us()?,
+        };
+        Some((view, rtt.samples()))
     }
 
-    /// The rules' verdict on `view` as a parent in tree `ri`, held back until the candidate is measured well enough.
-    pub(super) fn judge(&self, ri: RootIdx, view: &CandidateView) -> Judgement {
-        let samples = self.rtt.get(&view.id).map_or(0, |e| e.samples());
-        self.judge_sampled(ri, view, samples)
-    }
-
-    /// [`Core::judge`] with the candidate's RTT sample count already looked up.
+    /// The rules' verdict on `view` as a parent in tree `ri`, held back until the candidate
+    /// is measured well enough (`samples`: its RTT sample count).
     pub(super) fn judge_sampled(
         &self,
         ri: RootIdx,
@@ -81,8 +79,12 @@ impl Core {
         if ri == OWN_ROOT {
             return;
         }
-        let Some(view) = self.view(ri, c) else { return };
-        let samples = self.rtt.get(&c).map_or(0, |e| e.samples());
+        let Some(h) = self.heard.get(&c).and_then(|from| from.get(ri)) else {
+            return;
+        };
+        let Some((view, samples)) = self.view_heard(c, h) else {
+            return;
+        };
         self.consider_view(ri, view, samples);
     }
 
@@ -146,13 +148,21 @@ impl Core {
         if ri == OWN_ROOT || self.trees[ri].is_none() {
             return;
         }
-        let peers: Vec<NodeId> = self.heard.keys().copied().collect();
+        // What every peer told us about this root, in the map's order, looked up in one
+        // pass (nothing in the loop changes what was heard).
+        let mut heard = std::mem::take(&mut self.heard_scratch);
+        heard.clear();
+        heard.extend(
+            self.heard
+                .iter()
+                .filter_map(|(c, from)| Some((*c, from.get(ri)?))),
+        );
         let mut best: Option<((SwitchReason, u32, u32, NodeId), CandidateView)> = None;
-        for c in peers {
-            let Some(view) = self.view(ri, c) else {
+        for &(c, h) in &heard {
+            let Some((view, samples)) = self.view_heard(c, h) else {
                 continue;
             };
-            match self.judge(ri, &view) {
+            match self.judge_sampled(ri, &view, samples) {
                 Judgement::Switch(why) => {
                     let key = tree::preference(why, &view);
                     if best.as_ref().is_none_or(|(k, _)| key < *k) {
@@ -162,6 +172,7 @@ impl Core {
                 other => self.follow_up(ri, &view, other),
             }
         }
+        self.heard_scratch = heard;
         if let Some(((why, ..), view)) = best {
             self.switch_to(ri, view, why);
         }
