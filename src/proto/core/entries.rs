@@ -91,6 +91,27 @@ impl HeardFrom {
         slots[ri] = h;
     }
 
+    /// Calls `f(ri, heard)` for every root `ri` heard of with `due[ri]` (`due` covers
+    /// every root index), in ascending order of root.
+    pub(super) fn for_each_of(&self, due: &[bool], mut f: impl FnMut(RootIdx, Heard)) {
+        match self {
+            HeardFrom::Few(list) => {
+                for &(r, h) in list {
+                    if due[r as usize] {
+                        f(r as usize, h);
+                    }
+                }
+            }
+            HeardFrom::Many(slots) => {
+                for (ri, h) in slots.iter().enumerate() {
+                    if h.known && due[ri] {
+                        f(ri, *h);
+                    }
+                }
+            }
+        }
+    }
+
     /// Every root heard of, in ascending order of root.
     pub(super) fn known(&self) -> Vec<(RootIdx, Heard)> {
         match self {

@@ -131,7 +131,21 @@ impl Core {
         }
         // Trees: re-attach where the parent went quiet, retry repair, and re-judge a rolling
         // share of the connected ones (a candidate may have improved without a change of
-        // its own to advertise).
+        // its own to advertise). What was heard does not change in this loop, so it is
+        // gathered per tree up front, for every tree that can come up for judging.
+        let rounds = self.housekeeping_rounds;
+        let due: Vec<bool> = (0..self.trees.len())
+            .map(|ri| {
+                self.trees[ri].as_ref().is_some_and(|t| {
+                    ri != OWN_ROOT
+                        && (!t.connected
+                            || (ri as u64 + rounds).is_multiple_of(4)
+                            || (t.parent.is_some()
+                                && now.saturating_since(t.refreshed_at) > period * 6))
+                })
+            })
+            .collect();
+        let (start, heard) = self.heard_by_root(&due);
         for ri in 1..self.trees.len() {
             let Some(t) = self.trees[ri].as_ref() else {
                 continue;
@@ -148,7 +162,11 @@ impl Core {
             }
             let t = self.trees[ri].as_ref().expect("live");
             if !t.connected || (ri as u64 + self.housekeeping_rounds).is_multiple_of(4) {
-                self.evaluate_all(ri);
+                if due[ri] {
+                    self.evaluate_heard(ri, &heard[start[ri]..start[ri + 1]]);
+                } else {
+                    self.evaluate_all(ri);
+                }
             }
         }
         // Far children that may share a cluster: introduce them again now and then (an
