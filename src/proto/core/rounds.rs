@@ -62,16 +62,21 @@ impl Core {
         }
         let targets = self.cands.advert_targets();
         let owed = std::mem::take(&mut self.owed_full);
+        // Our full state, built at the first peer owed it (the trees do not change here).
+        let mut full: Option<Vec<AdvertEntry>> = None;
         for peer in targets {
             if owed.contains(&peer) {
                 // Only trees we are connected to: an unknown entry already means "no path".
-                let all: Vec<AdvertEntry> = self
-                    .trees
-                    .iter()
-                    .flatten()
-                    .filter(|t| t.connected)
-                    .map(entry_of)
-                    .collect();
+                let all = full
+                    .get_or_insert_with(|| {
+                        self.trees
+                            .iter()
+                            .flatten()
+                            .filter(|t| t.connected)
+                            .map(entry_of)
+                            .collect()
+                    })
+                    .clone();
                 self.stats.full_adverts += 1;
                 self.stats.full_advert_entries += all.len() as u64;
                 let msg = Message::Advert { entries: all };
