@@ -132,14 +132,16 @@ impl Core {
         let Some(parent) = t.parent else {
             return false;
         };
+        // Cheapest tests first (the verdict is the same in any order): the latency to our
+        // parent is looked up once per tree and stays cached, the children are a tree walk.
         t.connected
             && view.connected
             && parent != view.id
-            && !t.children.contains(&view.id)
-            && self.rtt.get(&view.id).is_some_and(|e| e.measured())
             && self
                 .lat_us(&parent)
                 .is_some_and(|pl| view.lat_us.saturating_mul(2) < pl)
+            && self.rtt.get(&view.id).is_some_and(|e| e.measured())
+            && !t.children.contains(&view.id)
     }
 
     /// Judges every candidate heard of for this root and takes the best switch; a node
