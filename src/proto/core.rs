@@ -44,10 +44,12 @@ mod hints;
 mod inputs;
 mod parents;
 mod probing;
+mod rootset;
 mod rounds;
 mod stats;
 
-use self::entries::Heard;
+use self::entries::{Heard, HeardFrom};
+use self::rootset::RootSet;
 pub use self::stats::CoreStats;
 
 /// Index of a root in this core's tables (never reused while the core lives).
@@ -64,9 +66,9 @@ pub struct Core {
     cands: CandidateSet,
     root_index: HashMap<NodeId, RootIdx>,
     trees: Vec<Option<TreeState>>,
-    heard: HashMap<NodeId, Vec<Heard>>,
+    heard: HashMap<NodeId, HeardFrom>,
     /// Roots whose advertised state is due to go out with the next flush.
-    dirty: BTreeSet<RootIdx>,
+    dirty: RootSet,
     /// Peers owed a full advert (new candidates, new inbound probers, periodic refresh).
     owed_full: BTreeSet<NodeId>,
     /// Advert bytes that may still be sent (negative: spent ahead), and when last topped up.
@@ -104,6 +106,8 @@ pub struct Core {
     discovery: discovery::Discovery,
     /// Scratch space of `handle_entries` (kept to save an allocation per message).
     entry_scratch: Vec<Option<RootIdx>>,
+    /// Scratch space of `evaluate_all`.
+    heard_scratch: Vec<(NodeId, Heard)>,
 }
 
 const OWN_ROOT: RootIdx = 0;
@@ -159,7 +163,7 @@ impl Core {
             root_index,
             trees: vec![Some(TreeState::new_root(id, now))],
             heard: HashMap::default(),
-            dirty: BTreeSet::new(),
+            dirty: RootSet::default(),
             owed_full: BTreeSet::new(),
             advert_tokens: budget,
             tokens_at: now,
@@ -184,6 +188,7 @@ impl Core {
             coll: Collectives::new(id),
             discovery,
             entry_scratch: Vec::new(),
+            heard_scratch: Vec::new(),
         }
     }
 

@@ -85,23 +85,33 @@ impl ParentView {
     /// `node`. Stops at a missing parent, at a dead node, or after visiting every node once
     /// (a cycle not through `node`, which an earlier check would already have reported).
     pub fn find_cycle(&self, root: usize, node: usize, alive: &[bool]) -> Option<Vec<usize>> {
-        let row = &self.parents[root];
-        let mut path = vec![node];
-        let mut cur = row[node];
-        let mut steps = 0;
-        while cur != NONE {
-            let p = cur as usize;
-            if p == node {
-                return Some(path);
+        // Walked once to tell (nearly always: no cycle), and again to list a cycle found.
+        let walk = |mut visit: Option<&mut Vec<usize>>| -> bool {
+            let row = &self.parents[root];
+            let mut cur = row[node];
+            let mut steps = 0;
+            while cur != NONE {
+                let p = cur as usize;
+                if p == node {
+                    return true;
+                }
+                if !alive.get(p).copied().unwrap_or(false) || steps > row.len() {
+                    return false;
+                }
+                if let Some(path) = visit.as_deref_mut() {
+                    path.push(p);
+                }
+                steps += 1;
+                cur = row[p];
             }
-            if !alive.get(p).copied().unwrap_or(false) || steps > row.len() {
-                return None;
-            }
-            path.push(p);
-            steps += 1;
-            cur = row[p];
+            false
+        };
+        if !walk(None) {
+            return None;
         }
-        None
+        let mut path = vec![node];
+        walk(Some(&mut path));
+        Some(path)
     }
 }
 

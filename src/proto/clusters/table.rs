@@ -20,18 +20,50 @@ use crate::proto::message::{
     MAX_CLUSTER_VERSIONS,
 };
 use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock};
 
 /// The replicated summaries and the view computed from them.
 #[derive(Clone, Debug)]
 pub struct ClusterTable {
     me: NodeId,
-    /// Every summary held, this node's own included: version and edges.
-    entries: IdMap<NodeId, (u32, Vec<ClusterEdge>)>,
+    /// Every summary held, this node's own included: version and edges (shared with the
+    /// inputs of the view, see `inputs`).
+    entries: IdMap<NodeId, (u32, Arc<[ClusterEdge]>)>,
     /// Summaries to push at the next flush.
     news: BTreeSet<NodeId>,
-    /// Whether the entries changed since the view was computed.
+    /// Whether the entries changed since the view was last recomputed.
     changed: bool,
-    view: ClusterView,
+    /// What the view is computed from, as of the last [`ClusterTable::recompute`]: the
+    /// nodes, every summary's edges, the parameters. The view itself is computed from them
+    /// when first asked for: most views were replaced by the next recompute before anyone
+    /// looked at them, and computing them was a tenth of the simulator's time at a
+    /// thousand nodes.
+    inputs: Arc<ViewInputs>,
+    view: OnceLock<ClusterView>,
+}
+
+/// The inputs of a view (see [`ClusterTable::recompute`]).
+#[derive(Debug)]
+struct ViewInputs {
+    nodes: Vec<NodeId>,
+    summaries: Vec<(NodeId, Arc<[ClusterEdge]>)>,
+    params: Option<ClusterParams>,
+}
+
+impl ViewInputs {
+    /// The view of these inputs: that of [`hierarchy::compute`] (the empty view before the
+    /// first recompute).
+    fn compute(&self) -> ClusterView {
+        let Some(params) = &self.params else {
+            return ClusterView::default();
+        };
+        let edges: Vec<(NodeId, NodeId, u32)> = self
+            .summaries
+            .iter()
+            .flat_map(|(a, es)| es.iter().map(move |e| (*a, e.peer, e.rtt_us)))
+            .collect();
+        hierarchy::compute(&self.nodes, &edges, params)
+    }
 }
 
 impl ClusterTable {
@@ -42,7 +74,12 @@ impl ClusterTable {
             entries: IdMap::default(),
             news: BTreeSet::new(),
             changed: false,
-            view: ClusterView::default(),
+            inputs: Arc::new(ViewInputs {
+                nodes: Vec::new(),
+                summaries: Vec::new(),
+                params: None,
+            }),
+            view: OnceLock::new(),
         }
     }
 
@@ -50,7 +87,7 @@ impl ClusterTable {
     pub fn own_edges(&self) -> &[ClusterEdge] {
         self.entries
             .get(&self.me)
-            .map_or(&[], |(_, e)| e.as_slice())
+            .map_or(&[], |(_, e)| &e[..])
     }
 
     /// How many summaries are held.
@@ -71,7 +108,7 @@ impl ClusterTable {
     /// Replaces this node's own summary by `edges` under a new version, to be pushed.
     pub fn publish(&mut self, edges: Vec<ClusterEdge>) {
         let version = self.version(&self.me).map_or(1, |v| v.saturating_add(1));
-        self.entries.insert(self.me, (version, edges));
+        self.entries.insert(self.me, (version, edges.into()));
         self.news.insert(self.me);
         self.changed = true;
     }
@@ -174,7 +211,9 @@ impl ClusterTable {
     }
 
     /// Recomputes the view if the table changed, over `alive` (the alive members; this
-    /// node is added). Returns whether it was recomputed.
+    /// node is added). Returns whether it was recomputed. (What is recorded here is the
+    /// view's inputs; [`ClusterTable::view`] computes the view from them when asked, and
+    /// the result is the same as computing it here.)
     pub fn recompute(&mut self, alive: &[NodeId], params: &ClusterParams) -> bool {
         if !self.changed {
             return false;
@@ -182,12 +221,17 @@ impl ClusterTable {
         self.changed = false;
         let mut nodes = alive.to_vec();
         nodes.push(self.me);
-        let edges: Vec<(NodeId, NodeId, u32)> = self
+        let summaries = self
             .entries
             .iter()
-            .flat_map(|(a, (_, es))| es.iter().map(move |e| (*a, e.peer, e.rtt_us)))
+            .map(|(a, (_, es))| (*a, Arc::clone(es)))
             .collect();
-        self.view = hierarchy::compute(&nodes, &edges, params);
+        self.inputs = Arc::new(ViewInputs {
+            nodes,
+            summaries,
+            params: Some(*params),
+        });
+        self.view = OnceLock::new();
         true
     }
 
@@ -196,9 +240,9 @@ impl ClusterTable {
         self.changed = true;
     }
 
-    /// The groups as last computed.
+    /// The groups as of the last recompute.
     pub fn view(&self) -> &ClusterView {
-        &self.view
+        self.view.get_or_init(|| self.inputs.compute())
     }
 
     fn apply(&mut self, s: ClusterSummary, is_member: &impl Fn(&NodeId) -> bool) {
@@ -206,7 +250,7 @@ impl ClusterTable {
             // Others remember a summary of ours newer than ours, or as new but not the
             // same (from before a restart): ours must outrank it, or it would never spread.
             if let Some((v, edges)) = self.entries.get_mut(&self.me)
-                && (s.version > *v || (s.version == *v && s.edges != *edges))
+                && (s.version > *v || (s.version == *v && s.edges[..] != edges[..]))
             {
                 *v = s.version.saturating_add(1);
                 self.news.insert(self.me);
@@ -217,7 +261,7 @@ impl ClusterTable {
             return;
         }
         let s = sanitize(s);
-        self.entries.insert(s.node, (s.version, s.edges));
+        self.entries.insert(s.node, (s.version, s.edges.into()));
         self.news.insert(s.node);
         self.changed = true;
     }
@@ -226,7 +270,7 @@ impl ClusterTable {
         self.entries.get(id).map(|(version, edges)| ClusterSummary {
             node: *id,
             version: *version,
-            edges: edges.clone(),
+            edges: edges.to_vec(),
         })
     }
 

@@ -99,7 +99,10 @@ impl Core {
             }
         }
         let alive = self.members.alive().to_vec();
-        if self.discovery.table.recompute(&alive, &params) {
+        // (The view is computed when first asked for: only for the log if it is on.)
+        if self.discovery.table.recompute(&alive, &params)
+            && tracing::enabled!(tracing::Level::DEBUG)
+        {
             let view = self.discovery.table.view();
             tracing::debug!(
                 levels = view.depth(),

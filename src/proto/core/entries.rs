@@ -25,6 +25,107 @@ pub(super) fn heard_of(e: &AdvertEntry) -> Heard {
     }
 }
 
+/// Everything heard from one peer, per root. Most peers tell us about a few roots (an
+/// answer to an advert request, a parent hint's exchange) and some about every root
+/// (candidates' full adverts): a short list sorted by root while the roots are few, one
+/// slot per root (of the roots tracked) once they are many. A slot per root for every
+/// peer was most of the simulator's memory at a thousand nodes.
+#[derive(Clone, Debug)]
+pub(super) enum HeardFrom {
+    /// (root, what was heard), sorted by root, every entry known.
+    Few(Vec<(u32, Heard)>),
+    /// Indexed by root; a slot never written holds `Heard::default()` (not known).
+    Many(Vec<Heard>),
+}
+
+impl Default for HeardFrom {
+    fn default() -> Self {
+        HeardFrom::Few(Vec::new())
+    }
+}
+
+impl HeardFrom {
+    /// The most roots kept as a list with `roots` roots tracked: a list entry takes a
+    /// third more room than a slot, and lookups in it are binary searches.
+    fn few_max(roots: usize) -> usize {
+        (roots / 8).max(16)
+    }
+
+    /// What was heard about root `ri`, if anything.
+    pub(super) fn get(&self, ri: RootIdx) -> Option<Heard> {
+        match self {
+            HeardFrom::Few(list) => list
+                .binary_search_by_key(&(ri as u32), |&(r, _)| r)
+                .ok()
+                .map(|i| list[i].1),
+            HeardFrom::Many(slots) => slots.get(ri).copied().filter(|h| h.known),
+        }
+    }
+
+    /// Notes down `h` about root `ri`; `roots` is the number of roots tracked (every root
+    /// index is below it), `more` how many more roots are about to be written after this
+    /// one (so a list that would outgrow itself becomes slots at once).
+    pub(super) fn set(&mut self, ri: RootIdx, h: Heard, roots: usize, more: usize) {
+        debug_assert!(ri < roots && h.known);
+        if let HeardFrom::Few(list) = self {
+            match list.binary_search_by_key(&(ri as u32), |&(r, _)| r) {
+                Ok(i) => return list[i].1 = h,
+                Err(i) if list.len() + 1 + more <= Self::few_max(roots) => {
+                    return list.insert(i, (ri as u32, h));
+                }
+                Err(_) => {
+                    let mut slots = vec![Heard::default(); roots];
+                    for &(r, old) in list.iter() {
+                        slots[r as usize] = old;
+                    }
+                    *self = HeardFrom::Many(slots);
+                }
+            }
+        }
+        let HeardFrom::Many(slots) = self else {
+            unreachable!("made slots above")
+        };
+        if slots.len() <= ri {
+            slots.resize(roots, Heard::default());
+        }
+        slots[ri] = h;
+    }
+
+    /// Calls `f(ri, heard)` for every root `ri` heard of with `due[ri]` (`due` covers
+    /// every root index), in ascending order of root.
+    pub(super) fn for_each_of(&self, due: &[bool], mut f: impl FnMut(RootIdx, Heard)) {
+        match self {
+            HeardFrom::Few(list) => {
+                for &(r, h) in list {
+                    if due[r as usize] {
+                        f(r as usize, h);
+                    }
+                }
+            }
+            HeardFrom::Many(slots) => {
+                for (ri, h) in slots.iter().enumerate() {
+                    if h.known && due[ri] {
+                        f(ri, *h);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every root heard of, in ascending order of root.
+    pub(super) fn known(&self) -> Vec<(RootIdx, Heard)> {
+        match self {
+            HeardFrom::Few(list) => list.iter().map(|&(r, h)| (r as RootIdx, h)).collect(),
+            HeardFrom::Many(slots) => slots
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| h.known)
+                .map(|(r, h)| (r, *h))
+                .collect(),
+        }
+    }
+}
+
 impl Core {
     /// One root's state from a peer: from our parent it sets our own state; from anyone
     /// else it is a candidate to judge. `pushed` marks a [`Message::TreeUpdate`].
@@ -32,11 +133,11 @@ impl Core {
         let Some(ri) = self.live_root(e.root) else {
             return;
         };
-        let slot = self.heard.entry(from).or_default();
-        if slot.len() <= ri {
-            slot.resize(ri + 1, Heard::default());
-        }
-        slot[ri] = heard_of(&e);
+        let roots = self.trees.len();
+        self.heard
+            .entry(from)
+            .or_default()
+            .set(ri, heard_of(&e), roots, 0);
         self.act_on_entry(from, ri, e, pushed);
     }
 
@@ -61,14 +162,15 @@ impl Core {
         for slot in live.iter_mut() {
             *slot = slot.filter(|&i| self.trees[i].is_some());
         }
-        if let Some(max) = live.iter().flatten().copied().max() {
+        let count = live.iter().flatten().count();
+        if count > 0 {
+            let roots = self.trees.len();
             let heard = self.heard.entry(from).or_default();
-            if heard.len() <= max {
-                heard.resize(max + 1, Heard::default());
-            }
+            let mut more = count;
             for (e, ri) in entries.iter().zip(&live) {
                 if let Some(ri) = *ri {
-                    heard[ri] = heard_of(e);
+                    more -= 1;
+                    heard.set(ri, heard_of(e), roots, more);
                 }
             }
             for (e, ri) in entries.iter().zip(&live) {

@@ -55,7 +55,7 @@ impl Core {
             }
             self.events.push_back(Event::RootRemoved { root: id });
             self.waiting_asks.remove(&ri);
-            self.dirty.remove(&ri);
+            self.dirty.remove(ri);
         }
         for ri in 0..self.trees.len() {
             let Some(t) = self.trees[ri].as_mut() else {

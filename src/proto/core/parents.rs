@@ -16,28 +16,26 @@ impl Core {
             .filter(|&i| self.trees[i].is_some())
     }
 
-    /// What we know of candidate `c` in tree `ri`: what it last told us and our latency to it.
-    pub(super) fn view(&self, ri: RootIdx, c: NodeId) -> Option<CandidateView> {
-        let h = *self.heard.get(&c)?.get(ri)?;
-        if !h.known || !self.members.is_alive(&c) {
+    /// What we know of candidate `c` in a tree, given what it last told us about it (`h`):
+    /// that and our latency to it, with its RTT sample count; `None` unless it is alive and
+    /// we have an RTT estimate.
+    pub(super) fn view_heard(&self, c: NodeId, h: Heard) -> Option<(CandidateView, usize)> {
+        if !self.members.is_alive(&c) {
             return None;
         }
-        Some(CandidateView {
+        let rtt = self.rtt.get(&c)?;
+        let view = CandidateView {
             id: c,
             serial: h.serial,
             dist_us: h.dist_us,
             connected: h.connected,
-            lat_us: self.lat_us(&c)?,
-        })
+            lat_us: rtt.lat_us()?,
+        };
+        Some((view, rtt.samples()))
     }
 
-    /// The rules' verdict on `view` as a parent in tree `ri`, held back until the candidate is measured well enough.
-    pub(super) fn judge(&self, ri: RootIdx, view: &CandidateView) -> Judgement {
-        let samples = self.rtt.get(&view.id).map_or(0, |e| e.samples());
-        self.judge_sampled(ri, view, samples)
-    }
-
-    /// [`Core::judge`] with the candidate's RTT sample count already looked up.
+    /// The rules' verdict on `view` as a parent in tree `ri`, held back until the candidate
+    /// is measured well enough (`samples`: its RTT sample count).
     pub(super) fn judge_sampled(
         &self,
         ri: RootIdx,
@@ -81,8 +79,12 @@ impl Core {
         if ri == OWN_ROOT {
             return;
         }
-        let Some(view) = self.view(ri, c) else { return };
-        let samples = self.rtt.get(&c).map_or(0, |e| e.samples());
+        let Some(h) = self.heard.get(&c).and_then(|from| from.get(ri)) else {
+            return;
+        };
+        let Some((view, samples)) = self.view_heard(c, h) else {
+            return;
+        };
         self.consider_view(ri, view, samples);
     }
 
@@ -130,14 +132,16 @@ impl Core {
         let Some(parent) = t.parent else {
             return false;
         };
+        // Cheapest tests first (the verdict is the same in any order): the latency to our
+        // parent is looked up once per tree and stays cached, the children are a tree walk.
         t.connected
             && view.connected
             && parent != view.id
-            && !t.children.contains(&view.id)
-            && self.rtt.get(&view.id).is_some_and(|e| e.measured())
             && self
                 .lat_us(&parent)
                 .is_some_and(|pl| view.lat_us.saturating_mul(2) < pl)
+            && self.rtt.get(&view.id).is_some_and(|e| e.measured())
+            && !t.children.contains(&view.id)
     }
 
     /// Judges every candidate heard of for this root and takes the best switch; a node
@@ -146,13 +150,28 @@ impl Core {
         if ri == OWN_ROOT || self.trees[ri].is_none() {
             return;
         }
-        let peers: Vec<NodeId> = self.heard.keys().copied().collect();
+        // What every peer told us about this root, in the map's order, looked up in one
+        // pass (nothing in the loop changes what was heard).
+        let mut heard = std::mem::take(&mut self.heard_scratch);
+        heard.clear();
+        heard.extend(
+            self.heard
+                .iter()
+                .filter_map(|(c, from)| Some((*c, from.get(ri)?))),
+        );
+        self.evaluate_heard(ri, &heard);
+        self.heard_scratch = heard;
+    }
+
+    /// [`Core::evaluate_all`] of a live tree other than our own, given what every peer told
+    /// us about it (`heard`, in the heard map's order).
+    pub(super) fn evaluate_heard(&mut self, ri: RootIdx, heard: &[(NodeId, Heard)]) {
         let mut best: Option<((SwitchReason, u32, u32, NodeId), CandidateView)> = None;
-        for c in peers {
-            let Some(view) = self.view(ri, c) else {
+        for &(c, h) in heard {
+            let Some((view, samples)) = self.view_heard(c, h) else {
                 continue;
             };
-            match self.judge(ri, &view) {
+            match self.judge_sampled(ri, &view, samples) {
                 Judgement::Switch(why) => {
                     let key = tree::preference(why, &view);
                     if best.as_ref().is_none_or(|(k, _)| key < *k) {
@@ -168,6 +187,31 @@ impl Core {
         if !self.trees[ri].as_ref().expect("live").connected {
             self.request_serial(ri);
         }
+    }
+
+    /// What every peer told us about each root `ri` with `due[ri]`, for
+    /// [`Core::evaluate_heard`] of many trees: the entries of root `ri` are
+    /// `list[start[ri]..start[ri + 1]]`, in the heard map's order, as [`Core::evaluate_all`]
+    /// would collect them. One pass over each peer's entries (in root order) instead of a
+    /// lookup in every peer's entries for every tree: at a thousand trees and hundreds of
+    /// peers heard from, those lookups were about half of a housekeeping round's time.
+    pub(super) fn heard_by_root(&self, due: &[bool]) -> (Vec<usize>, Vec<(NodeId, Heard)>) {
+        let mut start = vec![0usize; due.len() + 1];
+        for from in self.heard.values() {
+            from.for_each_of(due, |ri, _| start[ri + 1] += 1);
+        }
+        for ri in 0..due.len() {
+            start[ri + 1] += start[ri];
+        }
+        let mut at = start.clone();
+        let mut list = vec![(self.id, Heard::default()); start[due.len()]];
+        for (c, from) in &self.heard {
+            from.for_each_of(due, |ri, h| {
+                list[at[ri]] = (*c, h);
+                at[ri] += 1;
+            });
+        }
+        (start, list)
     }
 
     /// Takes `view.id` as our parent in tree `ri`: attach to it, detach from the old one, report the change.

@@ -9,7 +9,7 @@ impl Core {
         let e = self.rtt.entry(peer).or_default();
         let before = e.rtt_us();
         e.push(rtt_us, window);
-        // Enough samples to move to it is a change too (see `judge`).
+        // Enough samples to move to it is a change too (see `judge_sampled`).
         if before != e.rtt_us() || e.samples() == MIN_SAMPLES_TO_MOVE {
             self.on_rtt_changed(peer);
         }
@@ -43,10 +43,14 @@ impl Core {
         // What `consider(ri, peer)` would look up about the peer in every tree, looked up
         // once: nothing done in the loop changes what we heard from the peer, whether it is
         // alive, or its latency and samples.
-        let heard = self.heard.get(&peer).cloned().unwrap_or_default();
+        let heard = self.heard.get(&peer).map(HeardFrom::known).unwrap_or_default();
+        let mut heard = heard.into_iter().peekable();
         let lat = self.lat_us(&peer).filter(|_| self.members.is_alive(&peer));
         let samples = self.rtt.get(&peer).map_or(0, |e| e.samples());
         for ri in 0..self.trees.len() {
+            // What was heard about this root, if anything (the list is in root order).
+            while heard.next_if(|&(r, _)| r < ri).is_some() {}
+            let h = heard.next_if(|&(r, _)| r == ri).map(|(_, h)| h);
             let Some(t) = self.trees[ri].as_ref() else {
                 continue;
             };
@@ -60,7 +64,7 @@ impl Core {
                 self.apply_parent_state(ri, e);
             } else if ri != OWN_ROOT
                 && let Some(lat_us) = lat
-                && let Some(h) = heard.get(ri).filter(|h| h.known)
+                && let Some(h) = h
             {
                 let view = CandidateView {
                     id: peer,

@@ -54,7 +54,7 @@ impl Core {
         }
         let mut spent = 0usize;
         let mut entries = Vec::with_capacity(self.dirty.len());
-        for ri in std::mem::take(&mut self.dirty) {
+        for ri in self.dirty.take() {
             if let Some(t) = self.trees[ri].as_mut() {
                 t.advertised = (t.dist_us, t.connected);
                 entries.push(entry_of(t));
@@ -62,16 +62,21 @@ impl Core {
         }
         let targets = self.cands.advert_targets();
         let owed = std::mem::take(&mut self.owed_full);
+        // Our full state, built at the first peer owed it (the trees do not change here).
+        let mut full: Option<Vec<AdvertEntry>> = None;
         for peer in targets {
             if owed.contains(&peer) {
                 // Only trees we are connected to: an unknown entry already means "no path".
-                let all: Vec<AdvertEntry> = self
-                    .trees
-                    .iter()
-                    .flatten()
-                    .filter(|t| t.connected)
-                    .map(entry_of)
-                    .collect();
+                let all = full
+                    .get_or_insert_with(|| {
+                        self.trees
+                            .iter()
+                            .flatten()
+                            .filter(|t| t.connected)
+                            .map(entry_of)
+                            .collect()
+                    })
+                    .clone();
                 self.stats.full_adverts += 1;
                 self.stats.full_advert_entries += all.len() as u64;
                 let msg = Message::Advert { entries: all };
@@ -131,7 +136,21 @@ impl Core {
         }
         // Trees: re-attach where the parent went quiet, retry repair, and re-judge a rolling
         // share of the connected ones (a candidate may have improved without a change of
-        // its own to advertise).
+        // its own to advertise). What was heard does not change in this loop, so it is
+        // gathered per tree up front, for every tree that can come up for judging.
+        let rounds = self.housekeeping_rounds;
+        let due: Vec<bool> = (0..self.trees.len())
+            .map(|ri| {
+                self.trees[ri].as_ref().is_some_and(|t| {
+                    ri != OWN_ROOT
+                        && (!t.connected
+                            || (ri as u64 + rounds).is_multiple_of(4)
+                            || (t.parent.is_some()
+                                && now.saturating_since(t.refreshed_at) > period * 6))
+                })
+            })
+            .collect();
+        let (start, heard) = self.heard_by_root(&due);
         for ri in 1..self.trees.len() {
             let Some(t) = self.trees[ri].as_ref() else {
                 continue;
@@ -148,7 +167,11 @@ impl Core {
             }
             let t = self.trees[ri].as_ref().expect("live");
             if !t.connected || (ri as u64 + self.housekeeping_rounds).is_multiple_of(4) {
-                self.evaluate_all(ri);
+                if due[ri] {
+                    self.evaluate_heard(ri, &heard[start[ri]..start[ri + 1]]);
+                } else {
+                    self.evaluate_all(ri);
+                }
             }
         }
         // Far children that may share a cluster: introduce them again now and then (an
@@ -164,3 +187,4 @@ impl Core {
         self.timers.set(Timer::Housekeeping, now + period);
     }
 }
+
