@@ -140,16 +140,45 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 let _ = writeln!(
                     md,
                     "| noise floor: MagPIe run again / MagPIe | {:.3} | {:.3} |\n| noise floor, each pair's median over the rounds first | {:.3} | {:.3} |",
-                    nf["ratio_again_vs_static"]["median"].as_f64().unwrap_or(f64::NAN),
-                    nf["ratio_again_vs_static"]["max"].as_f64().unwrap_or(f64::NAN),
+                    nf["ratio_again_vs_static"]["median"]
+                        .as_f64()
+                        .unwrap_or(f64::NAN),
+                    nf["ratio_again_vs_static"]["max"]
+                        .as_f64()
+                        .unwrap_or(f64::NAN),
                     nf["per_pair_median"]["median"].as_f64().unwrap_or(f64::NAN),
                     nf["per_pair_median"]["max"].as_f64().unwrap_or(f64::NAN),
                 );
                 let _ = writeln!(
                     md,
                     "\nPaired: of the (root, node) pairs, ours is faster than MagPIe (each pair's median over the rounds) on {:.0}%; MagPIe's second run is faster than its first on {:.0}% (the same tree: what a tie looks like).",
-                    r["pairs_faster"]["ours_vs_static"].as_f64().unwrap_or(f64::NAN) * 100.0,
-                    r["pairs_faster"]["again_vs_static"].as_f64().unwrap_or(f64::NAN) * 100.0,
+                    r["pairs_faster"]["ours_vs_static"]
+                        .as_f64()
+                        .unwrap_or(f64::NAN)
+                        * 100.0,
+                    r["pairs_faster"]["again_vs_static"]
+                        .as_f64()
+                        .unwrap_or(f64::NAN)
+                        * 100.0,
+                );
+                let wl = &r["wire_lateness"];
+                let late: Vec<String> = (wl["contenders"].as_array().into_iter().flatten())
+                    .map(|c| {
+                        format!(
+                            "{} {} redone, {} kept late (max {:.1} ms)",
+                            c["name"].as_str().unwrap_or(""),
+                            c["redone"],
+                            c["disturbed"],
+                            c["max_ms"].as_f64().unwrap_or(f64::NAN)
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    md,
+                    "\nEmulation error: a timed broadcast during which the emulated wire sent a datagram more than {} ms after its due time (the machine stalled the emulator) is run again, {} tries at most: {}.",
+                    wl["limit_ms"],
+                    wl["max_tries"],
+                    late.join("; ")
                 );
                 md.push_str("\nMedian ms per (root's cluster, node's cluster):\n\n| clusters | MagPIe | ours | bound |\n|---|---|---|---|\n");
                 for p in r["per_cluster_median_ms"].as_array().into_iter().flatten() {

@@ -66,15 +66,25 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         let nf = &out["noise_floor"];
         println!(
             "  noise floor: MagPIe run again / MagPIe  median {:.3}  max {:.3}; per (root, node) median {:.3}  max {:.3}",
-            nf["ratio_again_vs_static"]["median"].as_f64().unwrap_or(f64::NAN),
-            nf["ratio_again_vs_static"]["max"].as_f64().unwrap_or(f64::NAN),
+            nf["ratio_again_vs_static"]["median"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+            nf["ratio_again_vs_static"]["max"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
             nf["per_pair_median"]["median"].as_f64().unwrap_or(f64::NAN),
             nf["per_pair_median"]["max"].as_f64().unwrap_or(f64::NAN),
         );
         println!(
             "  pairs faster (each (root, node) pair's median over the rounds): ours than MagPIe {:.0}%; MagPIe's second run than its first {:.0}%",
-            out["pairs_faster"]["ours_vs_static"].as_f64().unwrap_or(f64::NAN) * 100.0,
-            out["pairs_faster"]["again_vs_static"].as_f64().unwrap_or(f64::NAN) * 100.0,
+            out["pairs_faster"]["ours_vs_static"]
+                .as_f64()
+                .unwrap_or(f64::NAN)
+                * 100.0,
+            out["pairs_faster"]["again_vs_static"]
+                .as_f64()
+                .unwrap_or(f64::NAN)
+                * 100.0,
         );
         let pp = &out["per_pair_median"];
         println!(
@@ -120,6 +130,28 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         println!(
             "  slowest deliveries, ms (root->node, clusters): {}",
             slow.join("; ")
+        );
+        let late: Vec<String> = (out["wire_lateness"]["contenders"]
+            .as_array()
+            .into_iter()
+            .flatten())
+        .map(|c| {
+            format!(
+                "{} {} redone, {} kept late; {} of {} over 1 ms, max {:.1} ms",
+                c["name"].as_str().unwrap_or(""),
+                c["redone"],
+                c["disturbed"],
+                c["over_1ms"],
+                c["sent"],
+                c["max_ms"].as_f64().unwrap_or(f64::NAN)
+            )
+        })
+        .collect();
+        println!(
+            "  emulation error (a broadcast during which the wire sent more than {} ms late is run again, {} tries at most): {}",
+            out["wire_lateness"]["limit_ms"],
+            out["wire_lateness"]["max_tries"],
+            late.join("; ")
         );
         println!(
             "  trees wide-area optimal when the broadcasts began: {} of {}",

@@ -34,6 +34,8 @@
 pub mod pipe;
 mod wire;
 
+pub use self::wire::WireLateness;
+
 use self::pipe::Pipe;
 use crate::topology::Topology;
 use quinn::udp::{RecvMeta, Transmit};
@@ -127,6 +129,16 @@ impl LatencyMap {
     /// Whether sockets on this map emulate bandwidth ([`LatencyMap::with_bandwidth`]).
     pub fn emulates_bandwidth(&self) -> bool {
         self.bandwidth
+    }
+
+    /// How late the network's wire thread has sent datagrams against their due times since
+    /// the previous call (zeros before the first socket). The emulation's own error: a
+    /// stall of the thread delays every datagram due meanwhile, whichever protocol sent it.
+    pub fn take_wire_lateness(&self) -> WireLateness {
+        self.wire
+            .get()
+            .map(wire::Wire::take_lateness)
+            .unwrap_or_default()
     }
 
     /// The wire, started on first use.

@@ -17,7 +17,7 @@
 use super::Shared;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -71,6 +71,57 @@ struct WireState {
     tokens: Mutex<Tokens>,
     /// Set when the network is dropped: the thread sends what is queued, then ends.
     closed: AtomicBool,
+    /// How late the wire sends: what the emulation adds on top of the topology's latency.
+    lateness: Lateness,
+}
+
+/// How late the wire thread sent datagrams against their due times. A thread that is not
+/// scheduled in time (the machine busy) delays every datagram due meanwhile; benchmarks
+/// print this so such a stall is not mistaken for the protocol's doing.
+#[derive(Default)]
+struct Lateness {
+    sent: AtomicU64,
+    over_1ms: AtomicU64,
+    over_5ms: AtomicU64,
+    max_us: AtomicU64,
+}
+
+/// How late the wire sent datagrams over a period (see
+/// [`super::LatencyMap::take_wire_lateness`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WireLateness {
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Of those, sent more than 1 ms after their due time.
+    pub over_1ms: u64,
+    /// Of those, sent more than 5 ms after their due time.
+    pub over_5ms: u64,
+    /// The latest send, µs after its due time.
+    pub max_us: u64,
+}
+
+impl Lateness {
+    fn record(&self, late: Duration) {
+        let us = late.as_micros().min(u64::MAX as u128) as u64;
+        self.sent.fetch_add(1, AtomicOrdering::Relaxed);
+        if us > 1_000 {
+            self.over_1ms.fetch_add(1, AtomicOrdering::Relaxed);
+        }
+        if us > 5_000 {
+            self.over_5ms.fetch_add(1, AtomicOrdering::Relaxed);
+        }
+        self.max_us.fetch_max(us, AtomicOrdering::Relaxed);
+    }
+
+    /// What was recorded since the last take, and start again.
+    fn take(&self) -> WireLateness {
+        WireLateness {
+            sent: self.sent.swap(0, AtomicOrdering::Relaxed),
+            over_1ms: self.over_1ms.swap(0, AtomicOrdering::Relaxed),
+            over_5ms: self.over_5ms.swap(0, AtomicOrdering::Relaxed),
+            max_us: self.max_us.swap(0, AtomicOrdering::Relaxed),
+        }
+    }
 }
 
 impl WireState {
@@ -108,6 +159,7 @@ impl Wire {
         let state = Arc::new(WireState {
             tokens: Mutex::default(),
             closed: AtomicBool::new(false),
+            lateness: Lateness::default(),
         });
         let handle = {
             let state = state.clone();
@@ -120,6 +172,11 @@ impl Wire {
             state,
             thread: handle.thread().clone(),
         })
+    }
+
+    /// How late the wire has sent since the last call.
+    pub(super) fn take_lateness(&self) -> WireLateness {
+        self.state.lateness.take()
     }
 
     /// `socket`'s queue has a new head, due at `due`.
@@ -141,6 +198,7 @@ impl Drop for Wire {
 /// The wire thread: sends what is due, then sleeps until the earliest token.
 fn run(state: Arc<WireState>) {
     set_min_timer_slack();
+    set_realtime_priority();
     let mut due_now = Vec::new();
     let mut batch = Vec::with_capacity(SEND_BATCH);
     loop {
@@ -167,6 +225,9 @@ fn run(state: Arc<WireState>) {
             };
             for d in batch.drain(..) {
                 send_now(&socket.io, &d);
+                state
+                    .lateness
+                    .record(Instant::now().saturating_duration_since(d.due));
             }
             if let Some(due) = more {
                 state.push(due, socket);
@@ -209,6 +270,28 @@ fn send_now(io: &std::net::UdpSocket, d: &super::Datagram) {
         }
     }
     tracing::debug!(dest = %d.dest, "emulated socket: send buffer full, datagram lost");
+}
+
+/// Asks for the lowest real-time priority (`SCHED_FIFO` 1), so that when a datagram falls
+/// due the wire runs at once instead of waiting for a time slice behind the busy threads of
+/// the nodes it emulates: a late wire delays every datagram due meanwhile, whichever
+/// protocol sent it. The thread sleeps between sends, so it cannot starve the machine (and
+/// the kernel caps real-time threads at 95% of a CPU anyway). Needs `CAP_SYS_NICE` (root);
+/// without it the thread keeps the normal policy.
+fn set_realtime_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: pthread_self() is this live thread and `param` a valid sched_param.
+        let rc =
+            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+        if rc != 0 {
+            tracing::debug!(
+                rc,
+                "emulated wire: no real-time priority (needs CAP_SYS_NICE)"
+            );
+        }
+    }
 }
 
 /// Asks the kernel to wake this thread's timed sleeps as precisely as it can (the default

@@ -85,9 +85,7 @@ impl ClusterTable {
 
     /// This node's published edges (empty before the first publication).
     pub fn own_edges(&self) -> &[ClusterEdge] {
-        self.entries
-            .get(&self.me)
-            .map_or(&[], |(_, e)| &e[..])
+        self.entries.get(&self.me).map_or(&[], |(_, e)| &e[..])
     }
 
     /// How many summaries are held.

@@ -43,7 +43,11 @@ impl Core {
         // What `consider(ri, peer)` would look up about the peer in every tree, looked up
         // once: nothing done in the loop changes what we heard from the peer, whether it is
         // alive, or its latency and samples.
-        let heard = self.heard.get(&peer).map(HeardFrom::known).unwrap_or_default();
+        let heard = self
+            .heard
+            .get(&peer)
+            .map(HeardFrom::known)
+            .unwrap_or_default();
         let mut heard = heard.into_iter().peekable();
         let lat = self.lat_us(&peer).filter(|_| self.members.is_alive(&peer));
         let samples = self.rtt.get(&peer).map_or(0, |e| e.samples());

@@ -73,7 +73,9 @@ mod tests {
         let mut model = BTreeSet::new();
         let mut x = 12345u64;
         for _ in 0..5000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let ri = (x >> 33) as usize % 300;
             match (x >> 20) % 7 {
                 0 => assert_eq!(set.remove(ri), model.remove(&ri)),

@@ -187,4 +187,3 @@ impl Core {
         self.timers.set(Timer::Housekeeping, now + period);
     }
 }
-
