@@ -231,10 +231,11 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 for x in r["runs"].as_array().into_iter().flatten() {
                     let _ = writeln!(
                         md,
-                        "| {} | {} | {:.0} |",
+                        "| {} | {} | {:.0}{} |",
                         x["topology"].as_str().unwrap_or(""),
                         x["nodes"],
-                        x["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN)
+                        x["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN),
+                        super::sim_jobs::caveats(x)
                     );
                 }
                 if let Some(n) = r["note"].as_str() {
