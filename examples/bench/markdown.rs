@@ -162,23 +162,10 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                         * 100.0,
                 );
                 let wl = &r["wire_lateness"];
-                let late: Vec<String> = (wl["contenders"].as_array().into_iter().flatten())
-                    .map(|c| {
-                        format!(
-                            "{} {} redone, {} kept late (max {:.1} ms)",
-                            c["name"].as_str().unwrap_or(""),
-                            c["redone"],
-                            c["disturbed"],
-                            c["max_ms"].as_f64().unwrap_or(f64::NAN)
-                        )
-                    })
-                    .collect();
                 let _ = writeln!(
                     md,
-                    "\nEmulation error: a timed broadcast during which the emulated wire sent a datagram more than {} ms after its due time (the machine stalled the emulator) is run again, {} tries at most: {}.",
-                    wl["limit_ms"],
-                    wl["max_tries"],
-                    late.join("; ")
+                    "\nEmulation error: {}.",
+                    overlay::bench::quic_run::lateness_summary(wl)
                 );
                 md.push_str("\nMedian ms per (root's cluster, node's cluster):\n\n| clusters | MagPIe | ours | bound |\n|---|---|---|---|\n");
                 for p in r["per_cluster_median_ms"].as_array().into_iter().flatten() {

@@ -131,27 +131,9 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
             "  slowest deliveries, ms (root->node, clusters): {}",
             slow.join("; ")
         );
-        let late: Vec<String> = (out["wire_lateness"]["contenders"]
-            .as_array()
-            .into_iter()
-            .flatten())
-        .map(|c| {
-            format!(
-                "{} {} redone, {} kept late; {} of {} over 1 ms, max {:.1} ms",
-                c["name"].as_str().unwrap_or(""),
-                c["redone"],
-                c["disturbed"],
-                c["over_1ms"],
-                c["sent"],
-                c["max_ms"].as_f64().unwrap_or(f64::NAN)
-            )
-        })
-        .collect();
         println!(
-            "  emulation error (a broadcast during which the wire sent more than {} ms late is run again, {} tries at most): {}",
-            out["wire_lateness"]["limit_ms"],
-            out["wire_lateness"]["max_tries"],
-            late.join("; ")
+            "  emulation error: {}",
+            overlay::bench::quic_run::lateness_summary(&out["wire_lateness"])
         );
         println!(
             "  trees wide-area optimal when the broadcasts began: {} of {}",

@@ -500,6 +500,30 @@ async fn ours_once(
     Ok(api_lag.map(|d| d.as_secs_f64() * 1e6))
 }
 
+/// One line on the emulation's error from a run's `wire_lateness` JSON: the redo rule, and
+/// per contender the broadcasts run again, those kept late, and the latest send.
+pub fn lateness_summary(wl: &serde_json::Value) -> String {
+    let per: Vec<String> = (wl["contenders"].as_array().into_iter().flatten())
+        .map(|c| {
+            format!(
+                "{} {} redone, {} kept late, {} of {} datagrams over 1 ms late, max {:.1} ms",
+                c["name"].as_str().unwrap_or(""),
+                c["redone"],
+                c["disturbed"],
+                c["over_1ms"],
+                c["sent"],
+                c["max_ms"].as_f64().unwrap_or(f64::NAN)
+            )
+        })
+        .collect();
+    format!(
+        "a timed broadcast during which the emulated wire sent a datagram more than {} ms after its due time is run again, {} tries at most; {}",
+        wl["limit_ms"],
+        wl["max_tries"],
+        per.join("; ")
+    )
+}
+
 /// The `k` slowest deliveries of a contender: (ms, root, node, root's cluster, node's
 /// cluster), slowest first. The maximum is one of them; they tell whether it is one
 /// straggler (a retransmission) or a pattern.
