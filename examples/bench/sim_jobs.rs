@@ -140,7 +140,11 @@ fn run_sim_job(j: &SimJob, seed: u64) -> anyhow::Result<serde_json::Value> {
     let conv_wall = wall.elapsed().as_secs_f64();
     progress(&format!(
         "sim {label}: {} at {:.1} s simulated ({conv_wall:.0} s wall); {} s of steady traffic",
-        if converged { "converged" } else { "window begins" },
+        if converged {
+            "converged"
+        } else {
+            "window begins"
+        },
         conv.as_secs_f64(),
         OVERHEAD_WINDOW.as_secs()
     ));
