@@ -140,26 +140,16 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 let _ = writeln!(
                     md,
                     "| noise floor: MagPIe run again / MagPIe | {:.3} | {:.3} |\n| noise floor, each pair's median over the rounds first | {:.3} | {:.3} |",
-                    nf["ratio_again_vs_static"]["median"]
-                        .as_f64()
-                        .unwrap_or(f64::NAN),
-                    nf["ratio_again_vs_static"]["max"]
-                        .as_f64()
-                        .unwrap_or(f64::NAN),
-                    nf["per_pair_median"]["median"].as_f64().unwrap_or(f64::NAN),
-                    nf["per_pair_median"]["max"].as_f64().unwrap_or(f64::NAN),
+                    num(&nf["ratio_again_vs_static"]["median"]),
+                    num(&nf["ratio_again_vs_static"]["max"]),
+                    num(&nf["per_pair_median"]["median"]),
+                    num(&nf["per_pair_median"]["max"]),
                 );
                 let _ = writeln!(
                     md,
                     "\nPaired: of the (root, node) pairs, ours is faster than MagPIe (each pair's median over the rounds) on {:.0}%; MagPIe's second run is faster than its first on {:.0}% (the same tree: what a tie looks like).",
-                    r["pairs_faster"]["ours_vs_static"]
-                        .as_f64()
-                        .unwrap_or(f64::NAN)
-                        * 100.0,
-                    r["pairs_faster"]["again_vs_static"]
-                        .as_f64()
-                        .unwrap_or(f64::NAN)
-                        * 100.0,
+                    num(&r["pairs_faster"]["ours_vs_static"]) * 100.0,
+                    num(&r["pairs_faster"]["again_vs_static"]) * 100.0,
                 );
                 let wl = &r["wire_lateness"];
                 let _ = writeln!(
@@ -182,13 +172,13 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 let _ = writeln!(
                     md,
                     "\nOurs reaches the application's delivery stream {:.0} us (median; 90%: {:.0} us) after its connection read the message.",
-                    r["app_lag_us"]["median"].as_f64().unwrap_or(f64::NAN),
+                    num(&r["app_lag_us"]["median"]),
                     r["app_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN)
                 );
                 let _ = writeln!(
                     md,
                     "Every contender is timed from its root's start: ours from when the root's driver took the broadcast, {:.0} us (median; 90%: {:.0} us) after the application's call.",
-                    r["api_lag_us"]["median"].as_f64().unwrap_or(f64::NAN),
+                    num(&r["api_lag_us"]["median"]),
                     r["api_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN)
                 );
                 let _ = writeln!(
@@ -199,7 +189,7 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 let _ = writeln!(
                     md,
                     "\nJoined in {:.1} s; every tree wide-area optimal {} s after the first start; {} nodes crashed (10%), every survivor's tree optimal again {} s later.\n",
-                    r["joined_s"].as_f64().unwrap_or(f64::NAN),
+                    num(&r["joined_s"]),
                     r["converged_s"]
                         .as_f64()
                         .map_or("-".into(), |x| format!("{x:.1}")),

@@ -1,7 +1,7 @@
 //! quic: Fig. 5, convergence and repair over real QUIC, every node in this process over the
 //! emulated-latency socket, with the static trees run over the same QUIC stack.
 
-use super::{Cli, progress, topology};
+use super::{Cli, num, progress, topology};
 use overlay::bench::plot::completion_cdf;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -66,25 +66,15 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         let nf = &out["noise_floor"];
         println!(
             "  noise floor: MagPIe run again / MagPIe  median {:.3}  max {:.3}; per (root, node) median {:.3}  max {:.3}",
-            nf["ratio_again_vs_static"]["median"]
-                .as_f64()
-                .unwrap_or(f64::NAN),
-            nf["ratio_again_vs_static"]["max"]
-                .as_f64()
-                .unwrap_or(f64::NAN),
-            nf["per_pair_median"]["median"].as_f64().unwrap_or(f64::NAN),
-            nf["per_pair_median"]["max"].as_f64().unwrap_or(f64::NAN),
+            num(&nf["ratio_again_vs_static"]["median"]),
+            num(&nf["ratio_again_vs_static"]["max"]),
+            num(&nf["per_pair_median"]["median"]),
+            num(&nf["per_pair_median"]["max"]),
         );
         println!(
             "  pairs faster (each (root, node) pair's median over the rounds): ours than MagPIe {:.0}%; MagPIe's second run than its first {:.0}%",
-            out["pairs_faster"]["ours_vs_static"]
-                .as_f64()
-                .unwrap_or(f64::NAN)
-                * 100.0,
-            out["pairs_faster"]["again_vs_static"]
-                .as_f64()
-                .unwrap_or(f64::NAN)
-                * 100.0,
+            num(&out["pairs_faster"]["ours_vs_static"]) * 100.0,
+            num(&out["pairs_faster"]["again_vs_static"]) * 100.0,
         );
         let pp = &out["per_pair_median"];
         println!(
@@ -109,13 +99,13 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         println!(
             "  times are taken when each node's connection read the message, for every contender; \
              ours then reaches the application's delivery stream {:.0} us later (median; 90%: {:.0} us)",
-            out["app_lag_us"]["median"].as_f64().unwrap_or(f64::NAN),
+            num(&out["app_lag_us"]["median"]),
             out["app_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN),
         );
         println!(
             "  every contender is timed from its root's start: ours from when the root's driver took the broadcast, \
              {:.0} us (median; 90%: {:.0} us) after the application's call",
-            out["api_lag_us"]["median"].as_f64().unwrap_or(f64::NAN),
+            num(&out["api_lag_us"]["median"]),
             out["api_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN),
         );
         let slow: Vec<String> = (r.contenders().iter().take(3))

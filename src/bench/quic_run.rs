@@ -59,11 +59,16 @@ impl Times {
         self.missed += other.missed;
     }
 
-    fn add_wire(&mut self, w: WireLateness) {
-        self.wire.sent += w.sent;
-        self.wire.over_1ms += w.over_1ms;
-        self.wire.over_5ms += w.over_5ms;
-        self.wire.max_us = self.wire.max_us.max(w.max_us);
+    /// Records one node's delivery of a broadcast from `root` (`None`: not reached).
+    fn record(&mut self, root: usize, node: usize, clusters: &[usize], after: Option<Duration>) {
+        match after {
+            Some(t) => {
+                self.ms.push(ms(t));
+                self.clusters.push((clusters[root], clusters[node]));
+                self.pairs.push((root, node));
+            }
+            None => self.missed += 1,
+        }
     }
 }
 
@@ -400,15 +405,7 @@ async fn broadcasts(
                             seq += 1;
                             let got = net.broadcast(id, seq, &payload, wait).await;
                             for (v, t) in got.into_iter().enumerate().filter(|(v, _)| *v != root) {
-                                match t {
-                                    Some(t) => {
-                                        sample.ms.push(ms(t));
-                                        (sample.clusters)
-                                            .push((overlay.clusters[root], overlay.clusters[v]));
-                                        sample.pairs.push((root, v));
-                                    }
-                                    None => sample.missed += 1,
-                                }
+                                sample.record(root, v, &overlay.clusters, t);
                             }
                         }
                     }
@@ -423,7 +420,7 @@ async fn broadcasts(
                     2 => &mut out.unaware,
                     _ => &mut out.magpie_again,
                 };
-                times.add_wire(late);
+                times.wire.merge(late);
                 times.redone += tries - 1;
                 times.disturbed += usize::from(late.max_us > WIRE_LATE_LIMIT_US);
                 times.append(sample);
@@ -487,14 +484,8 @@ async fn ours_once(
         .unwrap_or_default();
     let t0 = got.get(&root).copied().unwrap_or(called);
     for v in (0..n).filter(|&v| v != root) {
-        match got.get(&v) {
-            Some(t) => {
-                times.ms.push(ms(t.saturating_duration_since(t0)));
-                (times.clusters).push((overlay.clusters[root], overlay.clusters[v]));
-                times.pairs.push((root, v));
-            }
-            None => times.missed += 1,
-        }
+        let after = got.get(&v).map(|t| t.saturating_duration_since(t0));
+        times.record(root, v, &overlay.clusters, after);
     }
     let api_lag = got.get(&root).map(|t| t.saturating_duration_since(called));
     Ok(api_lag.map(|d| d.as_secs_f64() * 1e6))

@@ -100,6 +100,16 @@ pub struct WireLateness {
     pub max_us: u64,
 }
 
+impl WireLateness {
+    /// Adds `other`'s period to this one.
+    pub fn merge(&mut self, other: WireLateness) {
+        self.sent += other.sent;
+        self.over_1ms += other.over_1ms;
+        self.over_5ms += other.over_5ms;
+        self.max_us = self.max_us.max(other.max_us);
+    }
+}
+
 impl Lateness {
     fn record(&self, late: Duration) {
         let us = late.as_micros().min(u64::MAX as u128) as u64;
