@@ -65,6 +65,11 @@ struct Args {
     /// Core presets: wan, lan or test.
     #[arg(long, default_value = "wan")]
     preset: String,
+    /// Time dilation: every latency of the topology and every clock and latency threshold
+    /// of the protocol multiplied by this factor (the setting of `bench quic --dilate`);
+    /// `--max-seconds` and `--stable-seconds` are multiplied too.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    dilate: u32,
 }
 
 /// Figures of the churn phase.
@@ -159,8 +164,8 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
-    let max = seconds("max-seconds", args.max_seconds)?;
-    let stable_for = seconds("stable-seconds", args.stable_seconds)?;
+    let max = seconds("max-seconds", args.max_seconds)? * args.dilate;
+    let stable_for = seconds("stable-seconds", args.stable_seconds)? * args.dilate;
     ensure!(
         (0.0..=1.0).contains(&args.loss),
         "--loss must be between 0 and 1, got {}",
@@ -178,8 +183,9 @@ fn run(args: Args) -> Result<()> {
         "lan" => Config::lan(),
         "test" => Config::test(),
         other => bail!("--preset must be wan, lan or test, got {other:?}"),
-    };
-    let mut topo = load_topology(&args.topology)?;
+    }
+    .dilated(args.dilate);
+    let mut topo = load_topology(&args.topology)?.dilated(args.dilate);
     if let Some(f) = args.scale {
         ensure!(f.is_finite() && f > 0.0, "--scale must be positive");
         topo = topo.scaled(f);
@@ -191,6 +197,8 @@ fn run(args: Args) -> Result<()> {
         core,
         loss: args.loss,
         stable_for,
+        membership_delay: SimConfig::default().membership_delay * args.dilate,
+        failure_detection: SimConfig::default().failure_detection * args.dilate,
         ..SimConfig::default()
     };
     let mut sim = Sim::new(&topo, cfg);

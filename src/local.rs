@@ -84,6 +84,16 @@ impl LocalOptions {
         self.join_timeout *= factor.max(1);
         self
     }
+
+    /// For a network in time dilated by `factor` (see
+    /// [`crate::topology::Topology::dilated`]): the tree protocol as by [`Config::dilated`],
+    /// membership slowed by the same factor (its timeouts are latency-bound too).
+    pub fn dilated(mut self, factor: u32) -> LocalOptions {
+        self.config = self.config.dilated(factor);
+        self.gossip = self.gossip.slowed(factor);
+        self.join_timeout *= factor.max(1);
+        self
+    }
 }
 
 impl LocalOverlay {

@@ -468,6 +468,38 @@ impl Topology {
         t
     }
 
+    /// The same topology in dilated time: every latency multiplied by `factor` and every
+    /// bandwidth divided by it, so that a message takes `factor` times as long everywhere.
+    /// Nodes, clusters and sites are unchanged. Named `<name>-dilated-x<factor>`.
+    ///
+    /// This is time dilation for emulation (as in Gupta et al., "To Infinity and Beyond:
+    /// Time-Warped Network Emulation", NSDI 2006): many real nodes share few cores, so the
+    /// network is slowed instead, and each node's CPU looks `factor` times faster against
+    /// it. Times measured on it are divided by `factor` to read in the original's time.
+    /// A factor of 0 is taken as 1.
+    pub fn dilated(&self, factor: u32) -> Topology {
+        let k = factor.max(1);
+        let mut t = self.clone();
+        for c in &mut t.clusters {
+            c.latency *= k;
+            c.bandwidth_mbit = c.bandwidth_mbit.map(|b| b / f64::from(k));
+        }
+        for l in &mut t.latency {
+            *l *= k;
+        }
+        for b in t.bandwidth.iter_mut().flatten() {
+            *b /= f64::from(k);
+        }
+        if k > 1 {
+            t.name = format!("{}-dilated-x{k}", self.name);
+            t.source = format!(
+                "{} Derived: {} in time dilated x{k} (every latency times {k}, every bandwidth divided by {k}).",
+                self.source, self.name
+            );
+        }
+        t
+    }
+
     /// Total nodes over all clusters.
     pub fn node_count(&self) -> usize {
         self.clusters.iter().map(|c| c.nodes).sum()

@@ -6,7 +6,7 @@
 //! cargo run --release --example bench -- collectives [--json]
 //! cargo run --release --example bench -- convergence [--json] [--threads N]
 //! cargo run --release --example bench -- overhead [--json] [--threads N] [--with-2000]
-//! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K]
+//! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
 //! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
@@ -75,6 +75,12 @@ struct Cli {
     /// of the topology fits on this machine's cores (`quic`).
     #[arg(long, global = true, default_value_t = 1)]
     slowdown: u32,
+    /// Time dilation of the real-QUIC run (`quic`): the emulated network's latencies and
+    /// every protocol clock multiplied by this factor, the delivery times divided by it.
+    /// Nodes sharing two cores then get this many times more CPU against the network, as
+    /// each would have on machines of its own (1: none).
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    dilate: u32,
     /// Simulator runs of `convergence` and `overhead` (and `all`) executed side by side
     /// (each run is single-threaded and deterministic, so this changes only wall time).
     #[arg(long, global = true, default_value_t = 2)]

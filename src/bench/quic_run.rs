@@ -21,6 +21,12 @@ pub struct QuicRunOptions {
     pub topology: Topology,
     /// Both protocols' clocks slowed by this factor (see [`Config::slowed`]).
     pub slowdown: u32,
+    /// Time dilation (1: none): the emulated network's latencies and every protocol clock
+    /// and latency threshold multiplied by this factor ([`Topology::dilated`],
+    /// [`Config::dilated`]), and every measured delivery time divided by it, so the
+    /// results read in the topology's own time while each node gets this many times more
+    /// CPU against the network. Convergence and repair are reported both ways.
+    pub dilation: u32,
     /// Broadcast roots per cluster.
     pub roots_per_cluster: usize,
     /// Share of the non-root nodes crashed after the broadcasts.
@@ -59,6 +65,13 @@ impl Times {
         self.missed += other.missed;
     }
 
+    /// Times measured on a network dilated by `d` read in the undilated network's time.
+    fn undilate(&mut self, d: u32) {
+        for m in &mut self.ms {
+            *m /= f64::from(d.max(1));
+        }
+    }
+
     /// Records one node's delivery of a broadcast from `root` (`None`: not reached).
     fn record(&mut self, root: usize, node: usize, clusters: &[usize], after: Option<Duration>) {
         match after {
@@ -77,6 +90,8 @@ impl Times {
 pub struct QuicRun {
     /// Nodes started.
     pub nodes: usize,
+    /// The time dilation the run used (1: none); see [`QuicRunOptions::dilation`].
+    pub dilation: u32,
     /// From the first start until every node had joined.
     pub started: Duration,
     /// From the first start until every tree was wide-area optimal (and stayed so).
@@ -114,17 +129,21 @@ pub struct QuicRun {
 pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Result<QuicRun> {
     let topo = opts.topology.clone();
     let k = opts.slowdown.max(1);
+    let d = opts.dilation.max(1);
     progress(&format!(
-        "quic: starting {} nodes of {} (clocks slowed x{k})",
+        "quic: starting {} nodes of {} (clocks slowed x{k}, time dilated x{d})",
         topo.node_clusters().len(),
         topo.name
     ));
-    let options = LocalOptions::new(Config::wan()).slowed(k);
+    // The nodes, the static trees and the bound all run on the dilated network.
+    let topo = topo.dilated(d);
+    let options = LocalOptions::new(Config::wan()).dilated(d).slowed(k);
     let overlay =
         LocalOverlay::start_with(crate::net::emulated::LatencyMap::new(topo.clone()), options)
             .await?;
     let mut out = QuicRun {
         nodes: overlay.nodes.len(),
+        dilation: d,
         started: overlay.started.elapsed(),
         ..QuicRun::default()
     };
@@ -133,8 +152,8 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
         out.nodes,
         out.started.as_secs_f64()
     ));
-    let stable = Duration::from_secs(2) * k;
-    let (check, converged) = wait(&overlay, opts.timeout, stable, &progress).await;
+    let stable = Duration::from_secs(2) * k * d;
+    let (check, converged) = wait(&overlay, opts.timeout, stable, d, &progress).await;
     out.converged = converged;
     out.optimal = (check.wide_area_optimal, check.trees);
     match converged {
@@ -150,6 +169,15 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
 
     out.roots = roots(&overlay.clusters, opts.roots_per_cluster);
     broadcasts(&overlay, &topo, &mut out, &progress).await?;
+    for t in [
+        &mut out.ours,
+        &mut out.magpie,
+        &mut out.unaware,
+        &mut out.magpie_again,
+        &mut out.bound,
+    ] {
+        t.undilate(d);
+    }
     if converged.is_none() {
         // Repair is measured against convergence; without it there is nothing to compare.
         progress("quic: no crash and repair phase (the trees never all converged)");
@@ -175,7 +203,7 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
     for &i in &victims {
         overlay.crash(i);
     }
-    let (_, repaired) = wait(&overlay, opts.timeout, stable, &progress).await;
+    let (_, repaired) = wait(&overlay, opts.timeout, stable, d, &progress).await;
     out.repaired = repaired.map(|_| t.elapsed().saturating_sub(stable));
     progress(&match out.repaired {
         Some(r) => format!("quic: repaired {:.1} s after the crash", r.as_secs_f64()),
@@ -190,6 +218,7 @@ async fn wait(
     overlay: &LocalOverlay,
     timeout: Duration,
     stable: Duration,
+    d: u32,
     progress: &impl Fn(&str),
 ) -> (crate::local::OverlayCheck, Option<Duration>) {
     let start = Instant::now();
@@ -222,7 +251,10 @@ async fn wait(
                 }
             }
             let conns: usize = statuses.iter().map(|s| s.connections).sum();
-            progress(&rtt_errors(overlay, &statuses));
+            progress(&rtt_errors(overlay, &statuses, d));
+            for line in double_entries(overlay, &statuses) {
+                progress(&line);
+            }
             progress(&format!(
                 "quic: {:.0} s: {}/{} trees spanning, {} wide-area optimal, {} nodes know all; \
                  member views {alive} alive / {suspect} suspect / {down} down; {:.1} connections per node",
@@ -241,7 +273,9 @@ async fn wait(
 
 /// How far the measured RTTs are from the topology's, and how many trees enter a cluster
 /// more than once (a progress line).
-fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -> String {
+fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus], d: u32) -> String {
+    // 2 ms in the topology's time: far above any of its in-cluster RTTs.
+    let far_ms = 2.0 * f64::from(d.max(1));
     let index = overlay.index_by_id();
     let topo = overlay.map.topology();
     let rtt = |a: usize, b: usize| {
@@ -257,7 +291,7 @@ fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -> St
         for m in &s.members {
             if let (Some(&peer), Some(ms)) = (index.get(&m.id), m.rtt_ms) {
                 errors.push(ms - rtt(me, peer));
-                if overlay.clusters[me] == overlay.clusters[peer] && ms > 2.0 {
+                if overlay.clusters[me] == overlay.clusters[peer] && ms > far_ms {
                     far_in_cluster += 1;
                 }
             }
@@ -283,12 +317,106 @@ fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -> St
     }
     format!(
         "quic: RTT error over {} measured pairs: median {:+.2} ms, 90% {:+.2} ms, max {:+.2} ms; \
-         {far_in_cluster} in-cluster pairs above 2 ms; {extra} extra cluster entries over all trees",
+         {far_in_cluster} in-cluster pairs above {far_ms} ms; {extra} extra cluster entries over all trees",
         errors.len(),
         super::quantile(&errors, 0.5),
         super::quantile(&errors, 0.9),
         errors.last().copied().unwrap_or(f64::NAN),
     )
+}
+
+/// Progress lines on up to three trees that enter a cluster more than once: per entry its
+/// node, parent, dist, serial and subtree size, and which entries measured each other (for
+/// finding why two entries do not merge).
+fn double_entries(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -> Vec<String> {
+    let index = overlay.index_by_id();
+    let cl = &overlay.clusters;
+    let mut lines = Vec::new();
+    for root in statuses {
+        let Some(&r) = index.get(&root.id) else {
+            continue;
+        };
+        let mut parent_of: HashMap<usize, usize> = HashMap::new();
+        let mut info: HashMap<usize, &crate::api::TreeInfo> = HashMap::new();
+        for s in statuses {
+            let Some(&me) = index.get(&s.id) else {
+                continue;
+            };
+            if let Some(t) = s.trees.iter().find(|t| t.root == root.id) {
+                info.insert(me, t);
+                if let Some(&p) = t.parent.and_then(|p| index.get(&p)) {
+                    parent_of.insert(me, p);
+                }
+            }
+        }
+        let mut entries: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (&v, &p) in &parent_of {
+            if cl[v] != cl[p] {
+                entries.entry(cl[v]).or_default().push(v);
+            }
+        }
+        for (c, mut es) in entries.into_iter().filter(|(_, es)| es.len() > 1) {
+            es.sort_unstable();
+            let below = |e: usize| {
+                (0..cl.len())
+                    .filter(|&v| {
+                        let mut x = v;
+                        for _ in 0..cl.len() {
+                            if x == e {
+                                return true;
+                            }
+                            match parent_of.get(&x) {
+                                Some(&p) => x = p,
+                                None => return false,
+                            }
+                        }
+                        false
+                    })
+                    .count()
+            };
+            let rtt = |a: usize, b: usize| {
+                statuses
+                    .iter()
+                    .find(|s| index.get(&s.id) == Some(&a))
+                    .and_then(|s| s.members.iter().find(|m| index.get(&m.id) == Some(&b)))
+                    .and_then(|m| m.rtt_ms)
+            };
+            let desc: Vec<String> = es
+                .iter()
+                .map(|&e| {
+                    let t = info[&e];
+                    let seen: Vec<String> = es
+                        .iter()
+                        .filter(|&&o| o != e)
+                        .map(|&o| {
+                            format!(
+                                "rtt to {o} {}",
+                                rtt(e, o).map_or("unmeasured".into(), |x| format!("{x:.2} ms"))
+                            )
+                        })
+                        .collect();
+                    format!(
+                        "{e} under {} (cluster {}), dist {:.2} ms, serial {}, subtree {}, {}",
+                        parent_of[&e],
+                        cl[parent_of[&e]],
+                        t.dist_ms,
+                        t.serial,
+                        below(e),
+                        seen.join(", ")
+                    )
+                })
+                .collect();
+            lines.push(format!(
+                "quic: tree of {r} enters cluster {c} {} times: {}",
+                es.len(),
+                desc.join("; ")
+            ));
+            if lines.len() >= 3 {
+                return lines;
+            }
+        }
+    }
+    lines
 }
 
 /// The first `per_cluster` nodes of every cluster.
@@ -356,7 +484,8 @@ async fn broadcasts(
     let net = StaticNet::start(overlay.map.clone(), &overlay.clusters)?;
     let ids: Vec<NodeId> = overlay.nodes.iter().map(|n| n.id()).collect();
     let payload = vec![0x5au8; 1024];
-    let wait = Duration::from_secs(5);
+    let d = out.dilation.max(1);
+    let wait = Duration::from_secs(5) * d;
     let mut tree_id = 0u32;
     // Every static broadcast gets its own number (warm-ups are 0).
     let mut seq = 0u32;
@@ -384,7 +513,7 @@ async fn broadcasts(
                 let mut tries = 0;
                 let (sample, late) = loop {
                     tries += 1;
-                    tokio::time::sleep(QUIET).await;
+                    tokio::time::sleep(QUIET * d).await;
                     // From here, how late the wire sends is this broadcast's.
                     overlay.map.take_wire_lateness();
                     let mut sample = Times::default();
@@ -661,6 +790,7 @@ impl QuicRun {
             "topology": topology,
             "nodes": self.nodes,
             "slowdown": slowdown,
+            "dilation": self.dilation.max(1),
             "roots": self.roots.len(),
             "contenders": self.contenders().iter().zip(&s).map(|((name, t), (med, max))| json!({
                 "name": name, "median_ms": med, "max_ms": max, "missed": t.missed})).collect::<Vec<_>>(),
@@ -699,6 +829,12 @@ impl QuicRun {
             "trees": self.optimal.1,
             "crashed": self.crashed,
             "repair_s": self.repaired.map(|d| d.as_secs_f64()),
+            "topology_time": {
+                "note": "convergence and repair divided by the time dilation: how long they take in the topology's own time (the wall-clock figures above are dilation times as long)",
+                "joined_s": self.started.as_secs_f64() / f64::from(self.dilation.max(1)),
+                "converged_s": self.converged.map(|d| d.as_secs_f64() / f64::from(self.dilation.max(1))),
+                "repair_s": self.repaired.map(|d| d.as_secs_f64() / f64::from(self.dilation.max(1))),
+            },
             "per_cluster_median_ms": self.per_cluster().iter().map(|((a, b), m)| json!({
                 "root_cluster": a, "node_cluster": b, "unaware": m[0], "magpie": m[1], "ours": m[2], "bound": m[3]})).collect::<Vec<_>>(),
             "app_lag_us": {

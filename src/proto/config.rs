@@ -133,6 +133,22 @@ impl Config {
         self
     }
 
+    /// For a network in time dilated by `factor` (see
+    /// [`crate::topology::Topology::dilated`]): every period slowed as by
+    /// [`Config::slowed`], and every latency threshold (`shortcut_threshold`, `cluster_rtt`,
+    /// `cluster_floor`) multiplied too, so the protocol makes the decisions it makes on the
+    /// undilated network. `send_cost` is CPU time, which dilation does not stretch, and is
+    /// unchanged.
+    pub fn dilated(self, factor: u32) -> Self {
+        let k = factor.max(1);
+        let mut c = self.slowed(k);
+        c.shortcut_threshold *= k;
+        c.cluster_rtt *= k;
+        c.cluster_floor *= k;
+        c.cluster_sync *= k;
+        c
+    }
+
     /// The size of the candidate set a node measures and advertises to: near peers plus
     /// explorers plus hinted peers (tree neighbours and inbound probers come on top).
     pub fn candidate_bound(&self) -> usize {
