@@ -106,6 +106,7 @@ pub struct DriverParts {
 impl Driver {
     /// Assembles a driver; [`Driver::run`] starts it.
     pub fn new(parts: DriverParts) -> Driver {
+        let idle = super::links::IdleLimits::for_config(parts.core.config());
         Driver {
             me: parts.core.id(),
             core: parts.core,
@@ -117,6 +118,7 @@ impl Driver {
                 parts.endpoint.clone(),
                 parts.client_config,
                 parts.ctx.clone(),
+                idle,
             ),
             endpoint: parts.endpoint,
             ctx: parts.ctx,

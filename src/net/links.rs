@@ -9,10 +9,13 @@
 //!   one-off RTT measurements ([`Priority::Background`]) wait behind everything else, at
 //!   most [`MAX_BACKGROUND_IN_FLIGHT`] at a time, so measuring every member once costs a
 //!   steady trickle of handshakes instead of a storm;
-//! - a connection that carried no stream data in either direction for [`LINK_IDLE`] is
-//!   closed ([`CLOSE_IDLE`](super::auth::CLOSE_IDLE)); the next packet dials again. Peers
-//!   in use (candidates probed every second, tree neighbours receiving serials) never idle.
-//!   A connection opened only for a measurement is closed after [`MEASURE_IDLE`].
+//! - a connection that carried no stream data in either direction for its idle limit
+//!   ([`IdleLimits`]: [`LINK_IDLE`] at the default periods) is closed
+//!   ([`CLOSE_IDLE`](super::auth::CLOSE_IDLE)); the next packet dials again. Peers in use
+//!   (candidates probed every period, tree neighbours receiving serials) never idle: the
+//!   limits grow with the protocol's periods, so a slowed or dilated clock does not close
+//!   tree links between two serials. A connection opened only for a measurement is closed
+//!   after [`MEASURE_IDLE`] (or three probe periods, if longer).
 //!
 //! An RTT probe that waited for a dial is re-stamped when it finally goes out: the wait is
 //! not round-trip time, and a measurement that included the handshake would make a near
@@ -38,6 +41,29 @@ pub const MAX_BACKGROUND_IN_FLIGHT: usize = 2;
 pub const LINK_IDLE: Duration = Duration::from_secs(20);
 /// The same for a connection that only ever carried measurements.
 pub const MEASURE_IDLE: Duration = Duration::from_secs(3);
+
+/// When connections without stream data are closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdleLimits {
+    /// A connection that carried protocol traffic.
+    pub link: Duration,
+    /// A connection that only ever carried measurements.
+    pub measure: Duration,
+}
+
+impl IdleLimits {
+    /// The limits for a core configured so: [`LINK_IDLE`] and [`MEASURE_IDLE`], or twenty
+    /// of its longest regular period (serials, probes) and three probe periods where those
+    /// are longer. A tree link carries a serial every period and a candidate a probe, so
+    /// neither idles out however slow the clock (`Config::slowed`, `Config::dilated`).
+    pub fn for_config(config: &crate::proto::Config) -> IdleLimits {
+        let period = config.serial_period.max(config.probe_interval);
+        IdleLimits {
+            link: LINK_IDLE.max(period * 20),
+            measure: MEASURE_IDLE.max(config.probe_interval * 3),
+        }
+    }
+}
 
 /// A frame waiting for its connection.
 #[derive(Debug)]
@@ -133,6 +159,8 @@ pub struct Links {
     pub dropped: u64,
     /// Connections closed for idleness.
     pub idle_closed: u64,
+    /// When idle connections are closed.
+    idle: IdleLimits,
 }
 
 impl Links {
@@ -143,6 +171,7 @@ impl Links {
         endpoint: quinn::Endpoint,
         client_config: quinn::ClientConfig,
         ctx: LinkContext,
+        idle: IdleLimits,
     ) -> Links {
         Links {
             me,
@@ -159,6 +188,7 @@ impl Links {
             background_in_flight: 0,
             dropped: 0,
             idle_closed: 0,
+            idle,
         }
     }
 
@@ -197,7 +227,7 @@ impl Links {
         if let Some(link) = self.links.get_mut(&to) {
             if link.conn.close_reason().is_none() {
                 if priority == Priority::Urgent {
-                    link.idle_after = LINK_IDLE;
+                    link.idle_after = self.idle.link;
                 }
                 let frame = match out {
                     Outgoing::Frame(f) | Outgoing::Ping { frame: f, .. } => f,
@@ -337,9 +367,9 @@ impl Links {
             d.retry_at = None;
         }
         let idle_after = if measure_only {
-            MEASURE_IDLE
+            self.idle.measure
         } else {
-            LINK_IDLE
+            self.idle.link
         };
         self.adopt(peer, conn, dialed, idle_after);
     }
@@ -478,7 +508,7 @@ impl Links {
             let now_us = self.start.elapsed().as_micros() as u64;
             for out in queue {
                 if matches!(out, Outgoing::Frame(_)) {
-                    idle_after = LINK_IDLE; // protocol traffic waited for it
+                    idle_after = self.idle.link; // protocol traffic waited for it
                 }
                 let Some(frame) = out.into_frame(now_us) else {
                     continue;
