@@ -560,6 +560,29 @@ mod tests {
         assert!(t.scaled(0.01).clusters.iter().all(|c| c.nodes == 1));
     }
 
+    #[test]
+    fn dilated_multiplies_every_latency_and_divides_every_bandwidth() {
+        let t = Topology::builtin("phoenix-27").expect("shipped");
+        let d = t.dilated(10);
+        assert_eq!(d.node_count(), t.node_count());
+        assert_eq!(d.node_clusters(), t.node_clusters());
+        for a in 0..t.clusters.len() {
+            for b in 0..t.clusters.len() {
+                assert_eq!(d.latency(a, b), t.latency(a, b) * 10);
+                let (bw, dbw) = (t.bandwidth_mbit(a, b), d.bandwidth_mbit(a, b));
+                assert_eq!(bw.is_some(), dbw.is_some());
+                if let (Some(x), Some(y)) = (bw, dbw) {
+                    assert!((x / 10.0 - y).abs() < 1e-9, "{x} {y}");
+                }
+            }
+            assert_eq!(d.clusters[a].latency, t.clusters[a].latency * 10);
+        }
+        assert!(d.name.ends_with("-dilated-x10"), "{}", d.name);
+        // 0 and 1 leave it as it is.
+        assert_eq!(t.dilated(1), t);
+        assert_eq!(t.dilated(0), t);
+    }
+
     fn ms(x: f64) -> Duration {
         Duration::from_secs_f64(x / 1000.0)
     }

@@ -75,11 +75,12 @@ struct Cli {
     /// of the topology fits on this machine's cores (`quic`).
     #[arg(long, global = true, default_value_t = 1)]
     slowdown: u32,
-    /// Time dilation of the real-QUIC run (`quic`): the emulated network's latencies and
-    /// every protocol clock multiplied by this factor, the delivery times divided by it.
-    /// Nodes sharing two cores then get this many times more CPU against the network, as
-    /// each would have on machines of its own (1: none).
-    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    /// Time dilation of the real-QUIC run (`quic`, and in `all`): the emulated network's
+    /// latencies and every protocol clock multiplied by this factor, the delivery times
+    /// divided by it. The nodes sharing two cores then get this many times more CPU
+    /// against the network, as each would have on a machine of its own. 1: none (the run
+    /// then measures the shared run queue as much as the trees); phoenix-168 needs about 20.
+    #[arg(long, global = true, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
     dilate: u32,
     /// Simulator runs of `convergence` and `overhead` (and `all`) executed side by side
     /// (each run is single-threaded and deterministic, so this changes only wall time).

@@ -531,3 +531,21 @@ impl Links {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::Config;
+
+    #[test]
+    fn idle_limits_are_the_constants_at_default_periods_and_grow_with_slower_clocks() {
+        let wan = IdleLimits::for_config(&Config::wan());
+        assert_eq!(wan.link, LINK_IDLE);
+        assert_eq!(wan.measure, MEASURE_IDLE);
+        assert_eq!(IdleLimits::for_config(&Config::lan()), wan);
+        // A tree link gets a serial every 20 s on this clock: it must outlive several.
+        let slow = IdleLimits::for_config(&Config::wan().dilated(20));
+        assert_eq!(slow.link, Config::wan().serial_period * 20 * 20);
+        assert_eq!(slow.measure, Config::wan().probe_interval * 20 * 3);
+    }
+}

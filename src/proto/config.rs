@@ -169,3 +169,26 @@ impl Default for Config {
         Self::wan()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dilated_stretches_periods_and_latency_thresholds_but_not_cpu_costs() {
+        let c = Config::wan();
+        let d = Config::wan().dilated(20);
+        assert_eq!(d.serial_period, c.serial_period * 20);
+        assert_eq!(d.probe_interval, c.probe_interval * 20);
+        assert_eq!(d.advert_interval, c.advert_interval * 20);
+        assert_eq!(d.shortcut_threshold, c.shortcut_threshold * 20);
+        assert_eq!(d.cluster_rtt, c.cluster_rtt * 20);
+        assert_eq!(d.cluster_floor, c.cluster_floor * 20);
+        assert_eq!(d.send_cost, c.send_cost);
+        assert_eq!(d.max_near, c.max_near);
+        // Slowing alone leaves the latency thresholds.
+        let s = Config::wan().slowed(20);
+        assert_eq!(s.serial_period, d.serial_period);
+        assert_eq!(s.shortcut_threshold, c.shortcut_threshold);
+    }
+}
