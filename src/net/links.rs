@@ -15,7 +15,7 @@
 //!   (candidates probed every period, tree neighbours receiving serials) never idle: the
 //!   limits grow with the protocol's periods, so a slowed or dilated clock does not close
 //!   tree links between two serials. A connection opened only for a measurement is closed
-//!   after [`MEASURE_IDLE`] (or three probe periods, if longer).
+//!   after [`MEASURE_IDLE`].
 //!
 //! An RTT probe that waited for a dial is re-stamped when it finally goes out: the wait is
 //! not round-trip time, and a measurement that included the handshake would make a near
@@ -52,15 +52,16 @@ pub struct IdleLimits {
 }
 
 impl IdleLimits {
-    /// The limits for a core configured so: [`LINK_IDLE`] and [`MEASURE_IDLE`], or twenty
-    /// of its longest regular period (serials, probes) and three probe periods where those
-    /// are longer. A tree link carries a serial every period and a candidate a probe, so
-    /// neither idles out however slow the clock (`Config::slowed`, `Config::dilated`).
+    /// The limits for a core configured so: [`LINK_IDLE`], or four of its longest regular
+    /// period (serials, probes) where that is longer, and [`MEASURE_IDLE`]. A tree link
+    /// carries a serial every period and a candidate a probe (jittered by up to a
+    /// quarter), so neither idles out however slow the clock (`Config::slowed`,
+    /// `Config::dilated`), while links that gossip alone used still close.
     pub fn for_config(config: &crate::proto::Config) -> IdleLimits {
         let period = config.serial_period.max(config.probe_interval);
         IdleLimits {
-            link: LINK_IDLE.max(period * 20),
-            measure: MEASURE_IDLE.max(config.probe_interval * 3),
+            link: LINK_IDLE.max(period * 4),
+            measure: MEASURE_IDLE,
         }
     }
 }
@@ -545,7 +546,7 @@ mod tests {
         assert_eq!(IdleLimits::for_config(&Config::lan()), wan);
         // A tree link gets a serial every 20 s on this clock: it must outlive several.
         let slow = IdleLimits::for_config(&Config::wan().dilated(20));
-        assert_eq!(slow.link, Config::wan().serial_period * 20 * 20);
-        assert_eq!(slow.measure, Config::wan().probe_interval * 20 * 3);
+        assert_eq!(slow.link, Config::wan().serial_period * 20 * 4);
+        assert_eq!(slow.measure, MEASURE_IDLE);
     }
 }
