@@ -131,7 +131,7 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 for k in ["ratio_vs_static", "ratio_vs_unaware", "ratio_vs_bound"] {
                     let _ = writeln!(
                         md,
-                        "| {k} | {:.3} | {:.3} |",
+                        "| {k} | {:.4} | {:.4} |",
                         r[k]["median"].as_f64().unwrap_or(f64::NAN),
                         r[k]["max"].as_f64().unwrap_or(f64::NAN)
                     );
@@ -140,7 +140,7 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     let pp = &r["per_pair_median"][k];
                     let _ = writeln!(
                         md,
-                        "| {k}, each (root, node) pair's median over the rounds first | {:.3} | {:.3} |",
+                        "| {k}, each (root, node) pair's median over the rounds first | {:.4} | {:.4} |",
                         pp["median"].as_f64().unwrap_or(f64::NAN),
                         pp["max"].as_f64().unwrap_or(f64::NAN)
                     );
@@ -148,7 +148,7 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 let nf = &r["noise_floor"];
                 let _ = writeln!(
                     md,
-                    "| noise floor: MagPIe run again / MagPIe | {:.3} | {:.3} |\n| noise floor, each pair's median over the rounds first | {:.3} | {:.3} |",
+                    "| noise floor: MagPIe run again / MagPIe | {:.4} | {:.4} |\n| noise floor, each pair's median over the rounds first | {:.4} | {:.4} |",
                     num(&nf["ratio_again_vs_static"]["median"]),
                     num(&nf["ratio_again_vs_static"]["max"]),
                     num(&nf["per_pair_median"]["median"]),

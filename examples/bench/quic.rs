@@ -66,14 +66,14 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         }
         for key in ["ratio_vs_static", "ratio_vs_unaware", "ratio_vs_bound"] {
             println!(
-                "  {key:<26} median {:.3}  max {:.3}",
+                "  {key:<26} median {:.4}  max {:.4}",
                 out[key]["median"].as_f64().unwrap_or(f64::NAN),
                 out[key]["max"].as_f64().unwrap_or(f64::NAN)
             );
         }
         let nf = &out["noise_floor"];
         println!(
-            "  noise floor: MagPIe run again / MagPIe  median {:.3}  max {:.3}; per (root, node) median {:.3}  max {:.3}",
+            "  noise floor: MagPIe run again / MagPIe  median {:.4}  max {:.4}; per (root, node) median {:.4}  max {:.4}",
             num(&nf["ratio_again_vs_static"]["median"]),
             num(&nf["ratio_again_vs_static"]["max"]),
             num(&nf["per_pair_median"]["median"]),
@@ -86,7 +86,7 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         );
         let pp = &out["per_pair_median"];
         println!(
-            "  per (root, node) median over the rounds first: ratio_vs_static median {:.3}  max {:.3}; ratio_vs_bound median {:.3}  max {:.3}",
+            "  per (root, node) median over the rounds first: ratio_vs_static median {:.4}  max {:.4}; ratio_vs_bound median {:.4}  max {:.4}",
             pp["ratio_vs_static"]["median"].as_f64().unwrap_or(f64::NAN),
             pp["ratio_vs_static"]["max"].as_f64().unwrap_or(f64::NAN),
             pp["ratio_vs_bound"]["median"].as_f64().unwrap_or(f64::NAN),

@@ -1,5 +1,6 @@
 //! Benchmark support: the baseline trees and cost model ([`trees`]), static trees over
-//! real QUIC ([`quic_tree`]), the real-QUIC run ([`quic_run`]), summary statistics and SVG
+//! real QUIC ([`quic_tree`]), the real-QUIC run ([`quic_run`], waiting for its trees in
+//! `quic_wait`), summary statistics and SVG
 //! plots ([`plot`]), and the large-broadcast benchmark ([`large`], its bandwidth bound
 //! [`bandwidth`] and its tables [`large_report`]). The benchmark program is
 //! `examples/bench/`.
@@ -10,6 +11,7 @@ pub mod large_report;
 pub mod plot;
 pub mod quic_run;
 pub mod quic_tree;
+mod quic_wait;
 pub mod trees;
 
 /// The `q`-quantile (0..=1) of sorted values.
