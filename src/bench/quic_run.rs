@@ -293,8 +293,11 @@ async fn broadcasts(
         tree_id += 2;
         net.install(magpie, trees::magpie(root, &ids, topo));
         net.install(unaware, trees::binomial_unaware(root, &ids));
-        // Warm-ups: ours teaches the relays their subtrees (send order, in-cluster plans);
-        // the static ones open their trees' connections.
+        // Warm-ups: the static trees open their trees' connections. Ours' first teaches the
+        // relays their subtrees (send order, in-cluster plans); its second follows the plans,
+        // whose direct copies to other clusters' entries may need connections the trees do
+        // not use (a dial costs two round trips: the handshake, then the token proof).
+        overlay.nodes[root].broadcast(payload.clone()).await?;
         overlay.nodes[root].broadcast(payload.clone()).await?;
         net.broadcast(magpie, 0, &payload, wait).await;
         net.broadcast(unaware, 0, &payload, wait).await;
