@@ -216,6 +216,11 @@ pub(crate) fn num(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
 
+/// Seconds from the results to one decimal, `-` where they are missing (not converged).
+pub(crate) fn secs(v: &serde_json::Value) -> String {
+    v.as_f64().map_or("-".into(), |x| format!("{x:.1}"))
+}
+
 /// One send-order comparison of fig5 (`planned` or `trees_alone`): most descendants first
 /// median and max, id order median and max, then the ratio's median and max.
 pub(crate) fn send_order_row(o: &serde_json::Value) -> [f64; 6] {

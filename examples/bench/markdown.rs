@@ -1,7 +1,7 @@
 //! docs/BENCHMARKS.md: the report written by `all` from every benchmark's JSON results.
 
 use crate::sim_jobs::OVERHEAD_WINDOW;
-use crate::{num, send_order_row};
+use crate::{num, secs, send_order_row};
 
 /// docs/BENCHMARKS.md from the results of `all`.
 pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
@@ -195,7 +195,6 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     "\nTrees wide-area optimal when the broadcasts began: {} of {}.",
                     r["optimal_trees"], r["trees"]
                 );
-                let secs = |v: &serde_json::Value| v.as_f64().map_or("-".into(), |x| format!("{x:.1}"));
                 let tt = &r["topology_time"];
                 let _ = writeln!(
                     md,

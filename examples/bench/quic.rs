@@ -1,7 +1,7 @@
 //! quic: Fig. 5, convergence and repair over real QUIC, every node in this process over the
 //! emulated-latency socket, with the static trees run over the same QUIC stack.
 
-use super::{Cli, num, progress, topology};
+use super::{Cli, num, progress, secs, topology};
 use overlay::bench::plot::completion_cdf;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -137,7 +137,6 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
             "  trees wide-area optimal when the broadcasts began: {} of {}",
             out["optimal_trees"], out["trees"]
         );
-        let secs = |v: &serde_json::Value| v.as_f64().map_or("-".into(), |x| format!("{x:.1}"));
         println!(
             "  joined {:.1} s, wide-area optimal {} s, {} crashed, repaired {} s",
             r.started.as_secs_f64(),
