@@ -69,7 +69,7 @@ struct Cli {
     out: PathBuf,
     /// The topology of the real-QUIC run (`quic`). phoenix-168 over real QUIC needs
     /// more than this machine's two cores (see docs/BENCHMARKS.md); phoenix-27 fits.
-    #[arg(long, global = true, default_value = "phoenix-27")]
+    #[arg(long, global = true, default_value = quic::ALL_TOPOLOGY)]
     quic_topology: String,
     /// The real-QUIC run's protocol clocks are slowed by this factor, so that every node
     /// of the topology fits on this machine's cores (`quic`).
@@ -278,6 +278,8 @@ fn main() -> anyhow::Result<()> {
             all.push(convergence_report(&cli, &runs));
             all.push(overhead_report(&cli, &runs)?);
             all.push(quic_run);
+            // Real-QUIC runs on other topologies (phoenix-168), from separate runs.
+            all.extend(quic::saved_runs(&cli.out)?);
             all.push(big?);
             all
         }

@@ -102,12 +102,19 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
             }
             Some("quic") => {
                 let dilation = r["dilation"].as_u64().unwrap_or(1);
+                let command = match r["separate_run"].as_str() {
+                    Some(c) => format!("`{c}` (a separate run: not part of `all`)"),
+                    None => {
+                        format!("`cargo run --release --example bench -- quic --dilate {dilation}`")
+                    }
+                };
                 let _ = writeln!(
                     md,
-                    "## Over real QUIC: Fig. 5, convergence, repair ({})\n\n{} nodes, each a full node with its own QUIC endpoint, in one process over the emulated-latency socket; protocol clocks slowed x{}; time dilated x{dilation}. The static trees run over the same QUIC stack and socket (a protocol-less forwarder per node, connections opened by a first broadcast). Every contender's time at a node is taken where its connection read the message. CDF: `fig5-quic.svg`. Command: `cargo run --release --example bench -- quic --dilate {dilation}`.\n",
+                    "## Over real QUIC: Fig. 5, convergence, repair ({})\n\n{} nodes, each a full node with its own QUIC endpoint, in one process over the emulated-latency socket; protocol clocks slowed x{}; time dilated x{dilation}. The static trees run over the same QUIC stack and socket (a protocol-less forwarder per node, connections opened by a first broadcast). Every contender's time at a node is taken where its connection read the message. CDF: `{}`. Command: {command}.\n",
                     r["topology"].as_str().unwrap_or(""),
                     r["nodes"],
-                    r["slowdown"]
+                    r["slowdown"],
+                    r["cdf"].as_str().unwrap_or("fig5-quic.svg"),
                 );
                 if dilation > 1 {
                     let _ = writeln!(

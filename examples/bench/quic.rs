@@ -4,7 +4,38 @@
 use super::{Cli, num, progress, secs, topology};
 use overlay::bench::plot::completion_cdf;
 use serde_json::json;
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// The topology of `all`'s real-QUIC run (the CLI's default).
+pub(crate) const ALL_TOPOLOGY: &str = "phoenix-27";
+
+/// A run on another topology keeps its result in the output directory under this prefix
+/// (`quic-<topology>.json`), so that the reports of later `all` runs show it, marked as a
+/// separate run with its command (phoenix-168 takes too long for `all`).
+const SAVED_PREFIX: &str = "quic-";
+
+/// The saved results of real-QUIC runs on other topologies than `all`'s, by file name.
+pub(crate) fn saved_runs(out: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut names: Vec<String> = match std::fs::read_dir(out) {
+        Ok(dir) => dir
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(SAVED_PREFIX) && n.ends_with(".json"))
+            .collect(),
+        Err(_) => return Ok(Vec::new()),
+    };
+    names.sort();
+    names
+        .iter()
+        .map(|n| {
+            let path = out.join(n);
+            let text = std::fs::read_to_string(&path)?;
+            serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("{} is not a saved real-QUIC result: {e}", path.display())
+            })
+        })
+        .collect()
+}
 
 pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
     use overlay::bench::quic_run::{QuicRunOptions, run};
@@ -35,10 +66,37 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         &title,
         contenders.iter().map(|(n, t)| (*n, t.ms.as_slice())),
     );
-    std::fs::write(cli.out.join("fig5-quic.svg"), svg)?;
+    let separate = cli.quic_topology != ALL_TOPOLOGY;
+    let cdf = if separate {
+        format!("fig5-quic-{}.svg", cli.quic_topology)
+    } else {
+        "fig5-quic.svg".to_string()
+    };
+    std::fs::write(cli.out.join(&cdf), svg)?;
+    out["cdf"] = json!(cdf);
+    if separate {
+        out["separate_run"] = json!(format!(
+            "cargo run --release --example bench -- quic --quic-topology {} --dilate {}{}",
+            cli.quic_topology,
+            r.dilation,
+            if cli.slowdown > 1 {
+                format!(" --slowdown {}", cli.slowdown)
+            } else {
+                String::new()
+            }
+        ));
+        let saved = cli
+            .out
+            .join(format!("{SAVED_PREFIX}{}.json", cli.quic_topology));
+        std::fs::write(&saved, serde_json::to_string_pretty(&out)?)?;
+        progress(&format!(
+            "quic: result kept in {} for the reports of later `all` runs",
+            saved.display()
+        ));
+    }
     if !cli.json {
         println!(
-            "quic ({}, {} nodes in one process, real QUIC over the emulated socket, clocks x{}, time dilated x{}; CDF in {}/fig5-quic.svg)",
+            "quic ({}, {} nodes in one process, real QUIC over the emulated socket, clocks x{}, time dilated x{}; CDF in {}/{cdf})",
             cli.quic_topology,
             r.nodes,
             cli.slowdown,
