@@ -277,9 +277,15 @@ fn main() -> anyhow::Result<()> {
             let (mut all, runs) = (first?, runs?);
             all.push(convergence_report(&cli, &runs));
             all.push(overhead_report(&cli, &runs)?);
+            // Real-QUIC runs on other topologies (phoenix-168), from separate runs; not the
+            // one just made (`all --quic-topology phoenix-168` saves it too).
+            let saved = quic::saved_runs(&cli.out)?;
+            let others: Vec<serde_json::Value> = saved
+                .into_iter()
+                .filter(|r| r["topology"] != quic_run["topology"])
+                .collect();
             all.push(quic_run);
-            // Real-QUIC runs on other topologies (phoenix-168), from separate runs.
-            all.extend(quic::saved_runs(&cli.out)?);
+            all.extend(others);
             all.push(big?);
             all
         }
