@@ -88,11 +88,12 @@ impl LocalOptions {
     /// For a network in time dilated by `factor` (see
     /// [`crate::topology::Topology::dilated`]): the tree protocol as by [`Config::dilated`],
     /// membership slowed by the same factor (its timeouts are latency-bound too).
-    pub fn dilated(mut self, factor: u32) -> LocalOptions {
-        self.config = self.config.dilated(factor);
-        self.gossip = self.gossip.slowed(factor);
-        self.join_timeout *= factor.max(1);
-        self
+    pub fn dilated(self, factor: u32) -> LocalOptions {
+        let config = self.config.clone().dilated(factor);
+        LocalOptions {
+            config,
+            ..self.slowed(factor)
+        }
     }
 }
 
@@ -191,10 +192,25 @@ impl LocalOverlay {
         timeout: Duration,
         stable_for: Duration,
     ) -> (OverlayCheck, Option<Duration>) {
+        self.wait_optimal_observed(timeout, stable_for, Duration::from_millis(200), |_, _| {})
+            .await
+    }
+
+    /// [`LocalOverlay::wait_optimal`], polling every `poll`, with every poll's statuses and
+    /// check shown to `observe` while it waits (progress reports).
+    pub async fn wait_optimal_observed(
+        &self,
+        timeout: Duration,
+        stable_for: Duration,
+        poll: Duration,
+        mut observe: impl FnMut(&[NodeStatus], &OverlayCheck),
+    ) -> (OverlayCheck, Option<Duration>) {
         let deadline = Instant::now() + timeout;
+        let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id()).collect();
         let mut since: Option<Instant> = None;
         loop {
-            let check = self.check().await;
+            let statuses = self.statuses().await;
+            let check = check_statuses(&statuses, &ids, &self.clusters, &self.net);
             if check.all_optimal() {
                 let t = *since.get_or_insert_with(Instant::now);
                 if t.elapsed() >= stable_for {
@@ -206,7 +222,8 @@ impl LocalOverlay {
             if Instant::now() >= deadline {
                 return (check, None);
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            observe(&statuses, &check);
+            tokio::time::sleep(poll).await;
         }
     }
 

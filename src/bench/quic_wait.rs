@@ -2,12 +2,13 @@
 //! they have not yet: RTT errors against the topology, and the trees that enter a cluster
 //! more than once.
 
+use crate::api::{NodeStatus, TreeInfo};
 use crate::local::LocalOverlay;
 use crate::proto::NodeId;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// [`LocalOverlay::wait_optimal`], with a progress line every 10 s.
+/// [`LocalOverlay::wait_optimal`], with progress lines every 10 s.
 pub(super) async fn wait(
     overlay: &LocalOverlay,
     timeout: Duration,
@@ -15,59 +16,84 @@ pub(super) async fn wait(
     d: u32,
     progress: &impl Fn(&str),
 ) -> (crate::local::OverlayCheck, Option<Duration>) {
-    let start = Instant::now();
-    let mut since: Option<Instant> = None;
-    let mut next_report = start + Duration::from_secs(10);
-    loop {
-        let statuses = overlay.statuses().await;
-        let ids: Vec<NodeId> = overlay.nodes.iter().map(|n| n.id()).collect();
-        let net = crate::sim::NetModel::from_topology(overlay.map.topology());
-        let check = crate::local::check_statuses(&statuses, &ids, &overlay.clusters, &net);
-        if check.all_optimal() {
-            let t = *since.get_or_insert_with(Instant::now);
-            if t.elapsed() >= stable {
-                return (check, Some(t - overlay.started));
+    let mut next_report = Instant::now() + Duration::from_secs(10);
+    // Asking every node for its status costs them CPU too: once a second.
+    let poll = Duration::from_secs(1);
+    let report = |statuses: &[NodeStatus], check: &crate::local::OverlayCheck| {
+        if Instant::now() < next_report {
+            return;
+        }
+        next_report += Duration::from_secs(10);
+        let (mut alive, mut suspect, mut down) = (0, 0, 0);
+        for m in statuses.iter().flat_map(|s| &s.members) {
+            match m.state {
+                crate::proto::Liveness::Alive => alive += 1,
+                crate::proto::Liveness::Suspect => suspect += 1,
+                _ => down += 1,
             }
-        } else {
-            since = None;
         }
-        if start.elapsed() >= timeout {
-            return (check, None);
+        let conns: usize = statuses.iter().map(|s| s.connections).sum();
+        progress(&rtt_errors(overlay, statuses, d));
+        for line in double_entries(overlay, statuses) {
+            progress(&line);
         }
-        if Instant::now() >= next_report {
-            next_report += Duration::from_secs(10);
-            let (mut alive, mut suspect, mut down) = (0, 0, 0);
-            for m in statuses.iter().flat_map(|s| &s.members) {
-                match m.state {
-                    crate::proto::Liveness::Alive => alive += 1,
-                    crate::proto::Liveness::Suspect => suspect += 1,
-                    _ => down += 1,
+        progress(&format!(
+            "quic: {:.0} s: {}/{} trees spanning, {} wide-area optimal, {} nodes know all; \
+             member views {alive} alive / {suspect} suspect / {down} down; {:.1} connections per node",
+            overlay.started.elapsed().as_secs_f64(),
+            check.spanning,
+            check.trees,
+            check.wide_area_optimal,
+            check.full_membership,
+            conns as f64 / statuses.len().max(1) as f64
+        ));
+    };
+    overlay
+        .wait_optimal_observed(timeout, stable, poll, report)
+        .await
+}
+
+/// One root's tree as the statuses tell it, by node index: each node's parent and state.
+struct TreeSnapshot<'a> {
+    parent_of: HashMap<usize, usize>,
+    info: HashMap<usize, &'a TreeInfo>,
+}
+
+impl<'a> TreeSnapshot<'a> {
+    fn of(root: NodeId, statuses: &'a [NodeStatus], index: &HashMap<NodeId, usize>) -> Self {
+        let mut snap = TreeSnapshot {
+            parent_of: HashMap::new(),
+            info: HashMap::new(),
+        };
+        for s in statuses {
+            let Some(&me) = index.get(&s.id) else {
+                continue;
+            };
+            if let Some(t) = s.trees.iter().find(|t| t.root == root) {
+                snap.info.insert(me, t);
+                if let Some(&p) = t.parent.and_then(|p| index.get(&p)) {
+                    snap.parent_of.insert(me, p);
                 }
             }
-            let conns: usize = statuses.iter().map(|s| s.connections).sum();
-            progress(&rtt_errors(overlay, &statuses, d));
-            for line in double_entries(overlay, &statuses) {
-                progress(&line);
-            }
-            progress(&format!(
-                "quic: {:.0} s: {}/{} trees spanning, {} wide-area optimal, {} nodes know all; \
-                 member views {alive} alive / {suspect} suspect / {down} down; {:.1} connections per node",
-                overlay.started.elapsed().as_secs_f64(),
-                check.spanning,
-                check.trees,
-                check.wide_area_optimal,
-                check.full_membership,
-                conns as f64 / statuses.len().max(1) as f64
-            ));
         }
-        // Asking every node for its status costs them CPU too: not too often.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        snap
+    }
+
+    /// Per cluster, the nodes whose parent is in another cluster (the tree's entries).
+    fn entries(&self, clusters: &[usize]) -> HashMap<usize, Vec<usize>> {
+        let mut entries: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (&v, &p) in &self.parent_of {
+            if clusters[v] != clusters[p] {
+                entries.entry(clusters[v]).or_default().push(v);
+            }
+        }
+        entries
     }
 }
 
 /// How far the measured RTTs are from the topology's, and how many trees enter a cluster
 /// more than once (a progress line).
-fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus], d: u32) -> String {
+fn rtt_errors(overlay: &LocalOverlay, statuses: &[NodeStatus], d: u32) -> String {
     // 2 ms in the topology's time: far above any of its in-cluster RTTs.
     let far_ms = 2.0 * f64::from(d.max(1));
     let index = overlay.index_by_id();
@@ -92,23 +118,14 @@ fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus], d: u3
         }
     }
     errors.sort_by(f64::total_cmp);
-    let mut extra = 0usize;
-    for root in statuses {
-        let mut entering: HashMap<usize, usize> = HashMap::new();
-        for s in statuses {
-            let (Some(&me), Some(t)) =
-                (index.get(&s.id), s.trees.iter().find(|t| t.root == root.id))
-            else {
-                continue;
-            };
-            if let Some(p) = t.parent.and_then(|p| index.get(&p))
-                && overlay.clusters[*p] != overlay.clusters[me]
-            {
-                *entering.entry(overlay.clusters[me]).or_default() += 1;
-            }
-        }
-        extra += entering.values().map(|n| n - 1).sum::<usize>();
-    }
+    let extra: usize = (statuses.iter())
+        .map(|root| {
+            let tree = TreeSnapshot::of(root.id, statuses, &index);
+            (tree.entries(&overlay.clusters).values())
+                .map(|es| es.len() - 1)
+                .sum::<usize>()
+        })
+        .sum();
     format!(
         "quic: RTT error over {} measured pairs: median {:+.2} ms, 90% {:+.2} ms, max {:+.2} ms; \
          {far_in_cluster} in-cluster pairs above {far_ms} ms; {extra} extra cluster entries over all trees",
@@ -122,7 +139,7 @@ fn rtt_errors(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus], d: u3
 /// Progress lines on up to three trees that enter a cluster more than once: per entry its
 /// node, parent, dist, serial and subtree size, and which entries measured each other (for
 /// finding why two entries do not merge).
-fn double_entries(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -> Vec<String> {
+fn double_entries(overlay: &LocalOverlay, statuses: &[NodeStatus]) -> Vec<String> {
     let index = overlay.index_by_id();
     let cl = &overlay.clusters;
     let mut lines = Vec::new();
@@ -130,26 +147,9 @@ fn double_entries(overlay: &LocalOverlay, statuses: &[crate::api::NodeStatus]) -
         let Some(&r) = index.get(&root.id) else {
             continue;
         };
-        let mut parent_of: HashMap<usize, usize> = HashMap::new();
-        let mut info: HashMap<usize, &crate::api::TreeInfo> = HashMap::new();
-        for s in statuses {
-            let Some(&me) = index.get(&s.id) else {
-                continue;
-            };
-            if let Some(t) = s.trees.iter().find(|t| t.root == root.id) {
-                info.insert(me, t);
-                if let Some(&p) = t.parent.and_then(|p| index.get(&p)) {
-                    parent_of.insert(me, p);
-                }
-            }
-        }
-        let mut entries: HashMap<usize, Vec<usize>> = HashMap::new();
-        for (&v, &p) in &parent_of {
-            if cl[v] != cl[p] {
-                entries.entry(cl[v]).or_default().push(v);
-            }
-        }
-        for (c, mut es) in entries.into_iter().filter(|(_, es)| es.len() > 1) {
+        let tree = TreeSnapshot::of(root.id, statuses, &index);
+        let (parent_of, info) = (&tree.parent_of, &tree.info);
+        for (c, mut es) in (tree.entries(cl).into_iter()).filter(|(_, es)| es.len() > 1) {
             es.sort_unstable();
             let below = |e: usize| {
                 (0..cl.len())

@@ -137,8 +137,8 @@ impl Config {
     /// [`crate::topology::Topology::dilated`]): every period slowed as by
     /// [`Config::slowed`], and every latency threshold (`shortcut_threshold`, `cluster_rtt`,
     /// `cluster_floor`) multiplied too, so the protocol makes the decisions it makes on the
-    /// undilated network. `send_cost` is CPU time, which dilation does not stretch, and is
-    /// unchanged.
+    /// undilated network; `cluster_sync`, a period [`Config::slowed`] leaves as it is, too.
+    /// `send_cost` is CPU time, which dilation does not stretch, and is unchanged.
     pub fn dilated(self, factor: u32) -> Self {
         let k = factor.max(1);
         let mut c = self.slowed(k);
