@@ -26,9 +26,10 @@ pub use self::collective::{
 };
 
 use crate::net::driver::{ApiCommand, Driver, DriverParts};
-use crate::net::emulated::LatencyMap;
+use crate::net::emulated::{EmulatedUdpSocket, LatencyMap};
 use crate::net::identity::{Identity, IdentityError};
 use crate::net::link::{LinkContext, LinkStats};
+use crate::net::meter::{MeteredSocket, SendMeter};
 pub use crate::net::stream::Forwarding;
 use crate::net::token::{JoinToken, TokenError};
 use crate::proto::gossip::{Gossip, GossipConfig};
@@ -175,6 +176,13 @@ pub struct NodeStatus {
     /// until its first summaries are in).
     #[serde(default)]
     pub clusters: Vec<ClusterLevel>,
+    /// The cost of one send the in-cluster plan goes by, µs: measured on this node once
+    /// it has sent a burst of an operation to several peers, configured until then.
+    #[serde(default)]
+    pub send_cost_us: u64,
+    /// Whether `send_cost_us` is measured.
+    #[serde(default)]
+    pub send_cost_measured: bool,
 }
 
 /// One member's place in a tree, as it answered a tree query.
@@ -379,17 +387,22 @@ impl NodeBuilder {
         };
         let mut server_config = identity.server_config()?;
         server_config.transport_config(Arc::new(transport_config()));
-        let endpoint = match &self.transport {
-            Transport::Udp => udp_endpoint(server_config, self.listen)
-                .map_err(io(&format!("cannot listen on {}", self.listen)))?,
-            Transport::Emulated { map, cluster } => crate::net::emulated::endpoint(
-                self.listen,
-                map.clone(),
-                *cluster,
-                Some(server_config),
-            )
-            .map_err(io(&format!("cannot listen on {}", self.listen)))?,
-        };
+        let meter = SendMeter::new();
+        let socket = match &self.transport {
+            Transport::Udp => udp_socket(self.listen),
+            Transport::Emulated { map, cluster } => {
+                EmulatedUdpSocket::bind(self.listen, map.clone(), *cluster)
+                    .map(|s| s as Arc<dyn quinn::AsyncUdpSocket>)
+            }
+        }
+        .map_err(io(&format!("cannot listen on {}", self.listen)))?;
+        let endpoint = quinn::Endpoint::new_with_abstract_socket(
+            quinn::EndpointConfig::default(),
+            Some(server_config),
+            MeteredSocket::new(socket, meter.clone()),
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(io(&format!("cannot listen on {}", self.listen)))?;
         let mut client_config = identity.client_config()?;
         client_config.transport_config(Arc::new(transport_config()));
         let local_addr = endpoint
@@ -440,6 +453,7 @@ impl NodeBuilder {
             events: events.clone(),
             seed,
             forwarding: self.forwarding,
+            meter,
         });
         let task = tokio::spawn(driver.run());
         let node = Node {
@@ -500,21 +514,13 @@ impl NodeBuilder {
     }
 }
 
-/// A QUIC endpoint on a UDP socket with enlarged buffers ([`crate::net::sockbuf`]).
-fn udp_endpoint(
-    server_config: quinn::ServerConfig,
-    addr: SocketAddr,
-) -> std::io::Result<quinn::Endpoint> {
+/// A UDP socket with enlarged buffers ([`crate::net::sockbuf`]), for quinn.
+fn udp_socket(addr: SocketAddr) -> std::io::Result<Arc<dyn quinn::AsyncUdpSocket>> {
     let socket = std::net::UdpSocket::bind(addr)?;
     crate::net::sockbuf::enlarge(&socket);
     let runtime =
         quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime found"))?;
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some(server_config),
-        socket,
-        runtime,
-    )
+    runtime.wrap_udp_socket(socket)
 }
 
 /// QUIC transport settings: keep-alives so idle links stay open and dead peers are noticed.

@@ -67,8 +67,9 @@ struct Cli {
     /// Where plots and BENCHMARKS.md go (`all` and `fig5`).
     #[arg(long, global = true, default_value = "docs")]
     out: PathBuf,
-    /// The topology of the real-QUIC run (`quic`). phoenix-168 over real QUIC needs
-    /// more than this machine's two cores (see docs/BENCHMARKS.md); phoenix-27 fits.
+    /// The topology of the real-QUIC run (`quic`). phoenix-27 is `all`'s; phoenix-168
+    /// fits two cores with `--dilate 20` (11-14 min), and keeps its result apart
+    /// (quic-<topology>.json and fig5-quic-<topology>.svg in `--out`).
     #[arg(long, global = true, default_value = quic::ALL_TOPOLOGY)]
     quic_topology: String,
     /// The real-QUIC run's protocol clocks are slowed by this factor, so that every node

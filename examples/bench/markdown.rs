@@ -197,6 +197,11 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     num(&r["api_lag_us"]["median"]),
                     r["api_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN)
                 );
+                if !r["send_cost_us"].is_null() {
+                    let nodes = r["nodes"].as_u64().unwrap_or(0) as usize;
+                    let line = crate::quic::send_cost_line(&r["send_cost_us"], nodes);
+                    let _ = writeln!(md, "{}{}.", line[..1].to_uppercase(), &line[1..]);
+                }
                 let _ = writeln!(
                     md,
                     "\nTrees wide-area optimal when the broadcasts began: {} of {}.",

@@ -174,6 +174,7 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
             num(&out["api_lag_us"]["median"]),
             out["api_lag_us"]["p90"].as_f64().unwrap_or(f64::NAN),
         );
+        println!("  {}", send_cost_line(&out["send_cost_us"], r.nodes));
         let slow: Vec<String> = (r.contenders().iter().take(3))
             .map(|(name, t)| {
                 let list: Vec<String> = overlay::bench::quic_run::slowest(t, 3)
@@ -214,4 +215,19 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         }
     }
     Ok(out)
+}
+
+/// The send cost ours' plans went by, in words.
+pub fn send_cost_line(c: &serde_json::Value, nodes: usize) -> String {
+    match c["measured_on"].as_u64() {
+        Some(n) if n > 0 => format!(
+            "ours' in-cluster plans went by a send cost measured on {n} of {nodes} nodes: median {:.0} us, max {:.0} us (configured {:.0} us, the others' and the simulator's)",
+            c["median"].as_f64().unwrap_or(f64::NAN),
+            c["max"].as_f64().unwrap_or(f64::NAN),
+            c["configured"].as_f64().unwrap_or(f64::NAN),
+        ),
+        _ => {
+            "ours' in-cluster plans went by the configured send cost (no node measured one)".into()
+        }
+    }
 }

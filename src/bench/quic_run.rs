@@ -124,6 +124,9 @@ pub struct QuicRun {
     /// it, µs, one entry per broadcast (sorted). Ours is timed from that start, as the
     /// static trees are from their root's first send; this is what the API adds before.
     pub api_lag_us: Vec<f64>,
+    /// Ours: the cost of one send each node's plan went by after the timed broadcasts, µs,
+    /// for the nodes that measured it (sorted); the others plan with the configured cost.
+    pub send_cost_us: Vec<f64>,
 }
 
 /// Runs it; `progress` gets one line per step.
@@ -170,6 +173,14 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
 
     out.roots = roots(&overlay.clusters, opts.roots_per_cluster);
     broadcasts(&overlay, &topo, &mut out, &progress).await?;
+    for node in &overlay.nodes {
+        if let Ok(s) = node.status().await
+            && s.send_cost_measured
+        {
+            out.send_cost_us.push(s.send_cost_us as f64);
+        }
+    }
+    out.send_cost_us.sort_by(f64::total_cmp);
     for t in [
         &mut out.ours,
         &mut out.magpie,
@@ -639,6 +650,13 @@ impl QuicRun {
                 "note": "ours: from the connection's read to the application's delivery stream; every contender's times are at the connection",
                 "median": super::quantile(&self.app_lag_us, 0.5),
                 "p90": super::quantile(&self.app_lag_us, 0.9),
+            },
+            "send_cost_us": {
+                "note": "ours: the cost of one send the in-cluster plans went by after the timed broadcasts, on the nodes that measured it (the others plan with the configured cost)",
+                "measured_on": self.send_cost_us.len(),
+                "configured": Config::wan().send_cost.as_micros() as f64,
+                "median": super::quantile(&self.send_cost_us, 0.5),
+                "max": self.send_cost_us.last().copied(),
             },
             "api_lag_us": {
                 "note": "ours: from the application's broadcast call to its root's driver starting it; ours is timed from that start, as the static trees from their root's first send",

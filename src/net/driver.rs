@@ -10,6 +10,7 @@
 
 use super::link::{self, DialError, LinkContext, LinkInput};
 use super::links::{Links, Outgoing, Priority, Sent};
+use super::meter::{BurstPace, SendMeter};
 use super::ops::{OpCommand, Ops};
 use super::stream::{Forwarding, Streams};
 use crate::api::{MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot};
@@ -20,6 +21,7 @@ use crate::proto::{
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -84,6 +86,8 @@ pub struct Driver {
     streams: Streams,
     /// When the input being handled came off the network (a delivery's `received`).
     input_at: Option<Instant>,
+    /// Measures what one send costs, for the in-cluster plan.
+    pace: BurstPace,
 }
 
 /// What [`Driver::new`] needs.
@@ -101,6 +105,8 @@ pub struct DriverParts {
     pub seed: u64,
     /// How streamed payloads are passed on to children.
     pub forwarding: Forwarding,
+    /// The meter on the endpoint's socket.
+    pub meter: Arc<SendMeter>,
 }
 
 impl Driver {
@@ -136,6 +142,7 @@ impl Driver {
             ops: Ops::new(parts.seed),
             streams: Streams::new(parts.forwarding),
             input_at: None,
+            pace: BurstPace::new(parts.meter),
         }
     }
 
@@ -158,7 +165,8 @@ impl Driver {
                 .map(|t| self.instant(t));
             let retry = self.links.next_retry();
             let query = self.queries.values().map(|q| q.deadline).min();
-            let wake = [deadline, retry, query, Some(self.next_idle_check)]
+            let pace = self.pace.next_check();
+            let wake = [deadline, retry, query, pace, Some(self.next_idle_check)]
                 .into_iter()
                 .flatten()
                 .min();
@@ -200,6 +208,13 @@ impl Driver {
                     }
                 }
             }
+            if let Some(per_send) = self.pace.poll(Instant::now()) {
+                debug!(
+                    per_send_us = per_send.as_micros() as u64,
+                    "send cost measured"
+                );
+                self.core.handle(self.now(), Input::SendCost { per_send });
+            }
             if self.core.has_deferred() {
                 // An operation's sends across the wide area go on the wire before its
                 // in-cluster part is worked out: hand them to their connections and let
@@ -210,6 +225,7 @@ impl Driver {
                 tokio::task::yield_now().await;
             }
             self.drain();
+            self.pace.end_burst();
             self.input_at = None;
         }
     }
@@ -487,6 +503,10 @@ impl Driver {
             }) => Some((*rtt_hint_us, *watch)),
             _ => None,
         };
+        // An operation's messages are what the plan schedules, and so what is measured
+        // (a streamed payload's announcement is not: its data follows on a stream).
+        let operation = matches!(&packet, Packet::Overlay(Message::Collective(
+            CollectiveMessage::Down { body, .. })) if !matches!(body, DownBody::Stream { .. }));
         let frame = match packet.encode() {
             Ok(f) => f,
             Err(e) => {
@@ -494,6 +514,7 @@ impl Driver {
                 return Sent::Dropped;
             }
         };
+        let bytes = frame.len();
         let out = match ping {
             Some((rtt_hint_us, watch)) => Outgoing::Ping {
                 frame,
@@ -503,8 +524,13 @@ impl Driver {
             None => Outgoing::Frame(frame),
         };
         let gossip = &self.gossip;
-        self.links
-            .send(to, out, priority, |p| gossip.record(&p).map(|r| r.addr))
+        let sent = self
+            .links
+            .send(to, out, priority, |p| gossip.record(&p).map(|r| r.addr));
+        if operation && sent != Sent::Dropped {
+            self.pace.sent(to, bytes, sent == Sent::Written);
+        }
+        sent
     }
 
     /// Starts the data streams that waited for a connection to `peer`.
@@ -663,6 +689,7 @@ impl Driver {
         trees.sort_by_key(|t| t.root);
         let stats = &self.ctx.stats;
         use std::sync::atomic::Ordering::Relaxed;
+        let (send_cost, send_cost_measured) = self.core.send_cost();
         NodeStatus {
             id: me.id,
             name: me.name.clone(),
@@ -682,6 +709,8 @@ impl Driver {
             clusters: crate::api::cluster_levels(self.core.clusters(), me.id, |id| {
                 self.gossip.record(id).map(|r| r.name.clone())
             }),
+            send_cost_us: send_cost.as_micros() as u64,
+            send_cost_measured,
         }
     }
 }

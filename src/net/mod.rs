@@ -6,6 +6,7 @@
 //! - [`link`]: accept, dial, and the reader/writer tasks of each connection.
 //! - [`driver`]: the one task that owns the protocol core and gossip (the driver loop).
 //! - [`emulated`]: a UDP socket that adds a topology's WAN latency on loopback.
+//! - [`meter`]: how long a send takes to leave this node, measured at the socket.
 
 pub mod auth;
 pub mod driver;
@@ -14,6 +15,7 @@ pub mod frame;
 pub mod identity;
 pub mod link;
 pub mod links;
+pub mod meter;
 pub mod ops;
 pub mod sockbuf;
 pub mod stream;

@@ -104,6 +104,8 @@ pub struct Core {
     coll: Collectives,
     /// Clusters discovered from the measured latencies.
     discovery: discovery::Discovery,
+    /// The cost of one send as the driver measured it (see [`Input::SendCost`]).
+    send_cost: collectives::SendCostEstimate,
     /// Scratch space of `handle_entries` (kept to save an allocation per message).
     entry_scratch: Vec<Option<RootIdx>>,
     /// Scratch space of `evaluate_all`.
@@ -187,6 +189,7 @@ impl Core {
             stats: CoreStats::default(),
             coll: Collectives::new(id),
             discovery,
+            send_cost: collectives::SendCostEstimate::default(),
             entry_scratch: Vec::new(),
             heard_scratch: Vec::new(),
         }
@@ -200,6 +203,15 @@ impl Core {
     /// The configuration in use.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The cost of one send the in-cluster plan goes by: the driver's recent measurements
+    /// ([`Input::SendCost`]), else [`Config::send_cost`]; and whether it is measured.
+    pub fn send_cost(&self) -> (Duration, bool) {
+        match self.send_cost.measured() {
+            Some(c) => (c, true),
+            None => (self.config.send_cost, false),
+        }
     }
 
     /// Feeds one input at time `now` (never earlier than a previous call's `now`).
@@ -227,6 +239,7 @@ impl Core {
                     self.add_rtt_sample(peer, rtt.as_micros().min(u32::MAX as u128) as u32);
                 }
             }
+            Input::SendCost { per_send } => self.send_cost.sample(per_send),
             Input::Command(Command::Leave) => return self.leave(),
             Input::Command(cmd) => self.handle_collective_command(cmd),
         }

@@ -69,6 +69,10 @@ pub enum Input {
     MemberDown { id: NodeId, reason: DownReason },
     /// An RTT sample measured by the driver (e.g. from the QUIC connection).
     RttSample { peer: NodeId, rtt: Duration },
+    /// The driver measured how long one send of a collective operation took to leave this
+    /// node (a burst's span over its sends). From then on the in-cluster plan goes by the
+    /// median of the recent measurements instead of [`Config::send_cost`].
+    SendCost { per_send: Duration },
     /// A request from the application.
     Command(Command),
 }

@@ -39,6 +39,15 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         s.addr,
         s.uptime_ms as f64 / 1e3
     );
+    println!(
+        "one send costs {} us ({}), as the in-cluster plan assumes",
+        s.send_cost_us,
+        if s.send_cost_measured {
+            "measured"
+        } else {
+            "configured; not measured yet"
+        }
+    );
     println!("\nmembers ({}):", s.members.len());
     println!(
         "  {:<10} {:<16} {:<22} {:<8} {:>9}",

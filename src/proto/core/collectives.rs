@@ -10,6 +10,8 @@ pub(super) struct CoreView<'a> {
     root_index: &'a HashMap<NodeId, RootIdx>,
     trees: &'a [Option<TreeState>],
     rtt: &'a HashMap<NodeId, RttEstimator>,
+    /// The cost of one send the plan goes by, µs.
+    send_cost_us: u32,
     /// This node's discovered level-1 cluster (sorted, itself included), once discovery has
     /// put it in a group with others.
     cluster: Option<&'a [NodeId]>,
@@ -51,7 +53,7 @@ impl Overlay for CoreView<'_> {
         }
     }
     fn send_cost_us(&self) -> u32 {
-        self.config.send_cost.as_micros().min(u32::MAX as u128) as u32
+        self.send_cost_us
     }
     fn descendants_first(&self) -> bool {
         self.config.descendants_first
@@ -68,6 +70,7 @@ impl Core {
             root_index: &self.root_index,
             trees: &self.trees,
             rtt: &self.rtt,
+            send_cost_us: self.send_cost().0.as_micros().min(u32::MAX as u128) as u32,
             cluster: (self.discovery.table.view().group_of(1, &self.id))
                 .map(|g| g.members.as_slice())
                 .filter(|m| m.len() > 1),
@@ -92,5 +95,69 @@ impl Core {
                 self.with_collectives(|c, v| c.stream_done(now, v, op, ok))
             }
         }
+    }
+}
+
+/// The measured cost of one send: the median of the last few samples, so that one burst
+/// held up by something else (a stalled process, a blocked connection) does not move it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SendCostEstimate {
+    /// The latest samples, µs.
+    recent: VecDeque<u32>,
+}
+
+impl SendCostEstimate {
+    /// Samples the median is taken over.
+    const WINDOW: usize = 7;
+    /// Samples are clamped to this range (µs).
+    const RANGE_US: (u32, u32) = (1, 5_000);
+
+    /// Takes one sample.
+    pub(crate) fn sample(&mut self, per_send: Duration) {
+        let us = per_send.as_micros().min(u128::from(u32::MAX)) as u32;
+        if self.recent.len() == Self::WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back(us.clamp(Self::RANGE_US.0, Self::RANGE_US.1));
+    }
+
+    /// The median of the recent samples (the upper one of an even count: planning with too
+    /// low a cost is the costlier mistake), once measured.
+    pub(crate) fn measured(&self) -> Option<Duration> {
+        let mut v: Vec<u32> = self.recent.iter().copied().collect();
+        v.sort_unstable();
+        v.get(v.len() / 2)
+            .map(|&us| Duration::from_micros(u64::from(us)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_cost_is_the_median_of_the_recent_samples_within_its_range() {
+        let mut e = SendCostEstimate::default();
+        assert_eq!(e.measured(), None);
+        let us = Duration::from_micros;
+        e.sample(us(100));
+        assert_eq!(e.measured(), Some(us(100)));
+        e.sample(us(300));
+        assert_eq!(e.measured(), Some(us(300)), "the upper of two");
+        // One burst held up for a second does not move it.
+        e.sample(Duration::from_secs(1));
+        assert_eq!(e.measured(), Some(us(300)));
+        e.sample(us(40));
+        e.sample(us(50));
+        assert_eq!(e.measured(), Some(us(100)));
+        // Only the last seven count.
+        for _ in 0..4 {
+            e.sample(us(20));
+        }
+        assert_eq!(e.measured(), Some(us(20)));
+        let mut z = SendCostEstimate::default();
+        z.sample(Duration::ZERO);
+        assert_eq!(z.measured(), Some(us(1)));
     }
 }

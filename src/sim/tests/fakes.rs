@@ -181,7 +181,7 @@ impl SimNode for Fake {
                 self.timeouts.clear();
                 self.events.push_back(Event::Left);
             }
-            Input::RttSample { .. } | Input::Command(_) => {}
+            Input::RttSample { .. } | Input::SendCost { .. } | Input::Command(_) => {}
         }
     }
     fn poll_transmit(&mut self) -> Option<Transmit> {
