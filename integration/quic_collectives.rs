@@ -222,6 +222,22 @@ async fn all_four_collectives_are_exact_over_quic_on_phoenix_27() {
         Err(NodeError::PayloadTooLarge { len, limit }) => assert!(len > limit),
         other => panic!("oversized request accepted: {other:?}"),
     }
+
+    // The nodes that sent an operation to several peers at once measured what a send
+    // costs, and their plans go by it.
+    let measured: Vec<(String, u64)> = (overlay.statuses().await.into_iter())
+        .filter(|s| s.send_cost_measured)
+        .map(|s| (s.name, s.send_cost_us))
+        .collect();
+    assert!(!measured.is_empty(), "no node measured its send cost");
+    assert!(
+        measured.iter().all(|(_, us)| (1..=5_000).contains(us)),
+        "{measured:?}"
+    );
+    eprintln!(
+        "send cost measured on {} nodes: {measured:?}",
+        measured.len()
+    );
     overlay.shutdown().await;
 }
 

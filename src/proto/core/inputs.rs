@@ -20,6 +20,17 @@ impl Core {
         };
         self.trees[idx] = Some(TreeState::new_detached(id, self.now));
         self.events.push_back(Event::RootAdded { root: id });
+        // What our candidates told us about this root before we knew it was dropped
+        // (`handle_entry` keeps entries of live roots only), and a candidate whose state in
+        // the tree has settled advertises it again only in its periodic full advert (every
+        // `full_advert_every` serial periods or more). Ask them for it now: one entry per
+        // candidate, answered at once by those that know the root.
+        for peer in self.cands.advert_targets() {
+            if peer != id {
+                self.stats.asks += 1;
+                self.out_asks.entry(peer).or_default().push((id, 0));
+            }
+        }
         // Measured by the sweep; the candidate set is topped up with random members at the
         // next probe round (taking the first members to arrive would make every node of a
         // fresh overlay watch the same few peers, and load them with everyone's traffic).

@@ -2,4 +2,5 @@
 
 mod checks;
 mod fakes;
+mod late;
 mod mechanics;
