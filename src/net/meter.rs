@@ -11,8 +11,12 @@
 //! ([`crate::proto::Input::SendCost`]).
 //!
 //! Unrelated traffic leaving meanwhile (acknowledgements, probes) makes a sample read a
-//! little low, never high; QUIC's own overhead likewise. The log exists only while a burst
-//! is measured, and is bounded.
+//! little low; QUIC's own overhead likewise. What would make one read high is left out: the
+//! driver's yield between an operation's wide-area sends and its in-cluster ones (only the
+//! sends after it are a burst), messages larger than a datagram (they wait for congestion
+//! control, and the plan's sends are small), and a burst whose sends are held up (three
+//! quarters of it is enough; the core takes the median of several bursts). The log exists
+//! only while a burst is measured, and is bounded.
 
 use crate::proto::NodeId;
 use quinn::udp::{RecvMeta, Transmit};
@@ -22,6 +26,7 @@ use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -40,6 +45,9 @@ struct Log {
 #[derive(Default)]
 pub struct SendMeter {
     log: Mutex<Log>,
+    /// Whether a log runs: every send of the socket looks here first, and takes the lock
+    /// only while one does.
+    logging: AtomicBool,
 }
 
 impl fmt::Debug for SendMeter {
@@ -64,30 +72,36 @@ impl SendMeter {
         let mut log = self.log();
         log.started = Some(at);
         log.entries.clear();
+        self.logging.store(true, Ordering::Release);
     }
 
     /// Stops logging.
     pub fn stop(&self) {
-        let mut log = self.log();
+        Self::end(&mut self.log(), &self.logging);
+    }
+
+    fn end(log: &mut Log, logging: &AtomicBool) {
         log.started = None;
-        log.entries = Vec::new();
+        log.entries.clear();
+        logging.store(false, Ordering::Release);
     }
 
     /// Whether a log is running.
     pub fn is_logging(&self) -> bool {
-        self.log().started.is_some()
+        self.logging.load(Ordering::Acquire)
     }
 
     /// Records `bytes` in `datagrams` handed to the network now.
     pub fn record(&self, bytes: usize, datagrams: usize) {
+        if !self.is_logging() {
+            return;
+        }
         let mut log = self.log();
         if log.started.is_none() {
             return;
         }
         if log.entries.len() >= LOG_LIMIT {
-            log.started = None;
-            log.entries = Vec::new();
-            return;
+            return Self::end(&mut log, &self.logging);
         }
         log.entries.push((Instant::now(), bytes, datagrams));
     }
@@ -103,8 +117,7 @@ impl SendMeter {
             d += dgrams;
             (b >= bytes && d >= datagrams).then_some(at)
         })?;
-        log.started = None;
-        log.entries = Vec::new();
+        Self::end(&mut log, &self.logging);
         Some(at.saturating_duration_since(started))
     }
 }
@@ -118,8 +131,13 @@ const MIN_BURST_PEERS: usize = 4;
 /// which is no cost of sending, and would make one sample read a hundred times too high.
 const SHARE_MEASURED: (usize, usize) = (3, 4);
 
-/// How often the driver looks whether a measured burst has left.
-const CHECK_EVERY: Duration = Duration::from_millis(2);
+/// How often the driver looks whether a measured burst has left, at least (it looks at
+/// every input too). The sample does not depend on it: the log has the times.
+const CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// Only messages up to this size (the smallest datagram QUIC sends) are measured: larger
+/// ones leave as congestion control allows, which says nothing about a send's cost.
+const MAX_MEASURED_MESSAGE: usize = 1200;
 
 /// A burst that has not left after this long is not measured (a stall, or a dead link).
 const GIVE_UP: Duration = Duration::from_secs(1);
@@ -161,36 +179,51 @@ impl BurstPace {
         }
     }
 
-    /// One message of an operation, of `bytes`, was handed to `to`'s connection
-    /// (`written`) or queued while it is dialed.
-    pub fn sent(&mut self, to: NodeId, bytes: usize, written: bool) {
-        if self.leaving.is_some() {
+    /// A message of an operation is about to be handed over: a burst starts with the first
+    /// (the log must run before its datagrams can leave).
+    pub fn sending(&mut self) {
+        if self.leaving.is_some() || self.burst.is_some() {
             return;
         }
-        let meter = &self.meter;
-        let burst = self.burst.get_or_insert_with(|| {
-            let now = Instant::now();
-            meter.start(now);
-            Burst {
-                started: now,
-                sends: 0,
-                bytes: 0,
-                peers: HashSet::new(),
-                written: true,
-            }
+        let now = Instant::now();
+        self.meter.start(now);
+        self.burst = Some(Burst {
+            started: now,
+            sends: 0,
+            bytes: 0,
+            peers: HashSet::new(),
+            written: true,
         });
+    }
+
+    /// That message, of `bytes`, was handed to `to`'s connection (`written`) or queued
+    /// while it is dialed.
+    pub fn sent(&mut self, to: NodeId, bytes: usize, written: bool) {
+        let Some(burst) = self.burst.as_mut() else {
+            return;
+        };
         burst.sends += 1;
         burst.bytes += bytes;
         burst.peers.insert(to);
         burst.written &= written;
     }
 
-    /// The input's sends are all handed over: a long enough burst is measured.
+    /// The sends so far are not measured (the driver is about to yield between them and
+    /// the rest); the next send starts a burst.
+    pub fn drop_burst(&mut self) {
+        if self.burst.take().is_some() {
+            self.meter.stop();
+        }
+    }
+
+    /// The input's sends are all handed over: a long enough burst of small messages is
+    /// measured.
     pub fn end_burst(&mut self) {
         let Some(b) = self.burst.take() else {
             return;
         };
-        if !b.written || b.peers.len() < MIN_BURST_PEERS {
+        let small = b.bytes <= MAX_MEASURED_MESSAGE * b.sends as usize;
+        if !b.written || !small || b.peers.len() < MIN_BURST_PEERS || !self.meter.is_logging() {
             return self.meter.stop();
         }
         let (num, den) = SHARE_MEASURED;
@@ -219,7 +252,7 @@ impl BurstPace {
                 span_us = span.as_micros() as u64,
                 "a measured burst has left"
             );
-            let sends = l.sends;
+            let sends = l.sends.max(1);
             self.leaving = None;
             return Some(span / sends);
         }
@@ -300,6 +333,12 @@ impl AsyncUdpSocket for MeteredSocket {
 mod tests {
     use super::*;
 
+    /// One message handed over, as the driver does it.
+    fn send(pace: &mut BurstPace, to: NodeId, bytes: usize, written: bool) {
+        pace.sending();
+        pace.sent(to, bytes, written);
+    }
+
     #[test]
     fn a_burst_is_reached_when_both_its_bytes_and_its_datagrams_have_left() {
         let meter = SendMeter::new();
@@ -326,26 +365,26 @@ mod tests {
         let mut pace = BurstPace::new(meter.clone());
         let peers: Vec<NodeId> = (0..5).map(|i| NodeId::from_seed(3, i)).collect();
         // Too few peers: not measured.
-        pace.sent(peers[0], 1000, true);
-        pace.sent(peers[1], 1000, true);
+        send(&mut pace, peers[0], 1000, true);
+        send(&mut pace, peers[1], 1000, true);
         pace.end_burst();
         assert_eq!(pace.next_check(), None);
         assert!(!meter.is_logging());
         // One queued for a dial: not measured either.
         for (i, p) in peers.iter().enumerate() {
-            pace.sent(*p, 1000, i != 2);
+            send(&mut pace, *p, 1000, i != 2);
         }
         pace.end_burst();
         assert_eq!(pace.next_check(), None);
         // Six sends to five peers.
         for p in &peers {
-            pace.sent(*p, 1000, true);
+            send(&mut pace, *p, 1000, true);
         }
-        pace.sent(peers[0], 1000, true);
+        send(&mut pace, peers[0], 1000, true);
         pace.end_burst();
         assert!(pace.next_check().is_some());
         // A burst while one is leaving is not measured, and does not disturb it.
-        pace.sent(peers[1], 1000, true);
+        send(&mut pace, peers[1], 1000, true);
         pace.end_burst();
         // Measured until three quarters have left: 4500 bytes in 4 datagrams, of 5 sends.
         for _ in 0..3 {
@@ -362,11 +401,33 @@ mod tests {
     }
 
     #[test]
+    fn large_messages_and_dropped_bursts_are_not_measured() {
+        let meter = SendMeter::new();
+        let mut pace = BurstPace::new(meter.clone());
+        for i in 0..4 {
+            send(&mut pace, NodeId::from_seed(3, i), 4000, true);
+        }
+        pace.end_burst();
+        assert_eq!(pace.next_check(), None, "larger than a datagram");
+        for i in 0..4 {
+            send(&mut pace, NodeId::from_seed(3, i), 1000, true);
+        }
+        pace.drop_burst();
+        assert!(!meter.is_logging());
+        // The sends after a drop are a burst of their own: too short here.
+        for i in 0..2 {
+            send(&mut pace, NodeId::from_seed(3, i), 1000, true);
+        }
+        pace.end_burst();
+        assert_eq!(pace.next_check(), None);
+    }
+
+    #[test]
     fn a_burst_that_does_not_leave_is_given_up() {
         let meter = SendMeter::new();
         let mut pace = BurstPace::new(meter.clone());
         for i in 0..4 {
-            pace.sent(NodeId::from_seed(3, i), 500, true);
+            send(&mut pace, NodeId::from_seed(3, i), 500, true);
         }
         pace.end_burst();
         assert_eq!(pace.poll(Instant::now() + GIVE_UP), None);

@@ -20,3 +20,17 @@ pub mod ops;
 pub mod sockbuf;
 pub mod stream;
 pub mod token;
+
+/// A quinn endpoint on `socket` (real or emulated, metered or not), a server if
+/// `server_config` is given, on the tokio runtime.
+pub fn endpoint_on(
+    socket: std::sync::Arc<dyn quinn::AsyncUdpSocket>,
+    server_config: Option<quinn::ServerConfig>,
+) -> std::io::Result<quinn::Endpoint> {
+    quinn::Endpoint::new_with_abstract_socket(
+        quinn::EndpointConfig::default(),
+        server_config,
+        socket,
+        std::sync::Arc::new(quinn::TokioRuntime),
+    )
+}

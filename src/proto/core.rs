@@ -114,6 +114,10 @@ pub struct Core {
 
 const OWN_ROOT: RootIdx = 0;
 
+/// Near candidates asked for their state in a member's tree when this node learns of the
+/// member (see `handle_member_up`).
+const LATE_ROOT_ASKS: usize = 4;
+
 /// Own RTT samples a peer needs before a connected node switches to it.
 const MIN_SAMPLES_TO_MOVE: usize = 3;
 

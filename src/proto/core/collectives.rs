@@ -104,6 +104,8 @@ impl Core {
 pub(crate) struct SendCostEstimate {
     /// The latest samples, µs.
     recent: VecDeque<u32>,
+    /// Their median (read for every operation a node relays; samples are rarer).
+    median: Option<Duration>,
 }
 
 impl SendCostEstimate {
@@ -120,15 +122,17 @@ impl SendCostEstimate {
         }
         self.recent
             .push_back(us.clamp(Self::RANGE_US.0, Self::RANGE_US.1));
+        let mut v: Vec<u32> = self.recent.iter().copied().collect();
+        v.sort_unstable();
+        self.median = v
+            .get(v.len() / 2)
+            .map(|&us| Duration::from_micros(u64::from(us)));
     }
 
     /// The median of the recent samples (the upper one of an even count: planning with too
     /// low a cost is the costlier mistake), once measured.
     pub(crate) fn measured(&self) -> Option<Duration> {
-        let mut v: Vec<u32> = self.recent.iter().copied().collect();
-        v.sort_unstable();
-        v.get(v.len() / 2)
-            .map(|&us| Duration::from_micros(u64::from(us)))
+        self.median
     }
 }
 

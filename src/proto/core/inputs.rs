@@ -23,13 +23,19 @@ impl Core {
         // What our candidates told us about this root before we knew it was dropped
         // (`handle_entry` keeps entries of live roots only), and a candidate whose state in
         // the tree has settled advertises it again only in its periodic full advert (every
-        // `full_advert_every` serial periods or more). Ask them for it now: one entry per
-        // candidate, answered at once by those that know the root.
-        for peer in self.cands.advert_targets() {
-            if peer != id {
-                self.stats.asks += 1;
-                self.out_asks.entry(peer).or_default().push((id, 0));
-            }
+        // `full_advert_every` serial periods or more): until then this node would attach to
+        // whatever entry it hears first, across the wide area if need be. So the nearest
+        // few are asked now, answered at once by those that know the root. One settled
+        // cluster mate is enough (the rules refine from there), and a member that has just
+        // joined has no settled tree anywhere yet, so asking more would be wasted.
+        let mut near: Vec<(u32, NodeId)> = (self.cands.watched())
+            .filter(|p| *p != id && self.cands.role(p) == Some(Role::Near))
+            .filter_map(|p| self.rtt.get(&p).and_then(|e| e.rtt_us()).map(|r| (r, p)))
+            .collect();
+        near.sort_unstable();
+        for (_, peer) in near.into_iter().take(LATE_ROOT_ASKS) {
+            self.stats.asks += 1;
+            self.out_asks.entry(peer).or_default().push((id, 0));
         }
         // Measured by the sweep; the candidate set is topped up with random members at the
         // next probe round (taking the first members to arrive would make every node of a

@@ -73,7 +73,8 @@ fn settle_after_late_member(
     };
     let core_cfg = cfg.core.clone();
     let hidden_id = NodeId::from_seed(seed, root as u64);
-    let release = Time::ZERO + Duration::from_secs(release_s * d as u64);
+    let release_after = Duration::from_secs(release_s * d as u64);
+    let release = Time::ZERO + release_after;
     let mut sim = Sim::with_nodes(
         NetModel::from_topology(&topo),
         cfg,
@@ -84,6 +85,11 @@ fn settle_after_late_member(
         }),
     );
     assert_eq!(sim.id(root), hidden_id);
+    sim.run_until(Time::ZERO + (release_after - Duration::from_millis(1)));
+    assert!(
+        sim.node(late).stashed && sim.node(late).core.parent(hidden_id).is_none(),
+        "node {late} knew of root {root} before its release: nothing would be tested"
+    );
     sim.run_until(release);
     let step = Duration::from_millis(100 * d as u64);
     let limit = release + Duration::from_secs(120 * d as u64);
