@@ -80,7 +80,8 @@ struct Cli {
     /// latencies and every protocol clock multiplied by this factor, the delivery times
     /// divided by it. The nodes sharing two cores then get this many times more CPU
     /// against the network, as each would have on a machine of its own. 1: none (the run
-    /// then measures the shared run queue as much as the trees); phoenix-168 needs about 20.
+    /// then measures the shared run queue as much as the trees); phoenix-168 converges at
+    /// 20, and needs 40 before the shared cores stop delaying a wide in-cluster spread.
     #[arg(long, global = true, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
     dilate: u32,
     /// Simulator runs of `convergence` and `overhead` (and `all`) executed side by side
