@@ -215,6 +215,9 @@ impl Driver {
                 );
                 self.core.handle(self.now(), Input::SendCost { per_send });
             }
+            for peer in self.links.take_lost() {
+                self.core.handle(self.now(), Input::LinkLost { peer });
+            }
             if self.core.has_deferred() {
                 // An operation's sends across the wide area go on the wire before its
                 // in-cluster part is worked out: hand them to their connections and let

@@ -23,7 +23,7 @@
 
 use super::link::{self, DialError, LinkContext, LinkInput};
 use crate::proto::NodeId;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tracing::debug;
@@ -158,6 +158,9 @@ pub struct Links {
     background_in_flight: usize,
     /// Packets dropped: queues full, peer unreachable.
     pub dropped: u64,
+    /// Peers frames may have been lost to since [`Links::take_lost`]: a frame dropped, or a
+    /// connection closed with frames perhaps unsent.
+    lost: BTreeSet<NodeId>,
     /// Connections closed for idleness.
     pub idle_closed: u64,
     /// When idle connections are closed.
@@ -188,6 +191,7 @@ impl Links {
             in_flight: 0,
             background_in_flight: 0,
             dropped: 0,
+            lost: BTreeSet::new(),
             idle_closed: 0,
             idle,
         }
@@ -235,6 +239,7 @@ impl Links {
                 };
                 if link.writer.try_send(frame).is_err() {
                     self.dropped += 1;
+                    self.lost.insert(to);
                     return Sent::Dropped;
                 }
                 return Sent::Written;
@@ -244,12 +249,14 @@ impl Links {
         if addr(to).is_none() {
             // Unknown address: nothing to dial (e.g. a message to a member not yet gossiped).
             self.dropped += 1 + self.pending.remove(&to).map_or(0, |q| q.len() as u64);
+            self.lost.insert(to);
             return Sent::Dropped;
         }
         let queue = self.pending.entry(to).or_default();
         if queue.len() >= PENDING_PER_PEER {
             queue.pop_front();
             self.dropped += 1;
+            self.lost.insert(to);
         }
         queue.push_back(out);
         self.request_dial(to, priority);
@@ -308,6 +315,7 @@ impl Links {
             }
             let Some(to) = addr(peer) else {
                 self.dropped += self.pending.remove(&peer).map_or(0, |q| q.len() as u64);
+                self.lost.insert(peer);
                 continue;
             };
             state.in_progress = true;
@@ -392,6 +400,7 @@ impl Links {
         d.retry_at = Some(Instant::now() + backoff);
         if let Some(q) = self.pending.remove(&peer) {
             self.dropped += q.len() as u64;
+            self.lost.insert(peer);
         }
     }
 
@@ -423,9 +432,17 @@ impl Links {
             .is_some_and(|l| l.conn.stable_id() == conn)
         {
             self.links.remove(&peer);
+            // Frames still queued or in flight on it are gone with it.
+            self.lost.insert(peer);
             return true;
         }
         false
+    }
+
+    /// The peers frames may have been lost to since the last call (the core sends them its
+    /// state again, see [`crate::proto::Input::LinkLost`]).
+    pub fn take_lost(&mut self) -> BTreeSet<NodeId> {
+        std::mem::take(&mut self.lost)
     }
 
     /// The member is gone: close its connection, drop what waited for it.
@@ -436,6 +453,7 @@ impl Links {
             link.conn.close(super::auth::CLOSE_LEAVING.into(), why);
         }
         self.pending.remove(&peer);
+        self.lost.remove(&peer);
     }
 
     /// Closes connections that carried no stream data for their idle limit.
@@ -516,6 +534,7 @@ impl Links {
                 };
                 if writer.try_send(frame).is_err() {
                     self.dropped += 1;
+                    self.lost.insert(peer);
                 }
             }
         }
@@ -536,7 +555,103 @@ impl Links {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::identity::Identity;
+    use crate::net::token::JoinToken;
     use crate::proto::Config;
+    use std::sync::Arc;
+    use tokio::sync::mpsc;
+
+    /// A node's links on a loopback UDP endpoint that accepts connections, and what its
+    /// connection tasks report (the driver's inbox).
+    fn links_on_loopback(
+        token: &Arc<JoinToken>,
+    ) -> (Links, mpsc::UnboundedReceiver<LinkInput>, SocketAddr) {
+        let identity = Identity::generate().expect("identity");
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket).expect("wrap");
+        let server = identity.server_config().expect("server config");
+        let endpoint = crate::net::endpoint_on(socket, Some(server)).expect("endpoint");
+        let addr = endpoint.local_addr().expect("address");
+        let (to_driver, inbox) = mpsc::unbounded_channel();
+        let ctx = LinkContext {
+            me: identity.id(),
+            token: token.clone(),
+            to_driver,
+            stats: Arc::default(),
+        };
+        tokio::spawn(link::accept_loop(endpoint.clone(), ctx.clone()));
+        let client = identity.client_config().expect("client config");
+        let idle = IdleLimits::for_config(&Config::wan());
+        let links = Links::new(ctx.me, Instant::now(), endpoint, client, ctx, idle);
+        (links, inbox, addr)
+    }
+
+    /// The next report of a connection task, within 10 s.
+    async fn next(inbox: &mut mpsc::UnboundedReceiver<LinkInput>) -> LinkInput {
+        tokio::time::timeout(Duration::from_secs(10), inbox.recv())
+            .await
+            .expect("a report within 10 s")
+            .expect("tasks alive")
+    }
+
+    #[tokio::test]
+    async fn frames_that_may_be_lost_are_reported_per_peer() {
+        let token = Arc::new(JoinToken::generate());
+        let (mut a, mut a_inbox, _) = links_on_loopback(&token);
+        let (mut b, mut b_inbox, b_addr) = links_on_loopback(&token);
+        let (a_id, b_id) = (a.me, b.me);
+        let packet = crate::proto::Packet::Overlay(crate::proto::Message::Resync);
+        let frame = || Outgoing::Frame(packet.encode().expect("encodes"));
+
+        // No address to dial: dropped at once, and reported.
+        let nowhere = crate::proto::NodeId::from_seed(9, 9);
+        assert_eq!(
+            a.send(nowhere, frame(), Priority::Urgent, |_| None),
+            Sent::Dropped
+        );
+        assert_eq!(a.take_lost(), BTreeSet::from([nowhere]));
+        assert!(a.take_lost().is_empty(), "taken once");
+
+        // Kept while dialed, written once connected: nothing lost.
+        let to_b = |p: NodeId| (p == b_id).then_some(b_addr);
+        assert_eq!(a.send(b_id, frame(), Priority::Urgent, to_b), Sent::Pending);
+        let LinkInput::Connected {
+            peer, conn, dialed, ..
+        } = next(&mut a_inbox).await
+        else {
+            panic!("a dialed b");
+        };
+        assert_eq!((peer, dialed), (b_id, true));
+        a.connected(peer, conn, dialed);
+        loop {
+            match next(&mut b_inbox).await {
+                LinkInput::Connected {
+                    peer, conn, dialed, ..
+                } => b.connected(peer, conn, dialed),
+                LinkInput::Received { peer, .. } => {
+                    assert_eq!(peer, a_id);
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(a.take_lost().is_empty() && b.take_lost().is_empty());
+
+        // b closes the connection: a is told it closed, and reports b, as b reports a.
+        b.conn(&a_id)
+            .expect("b's link to a")
+            .close(0u32.into(), b"test");
+        let LinkInput::Closed { peer, conn, .. } = next(&mut a_inbox).await else {
+            panic!("a sees the close");
+        };
+        assert!(a.closed(peer, conn));
+        assert_eq!(a.take_lost(), BTreeSet::from([b_id]));
+        let LinkInput::Closed { peer, conn, .. } = next(&mut b_inbox).await else {
+            panic!("b sees its own close");
+        };
+        assert!(b.closed(peer, conn));
+        assert_eq!(b.take_lost(), BTreeSet::from([a_id]));
+    }
 
     #[test]
     fn idle_limits_are_the_constants_at_default_periods_and_grow_with_slower_clocks() {

@@ -71,6 +71,9 @@ pub struct Core {
     dirty: RootSet,
     /// Peers owed a full advert (new candidates, new inbound probers, periodic refresh).
     owed_full: BTreeSet<NodeId>,
+    /// Peers the transport may have lost messages to ([`Input::LinkLost`]), resynced when
+    /// next heard from.
+    lost_to: BTreeSet<NodeId>,
     /// Advert bytes that may still be sent (negative: spent ahead), and when last topped up.
     advert_tokens: f64,
     tokens_at: Time,
@@ -171,6 +174,7 @@ impl Core {
             heard: HashMap::default(),
             dirty: RootSet::default(),
             owed_full: BTreeSet::new(),
+            lost_to: BTreeSet::new(),
             advert_tokens: budget,
             tokens_at: now,
             waiting_asks: HashMap::default(),
@@ -244,6 +248,12 @@ impl Core {
                 }
             }
             Input::SendCost { per_send } => self.send_cost.sample(per_send),
+            Input::LinkLost { peer } => {
+                if peer != self.id && self.members.is_alive(&peer) {
+                    self.stats.links_lost += 1;
+                    self.lost_to.insert(peer);
+                }
+            }
             Input::Command(Command::Leave) => return self.leave(),
             Input::Command(cmd) => self.handle_collective_command(cmd),
         }

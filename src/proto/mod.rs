@@ -73,6 +73,13 @@ pub enum Input {
     /// node (a burst's span over its sends). From then on the in-cluster plan goes by the
     /// median of the recent measurements instead of [`Config::send_cost`].
     SendCost { per_send: Duration },
+    /// The transport may have lost messages to `peer`: a send was dropped (full queue,
+    /// failed dial) or a connection to it closed with frames perhaps unsent. Adverts are
+    /// deltas, so one lost leaves `peer` with a stale view of our trees until our next
+    /// full advert (every `full_advert_every` serial periods or more). Once `peer` is heard
+    /// from again, which shows the way back works, the core sends it its full state and
+    /// repeats the tree links it has with it.
+    LinkLost { peer: NodeId },
     /// A request from the application.
     Command(Command),
 }

@@ -16,6 +16,11 @@ pub struct SimConfig {
     pub cpu_recv: Duration,
     /// Probability that any one message is lost (0.0 to 1.0).
     pub loss: f64,
+    /// Whether the sender is told of each message lost to `loss` or a partition
+    /// ([`proto::Input::LinkLost`], at once), as the QUIC driver tells its core: over QUIC
+    /// every frame a node loses comes with a dropped send or a closed connection. Off, the
+    /// losses are silent, a harsher network than QUIC's.
+    pub report_losses: bool,
     /// How long until the other nodes learn of a join or a graceful leave.
     pub membership_delay: Duration,
     /// How long until the live nodes are told that a crashed node is dead.
@@ -39,6 +44,7 @@ impl Default for SimConfig {
             cpu_send: Duration::from_micros(20),
             cpu_recv: Duration::from_micros(20),
             loss: 0.0,
+            report_losses: true,
             membership_delay: Duration::from_millis(100),
             failure_detection: Duration::from_millis(300),
             check_interval: Duration::from_millis(50),

@@ -25,6 +25,8 @@ pub(crate) enum Pending {
     },
     /// A scheduled scenario action.
     Action(Action),
+    /// Node `node` is told a message to `peer` was lost.
+    Lost { node: usize, peer: usize },
 }
 
 impl Pending {

@@ -58,6 +58,7 @@ impl Core {
         self.rtt.remove(&id);
         self.heard.remove(&id);
         self.owed_full.remove(&id);
+        self.lost_to.remove(&id);
         self.out_asks.remove(&id);
         self.out_queries.remove(&id);
         if let Some(&ri) = self.root_index.get(&id)
@@ -92,6 +93,9 @@ impl Core {
     pub(super) fn handle_message(&mut self, from: NodeId, msg: Message) {
         if from == self.id || !self.members.is_alive(&from) {
             return; // Only members take part; late messages of departed ones are dropped.
+        }
+        if self.lost_to.remove(&from) {
+            self.resync_after_loss(from);
         }
         match msg {
             Message::Ping {
@@ -217,6 +221,22 @@ impl Core {
                     self.outbox.answer(q, e);
                     self.out_asks.entry(q).or_default().push((root, serial));
                 }
+            }
+        }
+    }
+
+    /// Sends `peer` again what messages the transport lost may have carried: our full
+    /// state if it takes our adverts, an attach in every tree it is our parent in (else
+    /// it would stop refreshing us, and we would detach after six quiet serial periods),
+    /// and our state in every tree it is our child in.
+    pub(super) fn resync_after_loss(&mut self, peer: NodeId) {
+        self.stats.resyncs_after_loss += 1;
+        self.owed_full.insert(peer);
+        for t in self.trees.iter().flatten() {
+            if t.parent == Some(peer) {
+                self.outbox.attach(peer, t.root);
+            } else if t.children.contains(&peer) {
+                self.outbox.update(peer, entry_of(t));
             }
         }
     }

@@ -33,4 +33,8 @@ pub struct CoreStats {
     pub watches: u64,
     /// Peers newly hinted (measured only).
     pub hinted: u64,
+    /// Reports from the transport that messages to a peer may have been lost.
+    pub links_lost: u64,
+    /// Peers sent their state again after such a report, once heard from.
+    pub resyncs_after_loss: u64,
 }

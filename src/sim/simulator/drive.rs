@@ -75,11 +75,11 @@ impl<N: SimNode> Sim<N> {
         let (cf, ct) = (self.cluster_of[from], self.cluster_of[to]);
         if self.net.is_partitioned(cf, ct) {
             self.stats.dropped_partition += 1;
-            return;
+            return self.report_loss(from, to, depart);
         }
         if self.cfg.loss > 0.0 && self.rng.unit() < self.cfg.loss {
             self.stats.dropped_loss += 1;
-            return;
+            return self.report_loss(from, to, depart);
         }
         let at = depart + self.net.latency(cf, ct);
         self.queue.push(
@@ -90,6 +90,19 @@ impl<N: SimNode> Sim<N> {
                 msg: tx.msg,
             },
         );
+    }
+
+    /// Tells `from` (if [`SimConfig::report_losses`]) that its message to `to` was lost.
+    fn report_loss(&mut self, from: usize, to: usize, at: Time) {
+        if self.cfg.report_losses {
+            self.queue.push(
+                at,
+                Pending::Lost {
+                    node: from,
+                    peer: to,
+                },
+            );
+        }
     }
 
     pub(super) fn on_event(&mut self, idx: usize, t: Time, ev: Event) {
@@ -219,6 +232,12 @@ impl<N: SimNode> Sim<N> {
             }
             Pending::Action(a) => {
                 self.apply(a);
+            }
+            Pending::Lost { node, peer } => {
+                if self.alive[node] {
+                    let peer = self.ids[peer];
+                    self.feed(node, Input::LinkLost { peer }, false);
+                }
             }
         }
     }

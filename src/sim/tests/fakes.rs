@@ -181,6 +181,7 @@ impl SimNode for Fake {
                 self.timeouts.clear();
                 self.events.push_back(Event::Left);
             }
+            Input::LinkLost { peer } => self.note(now, format!("lost {peer}")),
             Input::RttSample { .. } | Input::SendCost { .. } | Input::Command(_) => {}
         }
     }

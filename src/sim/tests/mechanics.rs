@@ -213,6 +213,34 @@ fn loss_drops_about_the_configured_share() {
 }
 
 #[test]
+fn lost_messages_are_reported_to_their_sender_unless_losses_are_silent() {
+    let lost = |report_losses: bool| {
+        let cfg = SimConfig {
+            loss: 1.0,
+            report_losses,
+            ..SimConfig::default()
+        };
+        let (mut sim, log) = sim_with(cfg, &[0, 1], |i| Behaviour {
+            pings_on_up: if i == 0 { 3 } else { 0 },
+            ..Default::default()
+        });
+        sim.run_until(Time::from_micros(100_000));
+        entries(&log, 0)
+            .into_iter()
+            .filter(|e| e.1.starts_with("lost"))
+            .collect::<Vec<_>>()
+    };
+    // Node 0's three pings depart at 20, 40 and 60 µs, each loss is told at its
+    // departure, and node 0, busy sending until 60 µs, takes the three reports then.
+    let told = format!("lost {}", id(1));
+    assert_eq!(
+        lost(true),
+        vec![(60, told.clone()), (60, told.clone()), (60, told)]
+    );
+    assert!(lost(false).is_empty());
+}
+
+#[test]
 fn partitions_cut_only_the_named_pair_until_healed() {
     let (mut sim, log) = sim_with(SimConfig::default(), &[0, 0, 1], |_| Behaviour {
         period: Some(Duration::from_millis(5)),
@@ -228,6 +256,11 @@ fn partitions_cut_only_the_named_pair_until_healed() {
     };
     assert_eq!(from(2, 0), 0);
     assert_eq!(from(0, 2), 0);
+    let told = entries(&log, 0)
+        .iter()
+        .filter(|e| e.1 == format!("lost {}", id(2)))
+        .count();
+    assert!(told > 10, "the partition's losses are told to the sender");
     assert!(from(0, 1) > 10, "intra-cluster traffic flows");
     sim.schedule(Time::from_micros(100_000), Action::Heal { a: 0, b: 1 });
     sim.run_until(Time::from_micros(200_000));

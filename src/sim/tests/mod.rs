@@ -3,4 +3,5 @@
 mod checks;
 mod fakes;
 mod late;
+mod lost;
 mod mechanics;
