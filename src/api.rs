@@ -183,6 +183,13 @@ pub struct NodeStatus {
     /// Whether `send_cost_us` is measured.
     #[serde(default)]
     pub send_cost_measured: bool,
+    /// Times the transport reported that frames to a peer may have been lost (a dropped
+    /// send, a failed dial, a closed connection).
+    #[serde(default)]
+    pub links_lost: u64,
+    /// Times this node sent a peer its state again after such a report, once heard from.
+    #[serde(default)]
+    pub resyncs_after_loss: u64,
 }
 
 /// One member's place in a tree, as it answered a tree query.

@@ -173,13 +173,18 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
 
     out.roots = roots(&overlay.clusters, opts.roots_per_cluster);
     broadcasts(&overlay, &topo, &mut out, &progress).await?;
+    let (mut lost, mut resent) = (0, 0);
     for node in &overlay.nodes {
-        if let Ok(s) = node.status().await
-            && s.send_cost_measured
-        {
-            out.send_cost_us.push(s.send_cost_us as f64);
+        if let Ok(s) = node.status().await {
+            (lost, resent) = (lost + s.links_lost, resent + s.resyncs_after_loss);
+            if s.send_cost_measured {
+                out.send_cost_us.push(s.send_cost_us as f64);
+            }
         }
     }
+    progress(&format!(
+        "quic: frames perhaps lost to a peer {lost} times over all nodes; state sent again {resent} times"
+    ));
     out.send_cost_us.sort_by(f64::total_cmp);
     for t in [
         &mut out.ours,

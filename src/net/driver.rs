@@ -720,6 +720,8 @@ impl Driver {
             }),
             send_cost_us: send_cost.as_micros() as u64,
             send_cost_measured,
+            links_lost: self.core.stats().links_lost,
+            resyncs_after_loss: self.core.stats().resyncs_after_loss,
         }
     }
 }

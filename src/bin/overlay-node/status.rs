@@ -48,6 +48,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             "configured; not measured yet"
         }
     );
+    println!(
+        "frames perhaps lost to a peer {} times; state sent again {} times",
+        s.links_lost, s.resyncs_after_loss
+    );
     println!("\nmembers ({}):", s.members.len());
     println!(
         "  {:<10} {:<16} {:<22} {:<8} {:>9}",
