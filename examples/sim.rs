@@ -55,6 +55,10 @@ struct Args {
     /// Probability that a message is lost.
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
+    /// Lose messages silently: the sender is not told (by default it is, as the QUIC
+    /// driver tells its core of the frames it drops).
+    #[arg(long)]
+    silent_losses: bool,
     /// How long the trees must stay optimal and unchanged to call the run converged.
     #[arg(long, default_value_t = 5.0)]
     stable_seconds: f64,
@@ -196,6 +200,7 @@ fn run(args: Args) -> Result<()> {
         seed: args.seed,
         core,
         loss: args.loss,
+        report_losses: !args.silent_losses,
         stable_for,
         membership_delay: SimConfig::default().membership_delay * args.dilate,
         failure_detection: SimConfig::default().failure_detection * args.dilate,

@@ -208,16 +208,6 @@ impl Driver {
                     }
                 }
             }
-            if let Some(per_send) = self.pace.poll(Instant::now()) {
-                debug!(
-                    per_send_us = per_send.as_micros() as u64,
-                    "send cost measured"
-                );
-                self.core.handle(self.now(), Input::SendCost { per_send });
-            }
-            for peer in self.links.take_lost() {
-                self.core.handle(self.now(), Input::LinkLost { peer });
-            }
             if self.core.has_deferred() {
                 // An operation's sends across the wide area go on the wire before its
                 // in-cluster part is worked out: hand them to their connections and let
@@ -233,7 +223,32 @@ impl Driver {
             self.drain();
             self.pace.end_burst();
             self.input_at = None;
+            if self.feed_reports() {
+                self.drain();
+                self.pace.end_burst();
+            }
         }
+    }
+
+    /// Hands the core what the driver measured and lost since the last call: the send cost
+    /// of a burst that has left, and the peers frames may have been lost to. Only after a
+    /// drain: an input makes the core work out deferred in-cluster sends at once, before
+    /// their far copies are on the wire. Returns whether anything was handed over.
+    fn feed_reports(&mut self) -> bool {
+        let mut fed = false;
+        if let Some(per_send) = self.pace.poll(Instant::now()) {
+            debug!(
+                per_send_us = per_send.as_micros() as u64,
+                "send cost measured"
+            );
+            self.core.handle(self.now(), Input::SendCost { per_send });
+            fed = true;
+        }
+        for peer in self.links.take_lost() {
+            self.core.handle(self.now(), Input::LinkLost { peer });
+            fed = true;
+        }
+        fed
     }
 
     fn handle_command(&mut self, cmd: ApiCommand) {

@@ -244,7 +244,9 @@ impl Links {
                 }
                 return Sent::Written;
             }
+            // Closed, its `Closed` not handled yet: what its writer still held is gone.
             self.links.remove(&to);
+            self.lost.insert(to);
         }
         if addr(to).is_none() {
             // Unknown address: nothing to dial (e.g. a message to a member not yet gossiped).

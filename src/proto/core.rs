@@ -74,6 +74,8 @@ pub struct Core {
     /// Peers the transport may have lost messages to ([`Input::LinkLost`]), resynced when
     /// next heard from.
     lost_to: BTreeSet<NodeId>,
+    /// When each peer was last resynced (at most once per `RESYNC_GAP`).
+    resynced_at: HashMap<NodeId, Time>,
     /// Advert bytes that may still be sent (negative: spent ahead), and when last topped up.
     advert_tokens: f64,
     tokens_at: Time,
@@ -120,6 +122,11 @@ const OWN_ROOT: RootIdx = 0;
 /// Near candidates asked for their state in a member's tree when this node learns of the
 /// member (see `handle_member_up`).
 const LATE_ROOT_ASKS: usize = 4;
+
+/// A peer is sent our state again after lost messages at most once per this share of the
+/// serial period: while the transport keeps losing (a full writer queue), every resend
+/// would be lost too, and the peer's replies would set off the next one.
+const RESYNC_GAP_PER_SERIAL_PERIOD: u32 = 4;
 
 /// Own RTT samples a peer needs before a connected node switches to it.
 const MIN_SAMPLES_TO_MOVE: usize = 3;
@@ -175,6 +182,7 @@ impl Core {
             dirty: RootSet::default(),
             owed_full: BTreeSet::new(),
             lost_to: BTreeSet::new(),
+            resynced_at: HashMap::default(),
             advert_tokens: budget,
             tokens_at: now,
             waiting_asks: HashMap::default(),

@@ -77,8 +77,10 @@ pub enum Input {
     /// failed dial) or a connection to it closed with frames perhaps unsent. Adverts are
     /// deltas, so one lost leaves `peer` with a stale view of our trees until our next
     /// full advert (every `full_advert_every` serial periods or more). Once `peer` is heard
-    /// from again, which shows the way back works, the core sends it its full state and
-    /// repeats the tree links it has with it.
+    /// from again, which shows the way back works, the core sends it its full state (if it
+    /// takes our adverts) and repeats its attaches and entries in the trees they share; at
+    /// most four times per serial period. Collective and cluster messages are not resent
+    /// (they have their own repair).
     LinkLost { peer: NodeId },
     /// A request from the application.
     Command(Command),

@@ -17,9 +17,10 @@ pub struct SimConfig {
     /// Probability that any one message is lost (0.0 to 1.0).
     pub loss: f64,
     /// Whether the sender is told of each message lost to `loss` or a partition
-    /// ([`proto::Input::LinkLost`], at once), as the QUIC driver tells its core: over QUIC
-    /// every frame a node loses comes with a dropped send or a closed connection. Off, the
-    /// losses are silent, a harsher network than QUIC's.
+    /// ([`proto::Input::LinkLost`]), as the QUIC driver tells its core of the frames it
+    /// drops and of connections that closed. The simulator tells at once, where QUIC learns
+    /// of a dead connection only after its idle timeout (and never loses a frame to packet
+    /// loss: it retransmits). Off, the losses are silent, a harsher network than QUIC's.
     pub report_losses: bool,
     /// How long until the other nodes learn of a join or a graceful leave.
     pub membership_delay: Duration,

@@ -59,6 +59,7 @@ impl Core {
         self.heard.remove(&id);
         self.owed_full.remove(&id);
         self.lost_to.remove(&id);
+        self.resynced_at.remove(&id);
         self.out_asks.remove(&id);
         self.out_queries.remove(&id);
         if let Some(&ri) = self.root_index.get(&id)
@@ -94,8 +95,14 @@ impl Core {
         if from == self.id || !self.members.is_alive(&from) {
             return; // Only members take part; late messages of departed ones are dropped.
         }
-        if self.lost_to.remove(&from) {
-            self.resync_after_loss(from);
+        if self.lost_to.contains(&from) {
+            let gap = self.config.serial_period / RESYNC_GAP_PER_SERIAL_PERIOD;
+            let due = (self.resynced_at.get(&from))
+                .is_none_or(|at| self.now.saturating_since(*at) >= gap);
+            if due {
+                self.lost_to.remove(&from);
+                self.resync_after_loss(from);
+            }
         }
         match msg {
             Message::Ping {
@@ -231,6 +238,7 @@ impl Core {
     /// and our state in every tree it is our child in.
     pub(super) fn resync_after_loss(&mut self, peer: NodeId) {
         self.stats.resyncs_after_loss += 1;
+        self.resynced_at.insert(peer, self.now);
         self.owed_full.insert(peer);
         for t in self.trees.iter().flatten() {
             if t.parent == Some(peer) {

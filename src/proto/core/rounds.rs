@@ -124,6 +124,8 @@ impl Core {
             .retain(|_, (at, ..)| now.saturating_since(*at) < REQUERY_AFTER);
         self.introduced
             .retain(|_, at| now.saturating_since(*at) < REINTRODUCE_AFTER);
+        self.resynced_at
+            .retain(|_, at| now.saturating_since(*at) < period);
         // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds
         // (more in a large overlay, see `Config::refresh_entries_per_s`).
         let trees = self.trees.iter().flatten().count() as u64;
