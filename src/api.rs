@@ -187,7 +187,8 @@ pub struct NodeStatus {
     /// send, a failed dial, a closed connection).
     #[serde(default)]
     pub links_lost: u64,
-    /// Times this node sent a peer its state again after such a report, once heard from.
+    /// Times this node sent a peer its state again after such a report, once heard from
+    /// (a peer that takes its adverts or shares a tree link with it).
     #[serde(default)]
     pub resyncs_after_loss: u64,
 }

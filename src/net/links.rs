@@ -614,6 +614,19 @@ mod tests {
         assert_eq!(a.take_lost(), BTreeSet::from([nowhere]));
         assert!(a.take_lost().is_empty(), "taken once");
 
+        // Kept while dialed, up to a bound: the oldest frame beyond it is dropped, and
+        // reported (the address is a socket that never answers, so the dial hangs).
+        let silent = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let silent_addr = silent.local_addr().expect("address");
+        let mute = crate::proto::NodeId::from_seed(9, 10);
+        for _ in 0..PENDING_PER_PEER {
+            let sent = a.send(mute, frame(), Priority::Urgent, |_| Some(silent_addr));
+            assert_eq!(sent, Sent::Pending);
+        }
+        assert!(a.take_lost().is_empty(), "all kept");
+        a.send(mute, frame(), Priority::Urgent, |_| Some(silent_addr));
+        assert_eq!(a.take_lost(), BTreeSet::from([mute]));
+
         // Kept while dialed, written once connected: nothing lost.
         let to_b = |p: NodeId| (p == b_id).then_some(b_addr);
         assert_eq!(a.send(b_id, frame(), Priority::Urgent, to_b), Sent::Pending);

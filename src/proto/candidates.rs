@@ -48,6 +48,14 @@ impl CandidateSet {
         self.inbound.contains_key(id)
     }
 
+    /// Whether `peer` gets our adverts (see [`CandidateSet::advert_targets`]).
+    pub fn is_advert_target(&self, peer: &NodeId) -> bool {
+        self.watched
+            .get(peer)
+            .is_some_and(|r| !matches!(r, Role::Hinted { .. }))
+            || self.inbound.contains_key(peer)
+    }
+
     /// Everyone who gets our adverts: near peers, explorers and inbound peers, sorted, no
     /// duplicates. Hinted peers are only measured: they did not ask for our adverts.
     pub fn advert_targets(&self) -> Vec<NodeId> {

@@ -235,17 +235,25 @@ impl Core {
     /// Sends `peer` again what messages the transport lost may have carried: our full
     /// state if it takes our adverts, an attach in every tree it is our parent in (else
     /// it would stop refreshing us, and we would detach after six quiet serial periods),
-    /// and our state in every tree it is our child in.
+    /// and our state in every tree it is our child in. Nothing for a peer we share none of
+    /// these with (a closed connection that only carried measurements).
     pub(super) fn resync_after_loss(&mut self, peer: NodeId) {
-        self.stats.resyncs_after_loss += 1;
-        self.resynced_at.insert(peer, self.now);
-        self.owed_full.insert(peer);
+        let mut resent = self.cands.is_advert_target(&peer);
+        if resent {
+            self.owed_full.insert(peer);
+        }
         for t in self.trees.iter().flatten() {
             if t.parent == Some(peer) {
                 self.outbox.attach(peer, t.root);
+                resent = true;
             } else if t.children.contains(&peer) {
                 self.outbox.update(peer, entry_of(t));
+                resent = true;
             }
+        }
+        if resent {
+            self.stats.resyncs_after_loss += 1;
+            self.resynced_at.insert(peer, self.now);
         }
     }
 

@@ -35,6 +35,7 @@ pub struct CoreStats {
     pub hinted: u64,
     /// Reports from the transport that messages to a peer may have been lost.
     pub links_lost: u64,
-    /// Peers sent their state again after such a report, once heard from.
+    /// Peers sent our state again after such a report, once heard from (those that take
+    /// our adverts or share a tree link with us).
     pub resyncs_after_loss: u64,
 }
