@@ -120,6 +120,20 @@ struct Link {
     idle_after: Duration,
 }
 
+impl Link {
+    /// The peer closed this connection for idleness, and no stream data moved on it and
+    /// no frame waited for its writer since [`Links::close_idle`] last looked.
+    fn quiet_close_by_idle_peer(&self) -> bool {
+        let idle = quinn::VarInt::from_u32(super::auth::CLOSE_IDLE);
+        let by_idle_peer = matches!(self.conn.close_reason(),
+            Some(quinn::ConnectionError::ApplicationClosed(c)) if c.error_code == idle);
+        let s = self.conn.stats();
+        by_idle_peer
+            && s.frame_tx.stream + s.frame_rx.stream == self.frames_seen
+            && self.writer.capacity() == self.writer.max_capacity()
+    }
+}
+
 #[derive(Default)]
 struct DialState {
     in_progress: bool,
@@ -433,9 +447,13 @@ impl Links {
             .get(&peer)
             .is_some_and(|l| l.conn.stable_id() == conn)
         {
-            self.links.remove(&peer);
-            // Frames still queued or in flight on it are gone with it.
-            self.lost.insert(peer);
+            let link = self.links.remove(&peer).expect("looked up");
+            // Frames still queued or in flight on it are gone with it; unless the peer
+            // closed it for idleness and it carried nothing since we last looked (then
+            // nothing was in flight: the peer saw nothing for its idle limit either).
+            if !link.quiet_close_by_idle_peer() {
+                self.lost.insert(peer);
+            }
             return true;
         }
         false
@@ -666,6 +684,39 @@ mod tests {
         };
         assert!(b.closed(peer, conn));
         assert_eq!(b.take_lost(), BTreeSet::from([a_id]));
+
+        // Connected again; once a's idle check has seen the frame, b closes the link for
+        // idleness: nothing was in flight, so nothing is reported.
+        assert_eq!(a.send(b_id, frame(), Priority::Urgent, to_b), Sent::Pending);
+        let LinkInput::Connected {
+            peer, conn, dialed, ..
+        } = next(&mut a_inbox).await
+        else {
+            panic!("a dialed b again");
+        };
+        a.connected(peer, conn, dialed);
+        loop {
+            match next(&mut b_inbox).await {
+                LinkInput::Connected {
+                    peer, conn, dialed, ..
+                } => b.connected(peer, conn, dialed),
+                LinkInput::Received { .. } => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        a.close_idle();
+        let idle = crate::net::auth::CLOSE_IDLE;
+        b.conn(&a_id)
+            .expect("b's new link")
+            .close(idle.into(), b"idle");
+        let LinkInput::Closed { peer, conn, .. } = next(&mut a_inbox).await else {
+            panic!("a sees the idle close");
+        };
+        assert!(a.closed(peer, conn));
+        assert!(
+            a.take_lost().is_empty(),
+            "a quiet link closed for idleness lost nothing"
+        );
     }
 
     #[test]
