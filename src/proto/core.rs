@@ -74,7 +74,8 @@ pub struct Core {
     /// Peers the transport may have lost messages to ([`Input::LinkLost`]), resynced when
     /// next heard from.
     lost_to: BTreeSet<NodeId>,
-    /// When each peer was last resynced (at most once per `RESYNC_GAP`).
+    /// When each peer was last resynced (at most `RESYNC_GAP_PER_SERIAL_PERIOD` times per
+    /// serial period).
     resynced_at: HashMap<NodeId, Time>,
     /// Advert bytes that may still be sent (negative: spent ahead), and when last topped up.
     advert_tokens: f64,
