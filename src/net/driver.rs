@@ -714,6 +714,7 @@ impl Driver {
         let stats = &self.ctx.stats;
         use std::sync::atomic::Ordering::Relaxed;
         let (send_cost, send_cost_measured) = self.core.send_cost();
+        let core_stats = self.core.stats();
         NodeStatus {
             id: me.id,
             name: me.name.clone(),
@@ -735,8 +736,8 @@ impl Driver {
             }),
             send_cost_us: send_cost.as_micros() as u64,
             send_cost_measured,
-            links_lost: self.core.stats().links_lost,
-            resyncs_after_loss: self.core.stats().resyncs_after_loss,
+            links_lost: core_stats.links_lost,
+            resyncs_after_loss: core_stats.resyncs_after_loss,
         }
     }
 }

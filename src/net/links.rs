@@ -614,6 +614,39 @@ mod tests {
             .expect("tasks alive")
     }
 
+    /// `a` sends `b` a frame while unconnected: `a` dials, both take the connection,
+    /// and `b` reads the frame.
+    async fn connect(
+        (a, a_inbox): (&mut Links, &mut mpsc::UnboundedReceiver<LinkInput>),
+        (b, b_inbox): (&mut Links, &mut mpsc::UnboundedReceiver<LinkInput>),
+        b_addr: SocketAddr,
+        frame: Outgoing,
+    ) {
+        let (a_id, b_id) = (a.me, b.me);
+        let to_b = |p: NodeId| (p == b_id).then_some(b_addr);
+        assert_eq!(a.send(b_id, frame, Priority::Urgent, to_b), Sent::Pending);
+        let LinkInput::Connected {
+            peer, conn, dialed, ..
+        } = next(a_inbox).await
+        else {
+            panic!("a dialed b");
+        };
+        assert_eq!((peer, dialed), (b_id, true));
+        a.connected(peer, conn, dialed);
+        loop {
+            match next(b_inbox).await {
+                LinkInput::Connected {
+                    peer, conn, dialed, ..
+                } => b.connected(peer, conn, dialed),
+                LinkInput::Received { peer, .. } => {
+                    assert_eq!(peer, a_id);
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
     #[tokio::test]
     async fn frames_that_may_be_lost_are_reported_per_peer() {
         let token = Arc::new(JoinToken::generate());
@@ -646,28 +679,8 @@ mod tests {
         assert_eq!(a.take_lost(), BTreeSet::from([mute]));
 
         // Kept while dialed, written once connected: nothing lost.
-        let to_b = |p: NodeId| (p == b_id).then_some(b_addr);
-        assert_eq!(a.send(b_id, frame(), Priority::Urgent, to_b), Sent::Pending);
-        let LinkInput::Connected {
-            peer, conn, dialed, ..
-        } = next(&mut a_inbox).await
-        else {
-            panic!("a dialed b");
-        };
-        assert_eq!((peer, dialed), (b_id, true));
-        a.connected(peer, conn, dialed);
-        loop {
-            match next(&mut b_inbox).await {
-                LinkInput::Connected {
-                    peer, conn, dialed, ..
-                } => b.connected(peer, conn, dialed),
-                LinkInput::Received { peer, .. } => {
-                    assert_eq!(peer, a_id);
-                    break;
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
+        let (ends_a, ends_b) = ((&mut a, &mut a_inbox), (&mut b, &mut b_inbox));
+        connect(ends_a, ends_b, b_addr, frame()).await;
         assert!(a.take_lost().is_empty() && b.take_lost().is_empty());
 
         // b closes the connection: a is told it closed, and reports b, as b reports a.
@@ -687,23 +700,8 @@ mod tests {
 
         // Connected again; once a's idle check has seen the frame, b closes the link for
         // idleness: nothing was in flight, so nothing is reported.
-        assert_eq!(a.send(b_id, frame(), Priority::Urgent, to_b), Sent::Pending);
-        let LinkInput::Connected {
-            peer, conn, dialed, ..
-        } = next(&mut a_inbox).await
-        else {
-            panic!("a dialed b again");
-        };
-        a.connected(peer, conn, dialed);
-        loop {
-            match next(&mut b_inbox).await {
-                LinkInput::Connected {
-                    peer, conn, dialed, ..
-                } => b.connected(peer, conn, dialed),
-                LinkInput::Received { .. } => break,
-                other => panic!("unexpected {other:?}"),
-            }
-        }
+        let (ends_a, ends_b) = ((&mut a, &mut a_inbox), (&mut b, &mut b_inbox));
+        connect(ends_a, ends_b, b_addr, frame()).await;
         a.close_idle();
         let idle = crate::net::auth::CLOSE_IDLE;
         b.conn(&a_id)

@@ -339,6 +339,13 @@ mod tests {
         pace.sent(to, bytes, written);
     }
 
+    /// One message of `bytes` to each of `peers` peers, all written.
+    fn burst(pace: &mut BurstPace, peers: u64, bytes: usize) {
+        for i in 0..peers {
+            send(pace, NodeId::from_seed(3, i), bytes, true);
+        }
+    }
+
     #[test]
     fn a_burst_is_reached_when_both_its_bytes_and_its_datagrams_have_left() {
         let meter = SendMeter::new();
@@ -404,20 +411,14 @@ mod tests {
     fn large_messages_and_dropped_bursts_are_not_measured() {
         let meter = SendMeter::new();
         let mut pace = BurstPace::new(meter.clone());
-        for i in 0..4 {
-            send(&mut pace, NodeId::from_seed(3, i), 4000, true);
-        }
+        burst(&mut pace, 4, 4000);
         pace.end_burst();
         assert_eq!(pace.next_check(), None, "larger than a datagram");
-        for i in 0..4 {
-            send(&mut pace, NodeId::from_seed(3, i), 1000, true);
-        }
+        burst(&mut pace, 4, 1000);
         pace.drop_burst();
         assert!(!meter.is_logging());
         // The sends after a drop are a burst of their own: too short here.
-        for i in 0..2 {
-            send(&mut pace, NodeId::from_seed(3, i), 1000, true);
-        }
+        burst(&mut pace, 2, 1000);
         pace.end_burst();
         assert_eq!(pace.next_check(), None);
     }
@@ -426,9 +427,7 @@ mod tests {
     fn a_burst_that_does_not_leave_is_given_up() {
         let meter = SendMeter::new();
         let mut pace = BurstPace::new(meter.clone());
-        for i in 0..4 {
-            send(&mut pace, NodeId::from_seed(3, i), 500, true);
-        }
+        burst(&mut pace, 4, 500);
         pace.end_burst();
         assert_eq!(pace.poll(Instant::now() + GIVE_UP), None);
         assert_eq!(pace.next_check(), None);
