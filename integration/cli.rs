@@ -2,9 +2,7 @@
 //! that says what is wrong: joining without a token, malformed tokens and addresses,
 //! unknown flags, a missing data directory, and asking a node that does not run.
 
-mod common;
-
-use common::{Output, TempDir, node_cmd, run_with_timeout};
+use crate::common::{Output, TempDir, node_cmd, run_with_timeout};
 use std::time::Duration;
 
 /// Runs `overlay-node ARGS` (OVERLAY_TOKEN unset) and expects a failure whose stderr

@@ -21,9 +21,7 @@
 //! other (broadcast, partition, heal) are all run and their failures reported together.
 //! `cargo test --release --test netns -- --nocapture` shows the figures.
 
-mod common;
-
-use common::{BIN, Output, run_with_timeout};
+use crate::common::{BIN, Output, run_with_timeout};
 use overlay::api::NodeStatus;
 use overlay::proto::Liveness;
 use overlay::testbed::{Plan, check_group, rtt_report};

@@ -8,9 +8,7 @@
 //! failure detection and rejoin times, RSS and idle CPU per process) are printed; run with
 //! `cargo test --release --test process_overlay -- --nocapture` to see them.
 
-mod common;
-
-use common::{Proc, TempDir, free_udp_ports, node_cmd, run_with_timeout};
+use crate::common::{Proc, TempDir, free_udp_ports, node_cmd, run_with_timeout};
 use overlay::api::NodeStatus;
 use overlay::local::check_statuses;
 use overlay::proto::{Liveness, NodeId};

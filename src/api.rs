@@ -15,17 +15,19 @@
 //! # Ok(()) }
 //! ```
 
-mod clusters;
 mod collective;
 
-pub(crate) use self::clusters::cluster_levels;
-pub use self::clusters::{ClusterGroup, ClusterLevel};
 pub use self::collective::{
-    BroadcastReport, COUNT_KEY, Delivery, Gathered, INFO_KEY, NodeInfo, Reduced, ScatterReport,
+    BroadcastReport, COUNT_KEY, Gathered, INFO_KEY, NodeInfo, Reduced, ScatterReport,
     decode_reduce_outcome,
+};
+pub use crate::net::view::{
+    ClusterGroup, ClusterLevel, DecodeError, Delivery, MemberInfo, NodeEvent, NodeStatus, TreeInfo,
+    TreeNode, TreeSnapshot,
 };
 
 use crate::net::driver::{ApiCommand, Driver, DriverParts};
+#[cfg(feature = "testkit")]
 use crate::net::emulated::{EmulatedUdpSocket, LatencyMap};
 use crate::net::identity::{Identity, IdentityError};
 use crate::net::link::{LinkContext, LinkStats};
@@ -33,9 +35,8 @@ use crate::net::meter::{MeteredSocket, SendMeter};
 pub use crate::net::stream::Forwarding;
 use crate::net::token::{JoinToken, TokenError};
 use crate::proto::gossip::{Gossip, GossipConfig};
-use crate::proto::{Config, Core, DownReason, Liveness, NodeId, Time, TreeView};
+use crate::proto::{Config, Core, Liveness, NodeId, Time};
 use futures::Stream;
-use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -89,152 +90,12 @@ pub enum NodeError {
     /// A collective operation could not start.
     #[error("collective operation refused: {0}")]
     Collective(String),
-    /// A value could not be encoded or decoded.
-    #[error("cannot encode or decode a value: {0}")]
-    Decode(String),
-}
-
-/// One member as a node sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MemberInfo {
-    /// Its id.
-    pub id: NodeId,
-    /// Its readable name.
-    pub name: String,
-    /// Where it listens.
-    pub addr: SocketAddr,
-    /// Alive, suspect, dead or left.
-    pub state: Liveness,
-    /// Filtered RTT from this node, when measured.
-    pub rtt_ms: Option<f64>,
-}
-
-/// This node's place in one root's tree.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TreeInfo {
-    /// The tree's root.
-    pub root: NodeId,
-    /// This node's parent (`None` at the root or while disconnected).
-    pub parent: Option<NodeId>,
-    /// This node's children.
-    pub children: Vec<NodeId>,
-    /// Distance to the root along the tree, in ms.
-    pub dist_ms: f64,
-    /// Largest serial of the root received.
-    pub serial: u32,
-    /// Whether this node has a path to the root.
-    pub connected: bool,
-}
-
-impl From<TreeView> for TreeInfo {
-    fn from(v: TreeView) -> Self {
-        TreeInfo {
-            root: v.root,
-            parent: v.parent,
-            children: v.children,
-            dist_ms: v.dist.as_secs_f64() * 1e3,
-            serial: v.serial,
-            connected: v.connected,
-        }
-    }
-}
-
-/// A snapshot of a running node (also what `overlay-node status --json` prints).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct NodeStatus {
-    /// This node.
-    pub id: NodeId,
-    /// Its name.
-    pub name: String,
-    /// Its listen address.
-    pub addr: SocketAddr,
-    /// Every member known, this node included.
-    pub members: Vec<MemberInfo>,
-    /// This node's state in every tree.
-    pub trees: Vec<TreeInfo>,
-    /// Open peer connections.
-    pub connections: usize,
-    /// Frames received and decoded.
-    pub frames_in: u64,
-    /// Frames sent.
-    pub frames_out: u64,
-    /// Bytes received.
-    pub bytes_in: u64,
-    /// Bytes sent.
-    pub bytes_out: u64,
-    /// Frames dropped because they did not decode.
-    pub frames_rejected: u64,
-    /// Connections closed for oversized or truncated frames.
-    pub protocol_errors: u64,
-    /// Connections refused for a bad join-token proof.
-    pub auth_failures: u64,
-    /// Packets dropped (queues full, peer unreachable).
-    pub packets_dropped: u64,
-    /// Time since start.
-    pub uptime_ms: u64,
-    /// The groups this node discovered from measured latencies, level by level (empty
-    /// until its first summaries are in).
-    #[serde(default)]
-    pub clusters: Vec<ClusterLevel>,
-    /// The cost of one send the in-cluster plan goes by, µs: measured on this node once
-    /// it has sent a burst of an operation to several peers, configured until then.
-    #[serde(default)]
-    pub send_cost_us: u64,
-    /// Whether `send_cost_us` is measured.
-    #[serde(default)]
-    pub send_cost_measured: bool,
-    /// Times the transport reported that frames to a peer may have been lost (a dropped
-    /// send, a failed dial, a closed connection).
-    #[serde(default)]
-    pub links_lost: u64,
-    /// Times this node sent a peer its state again after such a report, once heard from
-    /// (a peer that takes its adverts or shares a tree link with it).
-    #[serde(default)]
-    pub resyncs_after_loss: u64,
-}
-
-/// One member's place in a tree, as it answered a tree query.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TreeNode {
-    /// The member.
-    pub id: NodeId,
-    /// Its name.
-    pub name: String,
-    /// Its parent (`None` at the root, when disconnected, or if it did not answer).
-    pub parent: Option<NodeId>,
-    /// Its distance to the root in ms, when connected.
-    pub dist_ms: Option<f64>,
-    /// Whether it answered in time.
-    pub answered: bool,
-}
-
-/// A whole tree as the members answered a node's query.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TreeSnapshot {
-    /// The tree's root.
-    pub root: NodeId,
-    /// Every live member this node knows, sorted by id.
-    pub nodes: Vec<TreeNode>,
-}
-
-/// Something that changed at a node.
-#[derive(Clone, Debug, PartialEq)]
-pub enum NodeEvent {
-    /// A member joined or came back.
-    MemberUp(MemberInfo),
-    /// A member left or was declared dead.
-    MemberDown { id: NodeId, reason: DownReason },
-    /// This node's parent in `root`'s tree changed.
-    ParentChanged {
-        root: NodeId,
-        parent: Option<NodeId>,
-    },
-    /// This node gained or lost its path to `root`.
-    TreeConnected { root: NodeId, connected: bool },
-    /// A tree appeared.
-    TreeAdded { root: NodeId },
-    /// A tree was dropped (its root left or died).
-    TreeRemoved { root: NodeId },
+    /// A value could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A value could not be encoded.
+    #[error("cannot encode the value: {0}")]
+    Encode(#[source] postcard::Error),
 }
 
 /// What the node's UDP socket is.
@@ -244,6 +105,7 @@ pub enum Transport {
     #[default]
     Udp,
     /// A loopback socket that delays datagrams by a topology's latency (tests, demo).
+    #[cfg(feature = "testkit")]
     Emulated {
         /// The shared emulated network.
         map: Arc<LatencyMap>,
@@ -352,7 +214,7 @@ impl NodeBuilder {
     }
 
     /// How this node passes large broadcasts on to its children (default
-    /// [`Forwarding::Pipelined`]; see [`crate::net::stream`]).
+    /// [`Forwarding::Pipelined`]; see the design document on data streams).
     pub fn forwarding(mut self, forwarding: Forwarding) -> Self {
         self.forwarding = forwarding;
         self
@@ -398,6 +260,7 @@ impl NodeBuilder {
         let meter = SendMeter::new();
         let socket = match &self.transport {
             Transport::Udp => udp_socket(self.listen),
+            #[cfg(feature = "testkit")]
             Transport::Emulated { map, cluster } => {
                 EmulatedUdpSocket::bind(self.listen, map.clone(), *cluster)
                     .map(|s| s as Arc<dyn quinn::AsyncUdpSocket>)
@@ -687,7 +550,8 @@ impl Node {
 
     /// Stops the driver at once, telling nobody: the in-process stand-in for a crash
     /// (with the node's address cut off the emulated network, see
-    /// [`crate::local::LocalOverlay::crash`]).
+    /// `LocalOverlay::crash` of the test kit).
+    #[cfg(feature = "testkit")]
     pub(crate) fn abort(&self) {
         if let Some(task) = self.task.lock().expect("not poisoned").take() {
             task.abort();

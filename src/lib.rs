@@ -1,21 +1,68 @@
 //! A Phoenix-style self-organizing overlay: every node keeps, for every root, a latency-aware
 //! spanning tree built by local rules, and collectives flow along those live trees.
 //!
-//! - [`proto`]: the sans-IO protocol core (tree rules, membership, RTT, wire format).
-//! - [`topology`]: loader for the latency matrices in `topologies/`.
-//! - [`sim`]: a seeded discrete-event simulator that runs one core per node in virtual time.
-//! - [`net`]: the QUIC driver (identity, join token, framing, connections, driver loop).
-//! - [`api`]: [`api::Node`] and its builder: what applications and the binary use.
-//! - [`admin`]: the local admin socket behind `overlay-node status` and `tree`.
-//! - [`local`]: many real nodes in one process over an emulated WAN (demo, tests).
-//! - [`testbed`]: the network-namespace testbed's layout and checks (`netns-scripts/`).
+//! The crate root is the library an application embeds: start a [`Node`], join an overlay
+//! with its [`JoinToken`], watch members and trees, and run collectives (broadcast,
+//! scatter, gather, reduce, their `all` forms, barriers).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), overlay::NodeError> {
+//! use overlay::Node;
+//! let first = Node::builder().listen("127.0.0.1:0".parse().unwrap()).start().await?;
+//! let second = Node::builder()
+//!     .listen("127.0.0.1:0".parse().unwrap())
+//!     .join(first.local_addr())
+//!     .token(first.token().clone())
+//!     .start()
+//!     .await?;
+//! second.broadcast_value(&"hello").await?;
+//! second.leave().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Imports flow one way: `proto` (the sans-IO protocol) <- `net` (the QUIC driver) and
+//! `sim` (the simulator) <- `api` (the library) <- the binaries. Harnesses sit behind cargo
+//! features, off for `default-features = false`:
+//! - `sim`: the seeded discrete-event simulator running the protocol core in
+//!   virtual time, the topology loader, and the protocol core itself as a public module;
+//! - `testkit`: many real nodes in one process over an emulated WAN (`local`), the
+//!   network-namespace testbed's layout (`testbed`), and the transport's internals (`net`);
+//! - `bench`: the benchmark harness behind `examples/bench`;
+//! - `cli` (default): the `overlay-node` and `overlay-netns` binaries and their admin socket.
 
+#[cfg(feature = "cli")]
 pub mod admin;
 pub mod api;
+#[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "testkit")]
 pub mod local;
+#[cfg(feature = "testkit")]
 pub mod net;
+#[cfg(not(feature = "testkit"))]
+mod net;
+#[cfg(feature = "sim")]
 pub mod proto;
+#[cfg(not(feature = "sim"))]
+mod proto;
+#[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(feature = "testkit")]
 pub mod testbed;
+#[cfg(feature = "sim")]
 pub mod topology;
+
+pub use crate::api::{
+    BroadcastReport, COUNT_KEY, ClusterGroup, ClusterLevel, DecodeError, Delivery, Forwarding,
+    Gathered, INFO_KEY, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus,
+    Reduced, ScatterReport, Transport, TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
+};
+pub use crate::net::identity::{Identity, IdentityError};
+pub use crate::net::token::{JoinToken, TokenError};
+pub use crate::proto::collective::{
+    BarrierOutcome, DEFAULT_TIMEOUT, MAX_INLINE_PAYLOAD, MAX_STREAM_PAYLOAD, ReduceOutcome,
+};
+pub use crate::proto::gossip::GossipConfig;
+pub use crate::proto::{
+    Config, DeliveryKind, DownReason, Liveness, NodeId, NumKind, OpId, Reducer,
+};

@@ -15,10 +15,11 @@
 
 use super::{ApiCommand, Node, NodeError};
 use crate::net::ops::{Handler, OpCommand};
+use crate::net::view::{DecodeError, Delivery};
 use crate::proto::collective::{
     BarrierOutcome, MAX_INLINE_PAYLOAD, MAX_STREAM_PAYLOAD, ReduceFn, ReduceOutcome,
 };
-use crate::proto::{DeliveryKind, NodeId, OpId, OpReport, Reducer, Start, StartKind};
+use crate::proto::{NodeId, OpId, OpReport, Reducer, Start, StartKind};
 use bytes::Bytes;
 use futures::Stream;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
@@ -30,33 +31,6 @@ use tokio::sync::{mpsc, oneshot};
 pub const INFO_KEY: &str = "overlay.info";
 /// Key every node publishes the value `[1u64]` under, so a sum counts the nodes.
 pub const COUNT_KEY: &str = "overlay.count";
-
-/// A payload delivered to this node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Delivery {
-    /// The node that started the operation.
-    pub root: NodeId,
-    /// The operation's number at that root.
-    pub op: u64,
-    /// A broadcast, this node's scatter item, or the result of an allreduce, allgather
-    /// or barrier.
-    pub kind: DeliveryKind,
-    /// The bytes.
-    pub payload: Bytes,
-    /// When this node had it: when the connection read the message that delivered it (for
-    /// a streamed payload, when the stream was complete; at the root, when it started).
-    /// Earlier than when the application sees it by the driver's and the scheduler's
-    /// latency, so latency measurements can start and stop at the network, as a socket
-    /// timestamp would.
-    pub received: std::time::Instant,
-}
-
-impl Delivery {
-    /// Decodes a payload sent with [`Node::broadcast_value`].
-    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, NodeError> {
-        decode(&self.payload)
-    }
-}
 
 /// The outcome of a broadcast, as its root saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,11 +124,11 @@ pub struct NodeInfo {
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, NodeError> {
-    postcard::from_bytes(bytes).map_err(|e| NodeError::Decode(e.to_string()))
+    Ok(postcard::from_bytes(bytes).map_err(DecodeError)?)
 }
 
 fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, NodeError> {
-    postcard::to_allocvec(value).map_err(|e| NodeError::Decode(e.to_string()))
+    postcard::to_allocvec(value).map_err(NodeError::Encode)
 }
 
 impl Node {
@@ -241,7 +215,7 @@ impl Node {
     }
 
     /// A large payload goes on the data plane: streamed beside the control messages and
-    /// forwarded hop by hop as it arrives (see [`crate::net::stream`]).
+    /// forwarded hop by hop as it arrives (see the design document on data streams).
     async fn broadcast_streamed(&self, payload: Bytes) -> Result<OpReport, NodeError> {
         if payload.len() as u64 > MAX_STREAM_PAYLOAD {
             return Err(NodeError::PayloadTooLarge {
@@ -342,7 +316,7 @@ impl Node {
     }
 
     /// As [`Node::gather`], and every member then receives the items as a delivery of kind
-    /// [`DeliveryKind::AllGather`] (postcard `Vec<(NodeId, Vec<u8>)>`).
+    /// [`DeliveryKind::AllGather`](crate::DeliveryKind::AllGather) (postcard `Vec<(NodeId, Vec<u8>)>`).
     pub async fn allgather(&self, key: &str, request: Vec<u8>) -> Result<Gathered, NodeError> {
         let r = self
             .run_op(StartKind::AllGather {
@@ -386,7 +360,7 @@ impl Node {
     }
 
     /// As [`Node::reduce`], and every member then receives the result as a delivery of
-    /// kind [`DeliveryKind::AllReduce`] (a postcard [`ReduceOutcome`]).
+    /// kind [`DeliveryKind::AllReduce`](crate::DeliveryKind::AllReduce) (a postcard [`ReduceOutcome`]).
     pub async fn allreduce(&self, key: &str, reducer: Reducer) -> Result<Reduced, NodeError> {
         let r = self
             .run_op(StartKind::AllReduce {

@@ -13,7 +13,9 @@ use super::links::{Links, Outgoing, Priority, Sent};
 use super::meter::{BurstPace, SendMeter};
 use super::ops::{OpCommand, Ops};
 use super::stream::{Forwarding, Streams};
-use crate::api::{MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot};
+use super::view::{
+    Delivery, MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot, cluster_levels,
+};
 use crate::proto::gossip::{Gossip, GossipEvent};
 use crate::proto::{
     CollectiveMessage, Command, Core, DownBody, DownReason, Event, Input, Liveness, Message,
@@ -411,7 +413,7 @@ impl Driver {
                     && d.payload.is_empty()
                     && let Some(payload) = self.streams.payload(d.op)
                 {
-                    self.ops.deliver(crate::api::Delivery {
+                    self.ops.deliver(Delivery {
                         root: d.op.root,
                         op: d.op.nonce,
                         kind: d.kind,
@@ -731,7 +733,7 @@ impl Driver {
             auth_failures: stats.auth_failures.load(Relaxed),
             packets_dropped: self.links.dropped,
             uptime_ms: self.start.elapsed().as_millis() as u64,
-            clusters: crate::api::cluster_levels(self.core.clusters(), me.id, |id| {
+            clusters: cluster_levels(self.core.clusters(), me.id, |id| {
                 self.gossip.record(id).map(|r| r.name.clone())
             }),
             send_cost_us: send_cost.as_micros() as u64,

@@ -6,10 +6,16 @@
 //! - [`link`]: accept, dial, and the reader/writer tasks of each connection.
 //! - [`driver`]: the one task that owns the protocol core and gossip (the driver loop).
 //! - [`emulated`]: a UDP socket that adds a topology's WAN latency on loopback.
+//! - [`view`]: what the driver reports to the API (status, events, deliveries).
 //! - [`meter`]: how long a send takes to leave this node, measured at the socket.
+
+// Without the `testkit` feature this module is private to the crate, and the parts only
+// the harnesses and the attack tests use would be reported unused.
+#![cfg_attr(not(feature = "testkit"), allow(dead_code, unused_imports))]
 
 pub mod auth;
 pub mod driver;
+#[cfg(feature = "testkit")]
 pub mod emulated;
 pub mod frame;
 pub mod identity;
@@ -20,6 +26,7 @@ pub mod ops;
 pub mod sockbuf;
 pub mod stream;
 pub mod token;
+pub mod view;
 
 /// A quinn endpoint on `socket` (real or emulated, metered or not), a server if
 /// `server_config` is given, on the tokio runtime.

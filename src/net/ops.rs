@@ -2,7 +2,7 @@
 //! contribution handlers, delivery subscribers and barrier waiters. The driver hands every
 //! [`OpCommand`] and every collective [`Event`] of the core to [`Ops`].
 
-use crate::api::Delivery;
+use super::view::Delivery;
 use crate::proto::collective::{BarrierOutcome, DeliveryKind, ReduceFn};
 use crate::proto::{Command, Core, Event, Input, OpReport, Start, StartKind, Time};
 use bytes::Bytes;

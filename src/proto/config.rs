@@ -62,7 +62,7 @@ pub struct Config {
     pub descendants_first: bool,
     /// Cluster discovery: a group of members stands as a level of its own when the
     /// latency joining it to the rest is more than this factor above the latency inside it
-    /// (see [`crate::proto::clusters`]).
+    /// (see the clusters module of the protocol).
     pub cluster_gap: f64,
     /// Cluster discovery: RTTs below this count as this much, so the jitter of a LAN or of
     /// loopback does not split it.
@@ -134,7 +134,7 @@ impl Config {
     }
 
     /// For a network in time dilated by `factor` (see
-    /// [`crate::topology::Topology::dilated`]): every period slowed as by
+    /// `Topology::dilated` of the simulator feature): every period slowed as by
     /// [`Config::slowed`], and every latency threshold (`shortcut_threshold`, `cluster_rtt`,
     /// `cluster_floor`) multiplied too, so the protocol makes the decisions it makes on the
     /// undilated network; `cluster_sync`, a period [`Config::slowed`] leaves as it is, too.

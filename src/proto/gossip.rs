@@ -39,7 +39,7 @@ pub struct GossipConfig {
     /// Minimum time a member stays suspect before it is declared dead; grows with the
     /// logarithm of the member count (Lifeguard).
     pub suspicion_timeout: Duration,
-    /// Period of the push-pull [`GossipMessage::Sync`] with one random member.
+    /// Period of the push-pull `Sync` message with one random member.
     pub anti_entropy_interval: Duration,
     /// Each update is piggybacked `retransmit_factor * ceil(log2(n + 1))` times.
     pub retransmit_factor: usize,
@@ -50,7 +50,7 @@ pub struct GossipConfig {
     pub tombstone_ttl: Duration,
     /// A join not answered within this time is sent again.
     pub join_retry: Duration,
-    /// How many random members a node forwards news to ([`GossipMessage::Rumor`]).
+    /// How many random members a node forwards news to (`Rumor` messages).
     pub rumor_fanout: usize,
 }
 

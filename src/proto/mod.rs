@@ -1,7 +1,7 @@
 //! The sans-IO protocol core.
 //!
 //! No tokio, no sockets, no clock reads, no global RNG: a [`Core`] is a pure state machine
-//! driven by a network driver (`net`, later) or by the deterministic simulator ([`crate::sim`]).
+//! driven by the QUIC driver (`net`) or by the deterministic simulator (`sim`).
 //!
 //! # The drain rule
 //!
@@ -25,6 +25,10 @@
 //! - clusters and sites discovered from the measured latencies: [`clusters`];
 //! - timers: [`timers`]; the state machine that ties them together: [`core`].
 
+// Without the `sim` feature this module is private to the crate, and the parts only the
+// simulator, the harnesses and the tests use would be reported unused.
+#![cfg_attr(not(feature = "sim"), allow(dead_code, unused_imports))]
+
 pub mod candidates;
 pub mod clusters;
 pub mod collective;
@@ -42,7 +46,7 @@ pub mod timers;
 pub mod tree;
 
 pub use self::clusters::{ClusterView, Group};
-pub use self::collective::{Delivery, DeliveryKind, OpKind, OpReport, ReduceFn, Start, StartKind};
+pub use self::collective::{Delivered, DeliveryKind, OpKind, OpReport, ReduceFn, Start, StartKind};
 pub use self::config::Config;
 pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
@@ -145,7 +149,7 @@ pub enum Event {
     /// [`Command::Leave`] completed: the core has said goodbye and does nothing more.
     Left,
     /// A broadcast payload, scatter item or composite result arrived (once per operation).
-    Delivered(Delivery),
+    Delivered(Delivered),
     /// A gather or reduce asks for this node's value for `key` and none is published:
     /// answer with [`Command::Contribute`] before the operation's deadline.
     ContributionNeeded {

@@ -1,5 +1,5 @@
 //! Collective operations along the live trees: broadcast, scatter, gather, reduce, and
-//! allreduce, allgather and barrier built on them (DESIGN §5).
+//! allreduce, allgather and barrier built on them (docs/DESIGN.md §5).
 //!
 //! An operation is started by a root and travels the root's own tree. Every node that
 //! receives it for the first time (a *relay*):
@@ -42,7 +42,7 @@ use std::time::Duration;
 /// Largest payload (broadcast) or total of items (scatter) carried in control messages.
 pub const MAX_INLINE_PAYLOAD: usize = 960 * 1024;
 
-/// Largest payload of a streamed broadcast ([`StartKind::Stream`]).
+/// Largest payload of a streamed broadcast (a `StartKind::Stream` operation).
 pub const MAX_STREAM_PAYLOAD: u64 = 1 << 30;
 
 /// Answers larger than this are split into several messages.
@@ -120,9 +120,10 @@ pub enum DeliveryKind {
     Barrier,
 }
 
-/// A payload delivered to this node.
+/// A payload the core delivered to this node (the driver turns it into the
+/// application's `Delivery`, stamped with when it was received).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Delivery {
+pub struct Delivered {
     /// The operation (its root is `op.root`).
     pub op: OpId,
     /// The node it came from (this node itself at the root).

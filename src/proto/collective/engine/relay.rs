@@ -308,7 +308,7 @@ impl Collectives {
                 let first = !r.delivered;
                 r.delivered = true;
                 if first {
-                    self.events.push_back(Event::Delivered(Delivery {
+                    self.events.push_back(Event::Delivered(Delivered {
                         op,
                         from,
                         kind: DeliveryKind::Scatter,
@@ -416,7 +416,7 @@ impl Collectives {
                 if !r.delivered {
                     r.delivered = true;
                     r.acc.reached.insert(me);
-                    self.events.push_back(Event::Delivered(Delivery {
+                    self.events.push_back(Event::Delivered(Delivered {
                         op,
                         from,
                         kind: DeliveryKind::Scatter,

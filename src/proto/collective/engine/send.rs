@@ -250,7 +250,7 @@ impl Collectives {
         {
             self.published.remove(&barrier_key(&outcome.name));
         }
-        self.events.push_back(Event::Delivered(Delivery {
+        self.events.push_back(Event::Delivered(Delivered {
             op,
             from,
             kind,

@@ -1,0 +1,39 @@
+//! The integration tests: one test binary, one module per file of this directory.
+//!
+//! Simulator tests (`sim_*`) run the protocol core in virtual time; `quic_*` and `security`
+//! run real nodes over QUIC on loopback; `process_overlay` and `cli` run the `overlay-node`
+//! binary; `netns` runs the testbed in network namespaces (root only, else it skips and
+//! says why); `layers` checks that imports flow one way.
+
+mod cli;
+mod common;
+mod layers;
+mod netns;
+mod process_overlay;
+mod quic_collectives;
+mod quic_overlay;
+mod security;
+mod sim_churn;
+mod sim_clusters;
+mod sim_collectives;
+mod sim_topologies;
+
+/// Every file of this directory is a module above: a file added without its `mod` line
+/// would silently never run.
+#[test]
+fn every_file_is_a_module() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("integration");
+    let main = std::fs::read_to_string(dir.join("main.rs")).expect("read main.rs");
+    for entry in std::fs::read_dir(&dir).expect("read integration/") {
+        let path = entry.expect("entry").path();
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        let is_module = path.is_dir() || path.extension().is_some_and(|e| e == "rs");
+        if !is_module || name == "main" {
+            continue;
+        }
+        assert!(
+            main.contains(&format!("\nmod {name};")),
+            "integration/{name} is not declared in integration/main.rs"
+        );
+    }
+}

@@ -1,0 +1,240 @@
+//! What the driver reports to the API: status snapshots, tree answers, member events and
+//! deliveries. These types live here, below [`crate::api`] (which re-exports them), so the
+//! driver can build them without importing the API: imports flow proto <- net <- api.
+
+use crate::proto::{ClusterView, DeliveryKind, DownReason, Liveness, NodeId, TreeView};
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// A value that does not decode as the type asked for (the payload was not encoded from
+/// it, or came from a different version of the application).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot decode the value: {0}")]
+pub struct DecodeError(#[from] pub postcard::Error);
+
+/// A payload delivered to this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The node that started the operation.
+    pub root: NodeId,
+    /// The operation's number at that root.
+    pub op: u64,
+    /// A broadcast, this node's scatter item, or the result of an allreduce, allgather
+    /// or barrier.
+    pub kind: DeliveryKind,
+    /// The bytes.
+    pub payload: Bytes,
+    /// When this node had it: when the connection read the message that delivered it (for
+    /// a streamed payload, when the stream was complete; at the root, when it started).
+    /// Earlier than when the application sees it by the driver's and the scheduler's
+    /// latency, so latency measurements can start and stop at the network, as a socket
+    /// timestamp would.
+    pub received: std::time::Instant,
+}
+
+impl Delivery {
+    /// Decodes a payload sent with `Node::broadcast_value`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
+        postcard::from_bytes(&self.payload).map_err(DecodeError)
+    }
+}
+
+/// One member as a node sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    /// Its id.
+    pub id: NodeId,
+    /// Its readable name.
+    pub name: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Alive, suspect, dead or left.
+    pub state: Liveness,
+    /// Filtered RTT from this node, when measured.
+    pub rtt_ms: Option<f64>,
+}
+
+/// This node's place in one root's tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TreeInfo {
+    /// The tree's root.
+    pub root: NodeId,
+    /// This node's parent (`None` at the root or while disconnected).
+    pub parent: Option<NodeId>,
+    /// This node's children.
+    pub children: Vec<NodeId>,
+    /// Distance to the root along the tree, in ms.
+    pub dist_ms: f64,
+    /// Largest serial of the root received.
+    pub serial: u32,
+    /// Whether this node has a path to the root.
+    pub connected: bool,
+}
+
+impl From<TreeView> for TreeInfo {
+    fn from(v: TreeView) -> Self {
+        TreeInfo {
+            root: v.root,
+            parent: v.parent,
+            children: v.children,
+            dist_ms: v.dist.as_secs_f64() * 1e3,
+            serial: v.serial,
+            connected: v.connected,
+        }
+    }
+}
+
+/// A snapshot of a running node (also what `overlay-node status --json` prints).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// This node.
+    pub id: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Its listen address.
+    pub addr: SocketAddr,
+    /// Every member known, this node included.
+    pub members: Vec<MemberInfo>,
+    /// This node's state in every tree.
+    pub trees: Vec<TreeInfo>,
+    /// Open peer connections.
+    pub connections: usize,
+    /// Frames received and decoded.
+    pub frames_in: u64,
+    /// Frames sent.
+    pub frames_out: u64,
+    /// Bytes received.
+    pub bytes_in: u64,
+    /// Bytes sent.
+    pub bytes_out: u64,
+    /// Frames dropped because they did not decode.
+    pub frames_rejected: u64,
+    /// Connections closed for oversized or truncated frames.
+    pub protocol_errors: u64,
+    /// Connections refused for a bad join-token proof.
+    pub auth_failures: u64,
+    /// Packets dropped (queues full, peer unreachable).
+    pub packets_dropped: u64,
+    /// Time since start.
+    pub uptime_ms: u64,
+    /// The groups this node discovered from measured latencies, level by level (empty
+    /// until its first summaries are in).
+    #[serde(default)]
+    pub clusters: Vec<ClusterLevel>,
+    /// The cost of one send the in-cluster plan goes by, µs: measured on this node once
+    /// it has sent a burst of an operation to several peers, configured until then.
+    #[serde(default)]
+    pub send_cost_us: u64,
+    /// Whether `send_cost_us` is measured.
+    #[serde(default)]
+    pub send_cost_measured: bool,
+    /// Times the transport reported that frames to a peer may have been lost (a dropped
+    /// send, a failed dial, a closed connection).
+    #[serde(default)]
+    pub links_lost: u64,
+    /// Times this node sent a peer its state again after such a report, once heard from
+    /// (a peer that takes its adverts or shares a tree link with it).
+    #[serde(default)]
+    pub resyncs_after_loss: u64,
+}
+
+/// One member's place in a tree, as it answered a tree query.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TreeNode {
+    /// The member.
+    pub id: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Its parent (`None` at the root, when disconnected, or if it did not answer).
+    pub parent: Option<NodeId>,
+    /// Its distance to the root in ms, when connected.
+    pub dist_ms: Option<f64>,
+    /// Whether it answered in time.
+    pub answered: bool,
+}
+
+/// A whole tree as the members answered a node's query.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TreeSnapshot {
+    /// The tree's root.
+    pub root: NodeId,
+    /// Every live member this node knows, sorted by id.
+    pub nodes: Vec<TreeNode>,
+}
+
+/// Something that changed at a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeEvent {
+    /// A member joined or came back.
+    MemberUp(MemberInfo),
+    /// A member left or was declared dead.
+    MemberDown { id: NodeId, reason: DownReason },
+    /// This node's parent in `root`'s tree changed.
+    ParentChanged {
+        root: NodeId,
+        parent: Option<NodeId>,
+    },
+    /// This node gained or lost its path to `root`.
+    TreeConnected { root: NodeId, connected: bool },
+    /// A tree appeared.
+    TreeAdded { root: NodeId },
+    /// A tree was dropped (its root left or died).
+    TreeRemoved { root: NodeId },
+}
+
+/// One level of the discovered groups (level 1: clusters; 2: groups of clusters, such as
+/// sites; and so on). Every level is a partition of the members.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterLevel {
+    /// The level, from 1.
+    pub level: usize,
+    /// Its groups, sorted by label.
+    pub groups: Vec<ClusterGroup>,
+}
+
+/// One discovered group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterGroup {
+    /// Its name: the smallest member id (every node that has the same summaries agrees).
+    pub label: NodeId,
+    /// Its members, sorted by id.
+    pub members: Vec<NodeId>,
+    /// Their names, in the same order (empty where unknown).
+    pub names: Vec<String>,
+    /// The typical RTT holding it together, in ms (median of the published RTTs joining
+    /// its parts); `None` for a member alone.
+    pub rtt_ms: Option<f64>,
+    /// Whether the reporting node is in it.
+    pub mine: bool,
+}
+
+/// The levels of `view` as a status reports them; `name` gives a member's name.
+pub(crate) fn cluster_levels(
+    view: &ClusterView,
+    me: NodeId,
+    name: impl Fn(&NodeId) -> Option<String>,
+) -> Vec<ClusterLevel> {
+    view.levels
+        .iter()
+        .enumerate()
+        .map(|(i, groups)| ClusterLevel {
+            level: i + 1,
+            groups: groups
+                .iter()
+                .map(|g| ClusterGroup {
+                    label: g.label,
+                    names: g
+                        .members
+                        .iter()
+                        .map(|m| name(m).unwrap_or_default())
+                        .collect(),
+                    members: g.members.clone(),
+                    rtt_ms: g.rtt_us.map(|us| us as f64 / 1e3),
+                    mine: g.members.binary_search(&me).is_ok(),
+                })
+                .collect(),
+        })
+        .collect()
+}
