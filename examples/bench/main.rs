@@ -1,4 +1,4 @@
-//! Benchmarks, contenders side by side in one run (DESIGN §8). Ratios are printed; absolute
+//! Benchmarks, contenders side by side in one run (docs/DESIGN.md §8). Ratios are printed; absolute
 //! times are shown but never asserted.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! The bounded candidate set (DESIGN §4): the peers a node measures and trades tree state
+//! The bounded candidate set (docs/DESIGN.md §4): the peers a node measures and trades tree state
 //! with. It holds the lowest-RTT peers found so far ("near"), a few random "explorers"
 //! rotated to discover better ones, and a few "hinted" peers learnt from parent queries.
 //! Peers that probe us ("inbound") receive our adverts too, so the relation is symmetric.
