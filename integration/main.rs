@@ -26,7 +26,10 @@ fn every_file_is_a_module() {
     let main = std::fs::read_to_string(dir.join("main.rs")).expect("read main.rs");
     for entry in std::fs::read_dir(&dir).expect("read integration/") {
         let path = entry.expect("entry").path();
-        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
         let is_module = path.is_dir() || path.extension().is_some_and(|e| e == "rs");
         if !is_module || name == "main" {
             continue;

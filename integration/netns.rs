@@ -19,7 +19,7 @@
 //! Root only (namespaces need CAP_SYS_ADMIN): without root it prints why and passes. The
 //! testbed is always taken down, also when a step panics. Steps that do not depend on each
 //! other (broadcast, partition, heal) are all run and their failures reported together.
-//! `cargo test --release --test netns -- --nocapture` shows the figures.
+//! `cargo test --release --test integration netns -- --nocapture` shows the figures.
 
 use crate::common::{BIN, Output, run_with_timeout};
 use overlay::api::NodeStatus;
@@ -283,11 +283,12 @@ fn is_root() -> bool {
 
 #[test]
 fn das4_testbed_in_namespaces() {
+    let _alone = crate::common::real_network();
     if !is_root() {
         eprintln!(
             "SKIPPED netns testbed test: it needs root (creating network namespaces, veths and \
              qdiscs needs CAP_SYS_ADMIN and CAP_NET_ADMIN); run `cargo test --release --test \
-             netns` as root"
+             integration netns` as root"
         );
         return;
     }

@@ -6,7 +6,7 @@
 //! Everything is observed from outside, as an operator would: `overlay-node status --json`
 //! and `overlay-node tree` against each node's admin socket. The figures (convergence,
 //! failure detection and rejoin times, RSS and idle CPU per process) are printed; run with
-//! `cargo test --release --test process_overlay -- --nocapture` to see them.
+//! `cargo test --release --test integration process_overlay -- --nocapture` to see them.
 
 use crate::common::{Proc, TempDir, free_udp_ports, node_cmd, run_with_timeout};
 use overlay::api::NodeStatus;
@@ -342,6 +342,7 @@ const TICKS_PER_SEC: f64 = 100.0;
 
 #[test]
 fn twelve_processes_converge_survive_two_crashes_and_a_rejoin() {
+    let _alone = crate::common::real_network();
     let topology = Topology::parse(TOPOLOGY, "loopback-12").expect("topology");
     assert_eq!(topology.node_clusters().len(), N);
     let net = NetModel::from_topology(&topology);

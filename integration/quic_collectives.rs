@@ -4,7 +4,7 @@
 //! input gets a clear error. On a small network with emulated bandwidth, store-and-forward
 //! relays must wait for whole payloads and pipelined ones must not.
 //!
-//! `cargo test --release --test quic_collectives -- --nocapture` prints the figures.
+//! `cargo test --release --test integration quic_collectives -- --nocapture` prints the figures.
 
 use futures::StreamExt;
 use overlay::api::{
@@ -59,6 +59,7 @@ async fn collect(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_four_collectives_are_exact_over_quic_on_phoenix_27() {
+    let _alone = crate::common::real_network();
     let topology = Topology::builtin("phoenix-27").expect("embedded");
     let overlay = LocalOverlay::start(topology, Config::wan())
         .await
@@ -251,6 +252,7 @@ fn peak_rss_kb() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_64_mib_broadcast_arrives_identical_everywhere_over_quic() {
+    let _alone = crate::common::real_network();
     const SIZE: usize = 64 << 20;
     let topology = Topology::builtin("phoenix-27").expect("embedded");
     let overlay = LocalOverlay::start(topology, Config::wan())
@@ -348,6 +350,7 @@ latency_ms = 5.0
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_and_forward_relays_only_whole_payloads_and_pipelining_does_not_wait() {
+    let _alone = crate::common::real_network();
     const SIZE: usize = 4 << 20;
     let topology = Topology::parse(TWO_BY_TWO, "test").expect("valid");
     let map = overlay::net::emulated::LatencyMap::with_bandwidth(topology);

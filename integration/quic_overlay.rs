@@ -46,6 +46,7 @@ async fn wait_clusters(overlay: &LocalOverlay, timeout: Duration) -> Result<Dura
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn phoenix_27_over_quic_becomes_wide_area_optimal_and_survives_a_leave() {
+    let _alone = crate::common::real_network();
     let topology = Topology::builtin("phoenix-27").expect("embedded");
     let wall = Instant::now();
     let mut overlay = LocalOverlay::start(topology, Config::wan())

@@ -143,6 +143,7 @@ fn random_bytes(rng: &mut SplitMix64, len: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_token_cannot_join() {
+    let _alone = crate::common::real_network();
     bounded(async {
         let legit = seed("legit").await;
         let dir = std::env::temp_dir().join(format!("ovl-sec-{}", std::process::id()));
@@ -207,6 +208,7 @@ async fn a_wrong_token_cannot_join() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_peer_cannot_claim_another_nodes_id() {
+    let _alone = crate::common::real_network();
     bounded(async {
         let a = seed("a").await;
         let b = joiner("b", &a).await;
@@ -248,6 +250,7 @@ async fn a_peer_cannot_claim_another_nodes_id() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unauthenticated_connections_get_nothing_processed() {
+    let _alone = crate::common::real_network();
     bounded(async {
         let node = seed("target").await;
         let before = status(&node).await;
@@ -370,6 +373,7 @@ async fn unauthenticated_connections_get_nothing_processed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_frames_from_an_admitted_peer_are_rejected() {
+    let _alone = crate::common::real_network();
     bounded(async {
         let node = seed("target").await;
         let before = status(&node).await;

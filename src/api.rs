@@ -34,6 +34,7 @@ use crate::net::link::{LinkContext, LinkStats};
 use crate::net::meter::{MeteredSocket, SendMeter};
 pub use crate::net::stream::Forwarding;
 use crate::net::token::{JoinToken, TokenError};
+use crate::net::view::MemberView;
 use crate::proto::gossip::{Gossip, GossipConfig};
 use crate::proto::{Config, Core, Liveness, NodeId, Time};
 use futures::Stream;
@@ -304,6 +305,7 @@ impl NodeBuilder {
         let (to_driver, inbox) = mpsc::unbounded_channel();
         let (cmd_tx, commands) = mpsc::channel(64);
         let (events, _) = broadcast::channel(1024);
+        let members = MemberView::default();
         let ctx = LinkContext {
             me: id,
             token: Arc::new(token.clone()),
@@ -311,8 +313,7 @@ impl NodeBuilder {
             stats: Arc::new(LinkStats::default()),
         };
         let driver = Driver::new(DriverParts {
-            core,
-            gossip,
+            node: crate::proto::Node::new(core, gossip),
             start,
             endpoint,
             client_config,
@@ -320,6 +321,7 @@ impl NodeBuilder {
             inbox,
             commands,
             events: events.clone(),
+            members: members.clone(),
             seed,
             forwarding: self.forwarding,
             meter,
@@ -331,6 +333,7 @@ impl NodeBuilder {
             token,
             commands: cmd_tx,
             events,
+            members,
             task: Arc::new(std::sync::Mutex::new(Some(task))),
             op_timeout: self.op_timeout,
         };
@@ -408,6 +411,8 @@ pub struct Node {
     token: JoinToken,
     commands: mpsc::Sender<ApiCommand>,
     events: broadcast::Sender<NodeEvent>,
+    /// The members as the driver last wrote them (read without asking the driver).
+    members: MemberView,
     task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
     /// Deadline of the collective operations this handle starts.
     op_timeout: Duration,
@@ -468,9 +473,13 @@ impl Node {
         rx.await.map_err(|_| NodeError::Stopped)
     }
 
-    /// Every member known (this node included).
+    /// Every member known (this node included), sorted by id. Read from a view the node
+    /// keeps current on every membership change; RTTs are at most a second old.
     pub async fn members(&self) -> Result<Vec<MemberInfo>, NodeError> {
-        Ok(self.status().await?.members)
+        if self.commands.is_closed() {
+            return Err(NodeError::Stopped);
+        }
+        Ok(self.members.snapshot())
     }
 
     /// This node's state in `root`'s tree.

@@ -148,3 +148,12 @@ pub fn node_cmd() -> Command {
         .env("RUST_LOG", "info,quinn=warn,rustls=warn");
     cmd
 }
+
+/// Taken by every test over a real network (QUIC on loopback, processes, namespaces) so
+/// that no two of them overlap: in one test binary they would otherwise share the two
+/// cores of a CI machine and time each other out. Simulator tests run beside them.
+pub fn real_network() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding it must not fail the others.
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

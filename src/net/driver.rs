@@ -1,7 +1,8 @@
-//! The driver loop: one tokio task owns a node's tree [`Core`] and its membership
-//! [`Gossip`], feeds them inputs (packets from connection tasks, timers, API commands) and
-//! follows the drain rule of [`crate::proto`]: after every input, drain both machines'
-//! transmits and events until empty, then sleep until the earlier of their deadlines.
+//! The driver loop: one tokio task owns a node's protocol [`Node`], feeds it inputs
+//! (packets from connection tasks, timers, API commands, what the transport measured and
+//! lost) and follows the drain rule of [`crate::proto::node`]: after every input, drain
+//! its outputs until empty, then sleep until its deadline. It makes no protocol decision:
+//! each output says where its packet goes and how ([`Class`]); the driver moves bytes.
 //!
 //! Connections: one per peer pair, kept in [`Links`] (bounded dials, idle connections
 //! closed). When both sides dial at once, the connection opened by the smaller id wins on
@@ -11,16 +12,13 @@
 use super::link::{self, DialError, LinkContext, LinkInput};
 use super::links::{Links, Outgoing, Priority, Sent};
 use super::meter::{BurstPace, SendMeter};
-use super::ops::{OpCommand, Ops};
+use super::ops::{Handled, OpCommand, Ops};
 use super::stream::{Forwarding, Streams};
 use super::view::{
-    Delivery, MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot, cluster_levels,
+    Delivery, MemberInfo, MemberView, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot,
+    cluster_levels,
 };
-use crate::proto::gossip::{Gossip, GossipEvent};
-use crate::proto::{
-    CollectiveMessage, Command, Core, DownBody, DownReason, Event, Input, Liveness, Message,
-    NodeId, Packet, QueryMessage, Time,
-};
+use crate::proto::{Class, Command, Event, Node, NodeId, NodeInput, NodeOutput, Packet, Time};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,8 +61,7 @@ struct TreeQuery {
 
 /// The state the driver task owns.
 pub struct Driver {
-    core: Core,
-    gossip: Gossip,
+    node: Node,
     me: NodeId,
     start: Instant,
     endpoint: quinn::Endpoint,
@@ -72,6 +69,8 @@ pub struct Driver {
     inbox: mpsc::UnboundedReceiver<LinkInput>,
     commands: mpsc::Receiver<ApiCommand>,
     events: broadcast::Sender<NodeEvent>,
+    /// What the API reads of the members (written here only).
+    members: MemberView,
     links: Links,
     /// Data streams waiting for a connection to their child.
     waiting_streams: HashMap<NodeId, Vec<(crate::proto::OpId, u64, [u8; 32])>>,
@@ -80,8 +79,6 @@ pub struct Driver {
     /// Joins waiting for gossip's answer, by the member asked.
     join_answers: HashMap<NodeId, Vec<oneshot::Sender<JoinResult>>>,
     next_join: u64,
-    /// Boot value of each member as last fed to the core (detects restarts).
-    boots: HashMap<NodeId, u64>,
     queries: HashMap<u64, TreeQuery>,
     next_query: u64,
     ops: Ops,
@@ -94,8 +91,7 @@ pub struct Driver {
 
 /// What [`Driver::new`] needs.
 pub struct DriverParts {
-    pub core: Core,
-    pub gossip: Gossip,
+    pub node: Node,
     pub start: Instant,
     pub endpoint: quinn::Endpoint,
     pub client_config: quinn::ClientConfig,
@@ -103,6 +99,8 @@ pub struct DriverParts {
     pub inbox: mpsc::UnboundedReceiver<LinkInput>,
     pub commands: mpsc::Receiver<ApiCommand>,
     pub events: broadcast::Sender<NodeEvent>,
+    /// The member view the API handles read.
+    pub members: MemberView,
     /// Seeds the numbering of this run's collective operations.
     pub seed: u64,
     /// How streamed payloads are passed on to children.
@@ -114,11 +112,10 @@ pub struct DriverParts {
 impl Driver {
     /// Assembles a driver; [`Driver::run`] starts it.
     pub fn new(parts: DriverParts) -> Driver {
-        let idle = super::links::IdleLimits::for_config(parts.core.config());
+        let idle = super::links::IdleLimits::for_config(parts.node.core().config());
         Driver {
-            me: parts.core.id(),
-            core: parts.core,
-            gossip: parts.gossip,
+            me: parts.node.id(),
+            node: parts.node,
             start: parts.start,
             links: Links::new(
                 parts.ctx.me,
@@ -133,12 +130,12 @@ impl Driver {
             inbox: parts.inbox,
             commands: parts.commands,
             events: parts.events,
+            members: parts.members,
             waiting_streams: HashMap::new(),
             next_idle_check: parts.start + IDLE_CHECK,
             joins: HashMap::new(),
             join_answers: HashMap::new(),
             next_join: 0,
-            boots: HashMap::new(),
             queries: HashMap::new(),
             next_query: 0,
             ops: Ops::new(parts.seed),
@@ -159,12 +156,9 @@ impl Driver {
     /// Runs until the node leaves or every API handle is dropped.
     pub async fn run(mut self) {
         tokio::spawn(link::accept_loop(self.endpoint.clone(), self.ctx.clone()));
+        self.refresh_members();
         loop {
-            let deadline = [self.core.poll_timeout(), self.gossip.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min()
-                .map(|t| self.instant(t));
+            let deadline = self.node.poll_timeout().map(|t| self.instant(t));
             let retry = self.links.next_retry();
             let query = self.queries.values().map(|q| q.deadline).min();
             let pace = self.pace.next_check();
@@ -198,24 +192,24 @@ impl Driver {
                 }
                 _ = sleep_until(wake) => {
                     let now = self.now();
-                    self.core.handle(now, Input::Timeout);
-                    self.gossip.handle_timeout(now);
-                    let gossip = &self.gossip;
+                    self.node.handle(now, NodeInput::Timeout);
+                    let gossip = self.node.gossip();
                     self.links.retry_due(|p| gossip.record(&p).map(|r| r.addr));
                     self.finish_queries(false);
                     self.streams.prune();
                     if Instant::now() >= self.next_idle_check {
                         self.next_idle_check = Instant::now() + IDLE_CHECK;
                         self.links.close_idle();
+                        self.refresh_members();
                     }
                 }
             }
-            if self.core.has_deferred() {
+            if self.node.has_deferred() {
                 // An operation's sends across the wide area go on the wire before its
                 // in-cluster part is worked out: hand them to their connections and let
                 // those run first.
-                while let Some(t) = self.core.poll_ready_transmit() {
-                    self.send_transmit(t);
+                while let Some(out) = self.node.poll_ready_output() {
+                    self.output(out);
                 }
                 // Waiting for the other tasks is no cost of sending: the burst measured
                 // is what the plan sends after this.
@@ -243,11 +237,12 @@ impl Driver {
                 per_send_us = per_send.as_micros() as u64,
                 "send cost measured"
             );
-            self.core.handle(self.now(), Input::SendCost { per_send });
+            self.node
+                .handle(self.now(), NodeInput::SendCost { per_send });
             fed = true;
         }
         for peer in self.links.take_lost() {
-            self.core.handle(self.now(), Input::LinkLost { peer });
+            self.node.handle(self.now(), NodeInput::LinkLost { peer });
             fed = true;
         }
         fed
@@ -288,18 +283,19 @@ impl Driver {
                 let len = payload.len() as u64;
                 self.streams.insert_complete(op, payload, digest, timeout);
                 // The root has the payload: it counts as reached from the start.
-                self.core
-                    .handle(now, Input::Command(Command::StreamDone { op, ok: true }));
+                let done = Command::StreamDone { op, ok: true };
+                self.node.handle(now, NodeInput::Command(done));
                 let start = crate::proto::Start {
                     nonce,
                     timeout,
                     what: crate::proto::StartKind::Stream { len, digest },
                 };
-                self.core.handle(now, Input::Command(Command::Start(start)));
+                self.node
+                    .handle(now, NodeInput::Command(Command::Start(start)));
             }
             ApiCommand::Op(cmd) => {
                 let now = self.now();
-                self.ops.command(&mut self.core, now, cmd);
+                self.ops.command(&mut self.node, now, cmd);
             }
             ApiCommand::Leave(_) => unreachable!("handled in run"),
         }
@@ -316,22 +312,22 @@ impl Driver {
             } => {
                 self.links.connected(peer, conn, dialed);
                 self.start_waiting_streams(peer);
-                let gossip = &self.gossip;
+                let gossip = self.node.gossip();
                 self.links.pump(|p| gossip.record(&p).map(|r| r.addr));
                 if let Some(request) = join
                     && let Some(reply) = self.joins.remove(&request)
                 {
                     info!(via = %peer, "connected to the overlay, asking to join");
                     self.join_answers.entry(peer).or_default().push(reply);
-                    self.gossip.join(now, peer);
+                    self.node.handle(now, NodeInput::JoinVia { peer });
                 }
             }
             LinkInput::DialFailed { peer, error } => {
                 debug!(peer = %peer, %error, "dial failed");
                 self.links.dial_failed(peer);
                 self.waiting_streams.remove(&peer);
-                self.gossip.handle_unreachable(now, peer);
-                let gossip = &self.gossip;
+                self.node.handle(now, NodeInput::Unreachable { peer });
+                let gossip = self.node.gossip();
                 self.links.pump(|p| gossip.record(&p).map(|r| r.addr));
             }
             LinkInput::JoinFailed { request, error } => {
@@ -340,18 +336,14 @@ impl Driver {
                     let _ = reply.send(Err(error));
                 }
             }
-            LinkInput::Received { peer, packet, at } => match packet {
-                Packet::Overlay(msg) => {
-                    self.input_at = Some(at);
-                    self.core.handle(now, Input::Received { from: peer, msg });
-                }
-                Packet::Gossip(msg) => self.gossip.handle_message(now, peer, msg),
-                Packet::Query(q) => self.handle_query(peer, q),
-                Packet::Data(_) => {} // only ever the first frame of a stream (link.rs)
-            },
+            LinkInput::Received { peer, packet, at } => {
+                self.input_at = Some(at);
+                let from = peer;
+                self.node.handle(now, NodeInput::Received { from, packet });
+            }
             LinkInput::StreamDone { op, ok } => {
-                self.core
-                    .handle(now, Input::Command(Command::StreamDone { op, ok }));
+                let done = Command::StreamDone { op, ok };
+                self.node.handle(now, NodeInput::Command(done));
             }
             LinkInput::DataStream { peer, header, recv } => {
                 self.streams.accept(peer, header, recv, &self.ctx);
@@ -364,25 +356,15 @@ impl Driver {
         }
     }
 
-    /// Hands one of the core's transmits to its connection (and a data stream, if it
-    /// announces one).
-    fn send_transmit(&mut self, t: crate::proto::Transmit) {
-        let stream = match &t.msg {
-            Message::Collective(CollectiveMessage::Down {
-                op,
-                body: DownBody::Stream { len, digest },
-                ..
-            }) => Some((*op, *len, *digest)),
-            _ => None,
-        };
-        let to = t.to;
+    /// Hands a packet to its connection, and opens the data stream it announces.
+    fn transmit(&mut self, to: NodeId, class: Class, packet: Packet) {
         // A one-off RTT measurement may wait behind protocol traffic for its dial.
-        let priority = match &t.msg {
-            Message::Ping { watch: false, .. } => Priority::Background,
+        let priority = match class {
+            Class::Probe { urgent: false } => Priority::Background,
             _ => Priority::Urgent,
         };
-        let sent = self.send_with(to, Packet::Overlay(t.msg), priority);
-        if let Some((op, len, digest)) = stream {
+        let sent = self.send_with(to, packet, class, priority);
+        if let Class::Stream { op, len, digest } = class {
             match self.links.conn(&to) {
                 Some(conn) => self.streams.forward(conn, to, op, len, digest),
                 // Being dialed: the stream starts once connected.
@@ -398,100 +380,84 @@ impl Driver {
         }
     }
 
-    /// Drains both state machines until neither has output (the drain rule).
+    /// Drains the node until it has no output (the drain rule).
     fn drain(&mut self) {
-        loop {
-            let mut progressed = false;
-            while let Some(t) = self.core.poll_transmit() {
-                self.send_transmit(t);
-                progressed = true;
-            }
-            while let Some(e) = self.core.poll_event() {
-                let now = self.now();
-                let received = self.input_at.unwrap_or_else(Instant::now);
-                if let Event::Delivered(d) = &e
-                    && d.payload.is_empty()
-                    && let Some(payload) = self.streams.payload(d.op)
-                {
-                    self.ops.deliver(Delivery {
-                        root: d.op.root,
-                        op: d.op.nonce,
-                        kind: d.kind,
-                        payload,
-                        received,
-                    });
-                    progressed = true;
-                    continue;
-                }
-                if self.ops.event(&mut self.core, now, received, &e) {
-                    progressed = true;
-                    continue;
-                }
-                self.publish_core_event(e);
-                progressed = true;
-            }
-            while let Some(t) = self.gossip.poll_transmit() {
-                self.send(t.to, Packet::Gossip(t.msg));
-                progressed = true;
-            }
-            while let Some(e) = self.gossip.poll_event() {
-                self.handle_gossip_event(e);
-                progressed = true;
-            }
-            if !progressed {
-                break;
-            }
+        while let Some(out) = self.node.poll_output() {
+            self.output(out);
         }
     }
 
-    fn handle_gossip_event(&mut self, event: GossipEvent) {
-        let now = self.now();
-        match event {
-            GossipEvent::Up(record) => {
-                let id = record.id;
-                let previous = self.boots.insert(id, record.boot);
-                if previous.is_some_and(|b| b != record.boot) {
-                    // Restarted: forget its previous run before taking it back.
-                    info!(peer = %id, "member restarted");
-                    self.core.handle(
-                        now,
-                        Input::MemberDown {
-                            id,
-                            reason: DownReason::Dead,
-                        },
-                    );
-                    self.links.forget(id, None);
-                }
-                if previous != Some(record.boot) {
-                    self.core.handle(now, Input::MemberUp { id });
-                    info!(peer = %id, name = %record.name, addr = %record.addr, "member up");
-                    let _ = self
-                        .events
-                        .send(NodeEvent::MemberUp(member_info(&record, None)));
-                }
+    /// Carries out one output of the node.
+    fn output(&mut self, out: NodeOutput) {
+        match out {
+            NodeOutput::Transmit { to, class, packet } => self.transmit(to, class, packet),
+            NodeOutput::Core(event) => self.core_event(event),
+            NodeOutput::MemberUp(record) => {
+                info!(peer = %record.id, name = %record.name, addr = %record.addr, "member up");
+                self.refresh_members();
+                let _ = self
+                    .events
+                    .send(NodeEvent::MemberUp(member_info(&record, None)));
             }
-            GossipEvent::Suspect(id) => {
-                debug!(peer = %id, "member suspected");
+            NodeOutput::MemberRestarted { id } => {
+                info!(peer = %id, "member restarted");
+                self.links.forget(id, None);
             }
-            GossipEvent::Down { id, state } => {
-                let reason = if state == Liveness::Left {
-                    DownReason::Left
-                } else {
-                    DownReason::Dead
-                };
+            NodeOutput::MemberSuspect { id } => debug!(peer = %id, "member suspected"),
+            NodeOutput::MemberDown { id, reason } => {
                 info!(peer = %id, ?reason, "member down");
-                self.boots.remove(&id);
-                self.core.handle(now, Input::MemberDown { id, reason });
                 self.links.forget(id, Some(b"member down"));
                 self.waiting_streams.remove(&id);
+                self.refresh_members();
                 let _ = self.events.send(NodeEvent::MemberDown { id, reason });
             }
-            GossipEvent::Joined { via } => {
+            NodeOutput::Joined { via } => {
                 info!(via = %via, "joined the overlay");
                 for reply in self.join_answers.remove(&via).unwrap_or_default() {
                     let _ = reply.send(Ok(via));
                 }
             }
+            NodeOutput::TreeReply {
+                from,
+                id,
+                root,
+                parent,
+                dist_us,
+            } => {
+                if let Some(q) = self.queries.get_mut(&id)
+                    && q.root == root
+                    && let Some(node) = q.nodes.get_mut(&from)
+                {
+                    node.parent = parent;
+                    node.dist_ms = dist_us.map(|us| us as f64 / 1e3);
+                    node.answered = true;
+                }
+                self.finish_queries(false);
+            }
+        }
+    }
+
+    /// A core event: a delivery or report for the API's collectives, else a tree event.
+    fn core_event(&mut self, event: Event) {
+        let received = self.input_at.unwrap_or_else(Instant::now);
+        if let Event::Delivered(d) = &event
+            && d.payload.is_empty()
+            && let Some(payload) = self.streams.payload(d.op)
+        {
+            self.ops.deliver(Delivery {
+                root: d.op.root,
+                op: d.op.nonce,
+                kind: d.kind,
+                payload,
+                received,
+            });
+            return;
+        }
+        match self.ops.event(received, &event) {
+            Handled::Yes => {}
+            // The application's handler answered: a new input, fed between two polls.
+            Handled::Answer(cmd) => self.node.handle(self.now(), NodeInput::Command(cmd)),
+            Handled::No => self.publish_core_event(event),
         }
     }
 
@@ -506,7 +472,7 @@ impl Driver {
             }
             Event::RootAdded { root } => NodeEvent::TreeAdded { root },
             Event::RootRemoved { root } => NodeEvent::TreeRemoved { root },
-            // Member changes are published from gossip, which knows names and addresses.
+            // Never output by the node: members come from its membership.
             Event::MemberUp { .. } | Event::MemberDown { .. } | Event::Left => return,
             // Handled by `Ops`.
             Event::Delivered(_) | Event::ContributionNeeded { .. } | Event::Report(_) => return,
@@ -515,21 +481,7 @@ impl Driver {
     }
 
     /// Sends a packet to a peer: on its connection, or queued while it is dialed.
-    fn send(&mut self, to: NodeId, packet: Packet) {
-        self.send_with(to, packet, Priority::Urgent);
-    }
-
-    fn send_with(&mut self, to: NodeId, packet: Packet, priority: Priority) -> Sent {
-        let ping = match &packet {
-            Packet::Overlay(Message::Ping {
-                rtt_hint_us, watch, ..
-            }) => Some((*rtt_hint_us, *watch)),
-            _ => None,
-        };
-        // An operation's messages are what the plan schedules, and so what is measured
-        // (a streamed payload's announcement is not: its data follows on a stream).
-        let operation = matches!(&packet, Packet::Overlay(Message::Collective(
-            CollectiveMessage::Down { body, .. })) if !matches!(body, DownBody::Stream { .. }));
+    fn send_with(&mut self, to: NodeId, packet: Packet, class: Class, priority: Priority) -> Sent {
         let frame = match packet.encode() {
             Ok(f) => f,
             Err(e) => {
@@ -538,18 +490,16 @@ impl Driver {
             }
         };
         let bytes = frame.len();
+        // An operation's messages are what the plan schedules, and so what is measured.
+        let operation = class == Class::Operation;
         if operation {
             self.pace.sending();
         }
-        let out = match ping {
-            Some((rtt_hint_us, watch)) => Outgoing::Ping {
-                frame,
-                rtt_hint_us,
-                watch,
-            },
-            None => Outgoing::Frame(frame),
+        let out = match class {
+            Class::Probe { .. } => Outgoing::Probe { frame, packet },
+            _ => Outgoing::Frame(frame),
         };
-        let gossip = &self.gossip;
+        let gossip = self.node.gossip();
         let sent = self
             .links
             .send(to, out, priority, |p| gossip.record(&p).map(|r| r.addr));
@@ -576,26 +526,20 @@ impl Driver {
         self.next_query += 1;
         let id = self.next_query;
         let mut nodes = HashMap::new();
-        let me = self.gossip.me().clone();
+        let me = self.node.gossip().me().clone();
         nodes.insert(me.id, self.tree_node(me.id, &me.name, root));
-        let members: Vec<(NodeId, String)> = self
-            .gossip
-            .live_members()
-            .map(|r| (r.id, r.name.clone()))
-            .collect();
-        for (peer, name) in members {
-            nodes.insert(
-                peer,
-                TreeNode {
-                    id: peer,
-                    name,
-                    parent: None,
-                    dist_ms: None,
-                    answered: false,
-                },
-            );
-            self.send(peer, Packet::Query(QueryMessage::TreeRequest { id, root }));
+        for r in self.node.gossip().live_members() {
+            let unanswered = TreeNode {
+                id: r.id,
+                name: r.name.clone(),
+                parent: None,
+                dist_ms: None,
+                answered: false,
+            };
+            nodes.insert(r.id, unanswered);
         }
+        self.node
+            .handle(self.now(), NodeInput::AskTree { id, root });
         self.queries.insert(
             id,
             TreeQuery {
@@ -605,11 +549,12 @@ impl Driver {
                 reply,
             },
         );
+        self.drain();
         self.finish_queries(false);
     }
 
     fn tree_node(&self, id: NodeId, name: &str, root: NodeId) -> TreeNode {
-        let view = self.core.tree(root);
+        let view = self.node.core().tree(root);
         TreeNode {
             id,
             name: name.to_string(),
@@ -618,39 +563,6 @@ impl Driver {
                 .filter(|v| v.connected)
                 .map(|v| v.dist.as_secs_f64() * 1e3),
             answered: true,
-        }
-    }
-
-    fn handle_query(&mut self, peer: NodeId, query: QueryMessage) {
-        match query {
-            QueryMessage::TreeRequest { id, root } => {
-                let view = self.core.tree(root);
-                let reply = QueryMessage::TreeReply {
-                    id,
-                    root,
-                    parent: view.as_ref().and_then(|v| v.parent),
-                    dist_us: view
-                        .filter(|v| v.connected)
-                        .map(|v| v.dist.as_micros() as u64),
-                };
-                self.send(peer, Packet::Query(reply));
-            }
-            QueryMessage::TreeReply {
-                id,
-                root,
-                parent,
-                dist_us,
-            } => {
-                if let Some(q) = self.queries.get_mut(&id)
-                    && q.root == root
-                    && let Some(node) = q.nodes.get_mut(&peer)
-                {
-                    node.parent = parent;
-                    node.dist_ms = dist_us.map(|us| us as f64 / 1e3);
-                    node.answered = true;
-                }
-                self.finish_queries(false);
-            }
         }
     }
 
@@ -680,8 +592,7 @@ impl Driver {
         let now = self.now();
         info!("leaving the overlay");
         self.finish_queries(true);
-        self.core.handle(now, Input::Command(Command::Leave));
-        self.gossip.leave(now);
+        self.node.handle(now, NodeInput::Command(Command::Leave));
         self.drain();
         // Dropping the writers' queues lets each writer finish its stream once flushed.
         let conns = self.links.take_all();
@@ -697,26 +608,34 @@ impl Driver {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
     }
 
+    /// Writes the members and their RTTs into the view the API reads.
+    fn refresh_members(&self) {
+        let core = self.node.core();
+        let records = self.node.gossip().records();
+        let members = records.iter().map(|r| member_info(r, core.rtt(r.id)));
+        self.members.replace(members);
+    }
+
     fn status(&self) -> NodeStatus {
-        let me = self.gossip.me();
-        let members = self
-            .gossip
+        let core = self.node.core();
+        let gossip = self.node.gossip();
+        let me = gossip.me();
+        let members = gossip
             .records()
             .iter()
-            .map(|r| member_info(r, self.core.rtt(r.id)))
+            .map(|r| member_info(r, core.rtt(r.id)))
             .collect();
-        let mut trees: Vec<TreeInfo> = self
-            .core
+        let mut trees: Vec<TreeInfo> = core
             .roots()
             .into_iter()
-            .filter_map(|root| self.core.tree(root))
+            .filter_map(|root| core.tree(root))
             .map(TreeInfo::from)
             .collect();
         trees.sort_by_key(|t| t.root);
         let stats = &self.ctx.stats;
         use std::sync::atomic::Ordering::Relaxed;
-        let (send_cost, send_cost_measured) = self.core.send_cost();
-        let core_stats = self.core.stats();
+        let (send_cost, send_cost_measured) = core.send_cost();
+        let core_stats = core.stats();
         NodeStatus {
             id: me.id,
             name: me.name.clone(),
@@ -733,8 +652,8 @@ impl Driver {
             auth_failures: stats.auth_failures.load(Relaxed),
             packets_dropped: self.links.dropped,
             uptime_ms: self.start.elapsed().as_millis() as u64,
-            clusters: cluster_levels(self.core.clusters(), me.id, |id| {
-                self.gossip.record(id).map(|r| r.name.clone())
+            clusters: cluster_levels(core.clusters(), me.id, |id| {
+                gossip.record(id).map(|r| r.name.clone())
             }),
             send_cost_us: send_cost.as_micros() as u64,
             send_cost_measured,

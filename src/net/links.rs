@@ -22,7 +22,7 @@
 //! peer look far.
 
 use super::link::{self, DialError, LinkContext, LinkInput};
-use crate::proto::NodeId;
+use crate::proto::{NodeId, Packet};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -71,29 +71,16 @@ impl IdleLimits {
 pub enum Outgoing {
     /// Encoded, sent as is.
     Frame(Vec<u8>),
-    /// An RTT probe: encoded as is when the connection exists, re-stamped with the send
-    /// time otherwise.
-    Ping {
-        frame: Vec<u8>,
-        rtt_hint_us: Option<u32>,
-        watch: bool,
-    },
+    /// An RTT probe: encoded as is when the connection exists, stamped again with the
+    /// send time otherwise ([`Packet::stamped`]).
+    Probe { frame: Vec<u8>, packet: Packet },
 }
 
 impl Outgoing {
     fn into_frame(self, now_us: u64) -> Option<Vec<u8>> {
         match self {
             Outgoing::Frame(f) => Some(f),
-            Outgoing::Ping {
-                rtt_hint_us, watch, ..
-            } => {
-                let msg = crate::proto::Message::Ping {
-                    sent_us: now_us,
-                    rtt_hint_us,
-                    watch,
-                };
-                crate::proto::Packet::Overlay(msg).encode().ok()
-            }
+            Outgoing::Probe { packet, .. } => packet.stamped(now_us).encode().ok(),
         }
     }
 }
@@ -249,7 +236,7 @@ impl Links {
                     link.idle_after = self.idle.link;
                 }
                 let frame = match out {
-                    Outgoing::Frame(f) | Outgoing::Ping { frame: f, .. } => f,
+                    Outgoing::Frame(f) | Outgoing::Probe { frame: f, .. } => f,
                 };
                 if link.writer.try_send(frame).is_err() {
                     self.dropped += 1;

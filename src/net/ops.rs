@@ -4,7 +4,7 @@
 
 use super::view::Delivery;
 use crate::proto::collective::{BarrierOutcome, DeliveryKind, ReduceFn};
-use crate::proto::{Command, Core, Event, Input, OpReport, Start, StartKind, Time};
+use crate::proto::{Command, Event, Node, NodeInput, OpReport, Start, StartKind, Time};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,7 +45,19 @@ pub enum OpCommand {
     Subscribe(mpsc::UnboundedSender<Delivery>),
 }
 
-/// The driver's bookkeeping of collective operations.
+/// What [`Ops::event`] made of a core event.
+pub enum Handled {
+    /// Not a collective event: the driver publishes it.
+    No,
+    /// Taken care of.
+    Yes,
+    /// The application's answer to a contribution request: feed it to the node.
+    Answer(Command),
+}
+
+/// The driver's bookkeeping of collective operations. Its maps are owned by the driver task
+/// alone (the API reaches them only through [`OpCommand`]s on the driver's channel), so they
+/// are plain `HashMap`s: nothing reads them concurrently.
 pub struct Ops {
     waiting: HashMap<u64, oneshot::Sender<OpReport>>,
     handlers: HashMap<String, Handler>,
@@ -87,7 +99,7 @@ impl Ops {
     }
 
     /// Handles one API request.
-    pub fn command(&mut self, core: &mut Core, now: Time, cmd: OpCommand) {
+    pub fn command(&mut self, node: &mut Node, now: Time, cmd: OpCommand) {
         let input = match cmd {
             OpCommand::Start(mut s, reply) => {
                 s.nonce = self.nonce();
@@ -114,7 +126,7 @@ impl Ops {
                 return;
             }
             OpCommand::RegisterReducer { name, f } => {
-                core.register_reducer(name, f);
+                node.register_reducer(name, f);
                 return;
             }
             OpCommand::Subscribe(tx) => {
@@ -122,11 +134,11 @@ impl Ops {
                 return;
             }
         };
-        core.handle(now, Input::Command(input));
+        node.handle(now, NodeInput::Command(input));
     }
 
-    /// Handles a collective event of the core; returns false for other events.
-    pub fn event(&mut self, core: &mut Core, now: Time, received: Instant, event: &Event) -> bool {
+    /// Handles a collective event of the core.
+    pub fn event(&mut self, received: Instant, event: &Event) -> Handled {
         match event {
             Event::Delivered(d) => {
                 if d.kind == DeliveryKind::Barrier
@@ -154,10 +166,12 @@ impl Ops {
                         None
                     }
                 };
-                core.handle(now, Input::Command(Command::Contribute { op: *op, value }));
+                return Handled::Answer(Command::Contribute { op: *op, value });
             }
             Event::Report(r) => {
-                let Some(op) = r.op else { return true };
+                let Some(op) = r.op else {
+                    return Handled::Yes;
+                };
                 match self.waiting.remove(&op.nonce) {
                     Some(w) => {
                         let _ = w.send((**r).clone());
@@ -169,8 +183,8 @@ impl Ops {
                     None => warn!(nonce = op.nonce, "report of an operation nobody waits for"),
                 }
             }
-            _ => return false,
+            _ => return Handled::No,
         }
-        true
+        Handled::Yes
     }
 }

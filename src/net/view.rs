@@ -238,3 +238,58 @@ pub(crate) fn cluster_levels(
         })
         .collect()
 }
+
+/// The members as the driver last saw them, shared with every API handle: the driver
+/// writes it on every membership change and refreshes the RTTs once a second; the API
+/// reads it without a round trip to the driver (a concurrent map, so neither side waits
+/// for the other).
+#[derive(Clone, Debug, Default)]
+pub struct MemberView(std::sync::Arc<dashmap::DashMap<NodeId, MemberInfo>>);
+
+impl MemberView {
+    /// Makes the view hold exactly `members`.
+    pub fn replace(&self, members: impl IntoIterator<Item = MemberInfo>) {
+        let mut seen = std::collections::HashSet::new();
+        for m in members {
+            seen.insert(m.id);
+            self.0.insert(m.id, m);
+        }
+        self.0.retain(|id, _| seen.contains(id));
+    }
+
+    /// Every member, sorted by id.
+    pub fn snapshot(&self) -> Vec<MemberInfo> {
+        let mut all: Vec<MemberInfo> = self.0.iter().map(|e| e.value().clone()).collect();
+        all.sort_by_key(|m| m.id);
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MemberInfo, MemberView};
+    use crate::proto::{Liveness, NodeId};
+
+    fn member(n: u64, state: Liveness) -> MemberInfo {
+        MemberInfo {
+            id: NodeId::from_seed(3, n),
+            name: format!("n{n}"),
+            addr: "127.0.0.1:7400".parse().expect("address"),
+            state,
+            rtt_ms: None,
+        }
+    }
+
+    #[test]
+    fn the_view_holds_exactly_the_last_members_written_sorted_by_id() {
+        let view = MemberView::default();
+        let reader = view.clone();
+        view.replace([member(1, Liveness::Alive), member(2, Liveness::Alive)]);
+        assert_eq!(reader.snapshot().len(), 2);
+        view.replace([member(2, Liveness::Dead), member(3, Liveness::Alive)]);
+        let seen = reader.snapshot();
+        let mut expected = vec![member(2, Liveness::Dead), member(3, Liveness::Alive)];
+        expected.sort_by_key(|m| m.id);
+        assert_eq!(seen, expected, "member 1 is gone, member 2 changed");
+    }
+}

@@ -469,6 +469,22 @@ impl Packet {
     pub fn decode(bytes: &[u8]) -> Result<Packet, WireError> {
         decode_frame(bytes)
     }
+
+    /// The packet as sent at `now_us` (µs on the sender's clock): an RTT probe carries
+    /// its send time, which must not count a wait for the connection; other packets are
+    /// unchanged.
+    pub fn stamped(self, now_us: u64) -> Packet {
+        match self {
+            Packet::Overlay(Message::Ping {
+                rtt_hint_us, watch, ..
+            }) => Packet::Overlay(Message::Ping {
+                sent_us: now_us,
+                rtt_hint_us,
+                watch,
+            }),
+            other => other,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@
 //! - the wire format: [`message`];
 //! - members: [`membership`]; RTT filter: [`rtt`]; candidate set: [`candidates`];
 //! - clusters and sites discovered from the measured latencies: [`clusters`];
-//! - timers: [`timers`]; the state machine that ties them together: [`core`].
+//! - timers: [`timers`]; the tree state machine: [`core`]; the whole node (core, membership
+//!   and tree-query answers behind one input and one output type, its own drain rule): [`node`].
 
 // Without the `sim` feature this module is private to the crate, and the parts only the
 // simulator, the harnesses and the tests use would be reported unused.
@@ -38,6 +39,7 @@ pub mod gossip;
 pub mod id;
 pub mod membership;
 pub mod message;
+pub mod node;
 pub mod outbox;
 pub mod rng;
 pub mod rtt;
@@ -51,6 +53,7 @@ pub use self::config::Config;
 pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
+pub use self::node::{Class, Node, NodeInput, NodeOutput};
 pub use self::message::{
     AdvertEntry, ClusterEdge, ClusterMessage, ClusterSummary, CollectiveMessage, DataHeader,
     DownBody, GossipMessage, Liveness, MemberRecord, Message, NumKind, OpId, Packet, Purpose,
