@@ -214,6 +214,18 @@ fn sites_64_every_node_discovers_the_clusters_and_the_sites() {
     assert!((1_500..3_000).contains(&rtt(2)), "site rtt {} µs", rtt(2));
 }
 
+/// split-site: the nodes see the three lyon clusters (30-60 µs apart) as one cluster, which
+/// is the group the simulator's verdict judges trees on; not the declared clusters.
+#[test]
+fn split_site_nodes_discover_the_verdicts_groups() {
+    let group = |s: &Sim, c: usize| s.net().groups().group_of(c);
+    let sim = discovers("split-site", 1, Duration::from_secs(40), |s| {
+        vec![expected(s, |c| group(s, c))]
+    });
+    assert_eq!(expected(&sim, |c| group(&sim, c)).len(), 3);
+    assert!(every_view_is(&sim, 1, &expected(&sim, |c| c)).is_err());
+}
+
 /// Clusters of very different sizes (100, 65 and 3): the large ones must stay whole although
 /// each node measures only a few dozen of their members closely.
 #[test]

@@ -122,6 +122,22 @@ fn fig2_shortcut_settles_with_b_under_the_root() {
     }
 }
 
+/// One site whose machine room holds three declared clusters 30-60 µs apart, plus two sites
+/// 5-8 ms away: no node can tell the three apart, and its trees enter them by whichever
+/// edges are shortest. Judged on the groups latency can tell apart (the three are one), the
+/// run converges; judged on the declared clusters, as before, it never did.
+#[test]
+fn split_site_converges_on_the_groups_latency_can_tell_apart() {
+    for seed in 1..=3 {
+        let sim = converges("split-site", seed, Duration::from_secs(60));
+        let lyon: Vec<usize> = ["lyon-a", "lyon-b", "lyon-c"]
+            .iter()
+            .map(|n| sim.net().cluster_index(n).expect("a cluster of split-site"))
+            .collect();
+        assert_eq!(sim.net().groups().merged(), vec![lyon]);
+    }
+}
+
 #[test]
 fn phoenix_27_converges_to_optimal_trees() {
     for seed in 1..=3 {

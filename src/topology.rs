@@ -40,6 +40,7 @@ const BUILTIN: &[(&str, &str)] = &[
     ("das-4", include_str!("../topologies/das-4.toml")),
     ("sites-64", include_str!("../topologies/sites-64.toml")),
     ("scale-1000", include_str!("../topologies/scale-1000.toml")),
+    ("split-site", include_str!("../topologies/split-site.toml")),
 ];
 
 /// One cluster of a topology.
@@ -629,6 +630,7 @@ mod tests {
             ("das-4", 4, 40),
             ("sites-64", 8, 64),
             ("scale-1000", 10, 1000),
+            ("split-site", 5, 40),
         ];
         assert_eq!(Topology::builtin_names().count(), expected.len());
         for (name, clusters, nodes) in expected {

@@ -152,7 +152,7 @@ pub(crate) fn explain<N: SimNode>(sim: &Sim<N>, max_trees: usize) -> String {
             let _ = writeln!(
                 out,
                 "  cluster {} entered by {} edges (want {want}): {}",
-                net.cluster_name(*c),
+                net.group_name(*c),
                 e.len(),
                 edges(e)
             );
@@ -161,7 +161,7 @@ pub(crate) fn explain<N: SimNode>(sim: &Sim<N>, max_trees: usize) -> String {
             let _ = writeln!(
                 out,
                 "  site {} entered by {} edges (want {want}): {}",
-                net.site_name(*s),
+                net.merged_site_name(*s),
                 e.len(),
                 edges(e)
             );

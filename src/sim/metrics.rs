@@ -1,5 +1,11 @@
 //! Tree metrics: spanning, wide-area and site optimality, depth, fan-out.
 //!
+//! Optimality is judged on the network's verdict groups ([`super::groups`]): a "cluster"
+//! below is a group of declared clusters latency cannot tell apart (the declared cluster
+//! itself wherever nothing merges), and a "site" a declared site, merged where a group
+//! spans two. Cluster and site indices in the results are the groups' names: the smallest
+//! cluster (site) index of each.
+//!
 //! Computed per root in O(N) from the global parent view with memoized reachability (each
 //! node's walk stops at the first node already resolved), so a 1000-node run with 1000 roots
 //! costs about a million steps per full snapshot; the simulator recomputes only the trees
@@ -22,9 +28,9 @@ pub struct Layout<'a> {
     pub cluster_of: &'a [usize],
     /// The network (sites).
     pub net: &'a NetModel,
-    /// Live nodes per cluster.
+    /// Live nodes per declared cluster (summed per group here).
     pub live_per_cluster: &'a [usize],
-    /// Live nodes per site.
+    /// Live nodes per declared site (summed per merged site here).
     pub live_per_site: &'a [usize],
     /// Number of live nodes.
     pub live: usize,
@@ -40,8 +46,8 @@ pub struct TreeMetrics {
     pub reached: usize,
     /// Every live node reaches the root.
     pub spanning: bool,
-    /// Spanning, exactly one tree edge enters every non-root cluster that has live nodes,
-    /// and none enters the root's cluster.
+    /// Spanning, exactly one tree edge enters every non-root cluster (verdict group, see
+    /// [`super::groups`]) that has live nodes, and none enters the root's.
     pub wide_area_optimal: bool,
     /// Wide-area optimal and the same holds at site level (equals `wide_area_optimal` when
     /// the topology has no sites).
@@ -65,10 +71,11 @@ pub struct TreeDiagnosis {
     pub root: usize,
     /// Live nodes that do not reach the root.
     pub unreached: Vec<usize>,
-    /// Clusters entered by the wrong number of tree edges: (cluster, expected, the
-    /// entering edges as (child, parent)).
+    /// Clusters (verdict groups, named by their smallest cluster index) entered by the
+    /// wrong number of tree edges: (group, expected, the entering edges as (child, parent)).
     pub bad_clusters: Vec<BadEntry>,
-    /// Sites entered by the wrong number of tree edges: (site, expected, edges).
+    /// Sites (merged where a group spans two, named by the smallest site index) entered by
+    /// the wrong number of tree edges: (site, expected, edges).
     pub bad_sites: Vec<BadEntry>,
 }
 
@@ -88,6 +95,26 @@ pub struct Scratch {
     cluster_in: Vec<u32>,
     site_in: Vec<u32>,
     stack: Vec<usize>,
+    group_live: Vec<usize>,
+    site_live: Vec<usize>,
+}
+
+impl Scratch {
+    /// Sums the live nodes per verdict group and per merged site into `group_live` and
+    /// `site_live` (indexed by the smallest member, as the groups name themselves).
+    fn live_by_group(&mut self, lay: &Layout<'_>) {
+        let groups = lay.net.groups();
+        self.group_live.clear();
+        self.group_live.resize(lay.net.clusters(), 0);
+        self.site_live.clear();
+        self.site_live.resize(lay.net.sites(), 0);
+        for (c, &live) in lay.live_per_cluster.iter().enumerate() {
+            self.group_live[groups.group_of(c)] += live;
+        }
+        for (x, &live) in lay.live_per_site.iter().enumerate() {
+            self.site_live[groups.merged_site(x)] += live;
+        }
+    }
 }
 
 /// Computes the metrics of `root`'s tree, given its parent row (`row[node]` = parent index
@@ -108,6 +135,8 @@ pub fn tree_metrics(root: usize, row: &[u32], lay: &Layout<'_>, s: &mut Scratch)
         return m;
     }
     reach(root, row, lay.alive, s);
+    s.live_by_group(lay);
+    let groups = lay.net.groups();
     s.fanout.clear();
     s.fanout.resize(n, 0);
     s.cluster_in.clear();
@@ -129,24 +158,29 @@ pub fn tree_metrics(root: usize, row: &[u32], lay: &Layout<'_>, s: &mut Scratch)
         m.max_fanout = m.max_fanout.max(s.fanout[p]);
         let (cv, cp) = (lay.cluster_of[v], lay.cluster_of[p]);
         if cv != cp {
-            s.cluster_in[cv] += 1;
-            let (sv, sp) = (lay.net.site_of(cv), lay.net.site_of(cp));
-            if sv != sp {
+            let gv = groups.group_of(cv);
+            // A loose node is a group of its own, rightly entered by this edge.
+            if !groups.is_loose(cv) && gv != groups.group_of(cp) {
+                s.cluster_in[gv] += 1;
+            }
+            let sv = groups.site_of(cv);
+            if sv != groups.site_of(cp) {
                 s.site_in[sv] += 1;
             }
         }
     }
     m.spanning = m.reached == lay.live;
-    let root_cluster = lay.cluster_of[root];
-    let root_site = lay.net.site_of(root_cluster);
+    let root_group = groups.group_of(lay.cluster_of[root]);
+    let root_site = groups.site_of(lay.cluster_of[root]);
     m.wide_area_optimal = m.spanning
-        && (0..lay.net.clusters()).all(|c| {
-            s.cluster_in[c] as usize == expected(c == root_cluster, lay.live_per_cluster[c])
+        && (0..lay.net.clusters()).all(|g| {
+            groups.is_loose(g)
+                || s.cluster_in[g] as usize == expected(g == root_group, s.group_live[g])
         });
     m.site_optimal = m.wide_area_optimal
         && (!lay.net.has_sites()
             || (0..lay.net.sites())
-                .all(|x| s.site_in[x] as usize == expected(x == root_site, lay.live_per_site[x])));
+                .all(|x| s.site_in[x] as usize == expected(x == root_site, s.site_live[x])));
     m
 }
 
@@ -160,8 +194,9 @@ pub fn diagnose(root: usize, row: &[u32], lay: &Layout<'_>, s: &mut Scratch) -> 
         return d;
     }
     reach(root, row, lay.alive, s);
-    let k = lay.net.clusters();
-    let mut cluster_edges = vec![Vec::new(); k];
+    s.live_by_group(lay);
+    let groups = lay.net.groups();
+    let mut cluster_edges = vec![Vec::new(); lay.net.clusters()];
     let mut site_edges = vec![Vec::new(); lay.net.sites()];
     for (v, &parent) in row.iter().enumerate() {
         if !lay.alive[v] {
@@ -177,24 +212,30 @@ pub fn diagnose(root: usize, row: &[u32], lay: &Layout<'_>, s: &mut Scratch) -> 
         let p = parent as usize;
         let (cv, cp) = (lay.cluster_of[v], lay.cluster_of[p]);
         if cv != cp {
-            cluster_edges[cv].push((v, p));
-            let (sv, sp) = (lay.net.site_of(cv), lay.net.site_of(cp));
-            if sv != sp {
+            let gv = groups.group_of(cv);
+            if !groups.is_loose(cv) && gv != groups.group_of(cp) {
+                cluster_edges[gv].push((v, p));
+            }
+            let sv = groups.site_of(cv);
+            if sv != groups.site_of(cp) {
                 site_edges[sv].push((v, p));
             }
         }
     }
-    let root_cluster = lay.cluster_of[root];
-    for (c, edges) in cluster_edges.into_iter().enumerate() {
-        let want = expected(c == root_cluster, lay.live_per_cluster[c]);
+    let root_group = groups.group_of(lay.cluster_of[root]);
+    for (g, edges) in cluster_edges.into_iter().enumerate() {
+        if groups.is_loose(g) {
+            continue;
+        }
+        let want = expected(g == root_group, s.group_live[g]);
         if edges.len() != want {
-            d.bad_clusters.push((c, want, edges));
+            d.bad_clusters.push((g, want, edges));
         }
     }
     if lay.net.has_sites() {
-        let root_site = lay.net.site_of(root_cluster);
+        let root_site = groups.site_of(lay.cluster_of[root]);
         for (x, edges) in site_edges.into_iter().enumerate() {
-            let want = expected(x == root_site, lay.live_per_site[x]);
+            let want = expected(x == root_site, s.site_live[x]);
             if edges.len() != want {
                 d.bad_sites.push((x, want, edges));
             }

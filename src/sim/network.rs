@@ -1,11 +1,15 @@
 //! The network model: clusters, sites, a one-way latency matrix and partitions.
 
+use super::groups::Groups;
+use crate::proto::clusters::ClusterParams;
 use crate::topology::Topology;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The simulated network: a dense latency matrix between clusters (O(1) lookups), the site
-/// of every cluster, the clusters of the initial nodes, and the partitioned cluster pairs.
+/// of every cluster, the clusters of the initial nodes, the partitioned cluster pairs, and
+/// the latency-distinguishable groups of clusters the optimality verdict is judged on
+/// ([`Groups`]).
 #[derive(Clone, Debug)]
 pub struct NetModel {
     name: String,
@@ -17,6 +21,7 @@ pub struct NetModel {
     has_sites: bool,
     initial: Vec<usize>,
     partitioned: BTreeSet<(usize, usize)>,
+    groups: Groups,
 }
 
 impl NetModel {
@@ -44,12 +49,14 @@ impl NetModel {
             name: topo.name.clone(),
             cluster_names: topo.clusters.iter().map(|c| c.name.clone()).collect(),
             latency,
+            groups: Groups::declared(&site_of),
             site_of,
             site_names,
             has_sites: topo.has_sites(),
             initial: topo.node_clusters(),
             partitioned: BTreeSet::new(),
         }
+        .grouped(&ClusterParams::default())
     }
 
     /// Builds a model by hand (for tests): `latency[from][to]` is the one-way latency between
@@ -88,12 +95,50 @@ impl NetModel {
             name: name.to_string(),
             cluster_names: cluster_names.iter().map(|s| s.to_string()).collect(),
             latency: latency.iter().flatten().copied().collect(),
+            groups: Groups::declared(&site_of),
             site_of,
             site_names: (0..n_sites).map(|s| format!("site{s}")).collect(),
             has_sites: sites.is_some(),
             initial: initial.to_vec(),
             partitioned: BTreeSet::new(),
         }
+        .grouped(&ClusterParams::default())
+    }
+
+    /// The same network with its verdict groups computed under `params` (the nodes'
+    /// grouping rule; [`NetModel::from_topology`] and [`NetModel::new`] use the default
+    /// one, and [`Sim`](super::Sim) the one of its core configuration).
+    pub fn grouped(mut self, params: &ClusterParams) -> Self {
+        self.groups = Groups::of(&self, params);
+        self
+    }
+
+    /// The latency-distinguishable groups of clusters the verdict is judged on.
+    pub fn groups(&self) -> &Groups {
+        &self.groups
+    }
+
+    /// A readable name of cluster `c`'s group: the names of its clusters joined by `+`.
+    pub fn group_name(&self, c: usize) -> String {
+        let g = self.groups.group_of(c);
+        let names: Vec<&str> = (0..self.clusters())
+            .filter(|&x| self.groups.group_of(x) == g)
+            .map(|x| self.cluster_names[x].as_str())
+            .collect();
+        names.join("+")
+    }
+
+    /// A readable name of site `s` as the verdict merged it: the names of the declared sites
+    /// merged into it joined by `+`.
+    pub fn merged_site_name(&self, s: usize) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for c in 0..self.clusters() {
+            let declared = self.site_of[c];
+            if self.groups.site_of(c) == s && !names.contains(&self.site_names[declared].as_str()) {
+                names.push(&self.site_names[declared]);
+            }
+        }
+        names.join("+")
     }
 
     /// The topology's name.

@@ -148,12 +148,15 @@ impl Sim<Core> {
 
 impl<N: SimNode> Sim<N> {
     /// A simulation over `net` whose nodes are made by `factory` (used by the simulator's
-    /// tests with scripted nodes; [`Sim::new`] is the usual constructor).
+    /// tests with scripted nodes; [`Sim::new`] is the usual constructor). The verdict's
+    /// groups of clusters are those of the cores' own grouping rule
+    /// ([`proto::Config::cluster_params`](crate::proto::Config::cluster_params)).
     pub fn with_nodes(
         net: NetModel,
         config: SimConfig,
         factory: Box<dyn FnMut(Spawn) -> N>,
     ) -> Self {
+        let net = net.grouped(&config.core.cluster_params());
         let check_interval = config.check_interval.max(Duration::from_micros(1));
         let mut sim = Sim {
             rng: SplitMix64::new(config.seed ^ 0x5151_7E57_0000_0001),

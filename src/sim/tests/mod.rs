@@ -2,6 +2,7 @@
 
 mod checks;
 mod fakes;
+mod groups;
 mod late;
 mod lost;
 mod mechanics;
