@@ -28,8 +28,14 @@ fn config(seed: u64) -> SimConfig {
 /// asserts that every tree spans every node, is wide-area optimal (and site optimal when the
 /// topology has sites), and that no cycle was ever seen.
 fn converges(name: &str, seed: u64, max: Duration) -> Sim {
+    converges_with(name, config(seed), max)
+}
+
+/// [`converges`] with these settings.
+fn converges_with(name: &str, cfg: SimConfig, max: Duration) -> Sim {
+    let seed = cfg.seed;
     let topo = topology(name);
-    let mut sim = Sim::new(&topo, config(seed));
+    let mut sim = Sim::new(&topo, cfg);
     let converged = sim.run_until_converged(max);
     let r = sim.report();
     println!(
@@ -135,6 +141,23 @@ fn split_site_converges_on_the_groups_latency_can_tell_apart() {
             .map(|n| sim.net().cluster_index(n).expect("a cluster of split-site"))
             .collect();
         assert_eq!(sim.net().groups().merged(), vec![lyon]);
+    }
+}
+
+/// With the topology's bandwidths modelled (das-4's asymmetric 3-28 Mbit/s links, and
+/// phoenix-27's 100 Mbit/s links and 1 Gbit/s NICs), the control traffic fits: nothing is
+/// dropped, and the trees converge as on a latency-only network.
+#[test]
+fn with_bandwidth_das_4_and_phoenix_27_converge_without_drops() {
+    for name in ["das-4", "phoenix-27"] {
+        for seed in 1..=2 {
+            let cfg = SimConfig {
+                bandwidth: true,
+                ..config(seed)
+            };
+            let sim = converges_with(name, cfg, Duration::from_secs(60));
+            assert_eq!(sim.tail_drops(), 0, "{name} seed {seed}");
+        }
     }
 }
 

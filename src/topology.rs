@@ -6,6 +6,9 @@
 //! matrix, so [`Topology::latency`] and [`Topology::bandwidth_mbit`] are O(1) lookups (the
 //! simulator calls them once per message).
 //!
+//! What a pipe of a given bandwidth does to a datagram (serialization, a bounded buffer,
+//! tail drop) is [`timeline`]: pure arithmetic on time, for virtual and real time alike.
+//!
 //! Every problem is reported as a [`TopologyError`] naming the file, the 1-based line and what
 //! is wrong; no input makes the loader panic.
 //!
@@ -22,6 +25,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
+
+pub mod timeline;
 
 /// Most nodes a topology may declare in total (a guard against absurd node counts).
 pub const MAX_NODES: usize = 1 << 24;

@@ -11,6 +11,12 @@
 //! - **network** ([`NetModel`]): the one-way latency between two nodes is the topology's
 //!   latency between their clusters; messages to crashed or departed nodes, across a
 //!   partitioned pair of clusters, or picked by the loss probability are dropped;
+//! - **bandwidth** (with [`SimConfig::bandwidth`], where the topology gives figures): a
+//!   message of `encoded_len` bytes is serialized on its sender's NIC, then on the
+//!   directed link between the two clusters (shared by every node of the sender's
+//!   cluster), each first come, first served with a bounded buffer that drops the tail,
+//!   then delayed by the latency; as the emulated socket does. A tail drop is a loss: the
+//!   sender is told, as for partitions;
 //! - **CPU**: each node is busy until some time; a received message is handled at
 //!   `max(arrival, busy_until) + cpu_recv`, and every message drained afterwards costs
 //!   `cpu_send` and departs at the running cursor; timers and membership notices are handled
@@ -37,6 +43,7 @@
 //! println!("converged at {converged:?}\n{}", sim.report());
 //! ```
 
+mod bandwidth;
 mod config;
 pub(crate) mod dot;
 pub mod groups;

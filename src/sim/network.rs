@@ -1,4 +1,4 @@
-//! The network model: clusters, sites, a one-way latency matrix and partitions.
+//! The network model: clusters, sites, a one-way latency matrix, bandwidths and partitions.
 
 use super::groups::Groups;
 use crate::proto::clusters::ClusterParams;
@@ -22,6 +22,11 @@ pub struct NetModel {
     initial: Vec<usize>,
     partitioned: BTreeSet<(usize, usize)>,
     groups: Groups,
+    /// Per-node NIC bandwidth of every cluster, Mbit/s (`None`: unlimited).
+    nic_mbit: Vec<Option<f64>>,
+    /// Bandwidth of every directed link between two clusters, `[from * k + to]`, Mbit/s
+    /// (`None`: unlimited; always `None` inside a cluster, where only the NICs limit).
+    link_mbit: Vec<Option<f64>>,
 }
 
 impl NetModel {
@@ -55,6 +60,10 @@ impl NetModel {
             has_sites: topo.has_sites(),
             initial: topo.node_clusters(),
             partitioned: BTreeSet::new(),
+            nic_mbit: topo.clusters.iter().map(|c| c.bandwidth_mbit).collect(),
+            link_mbit: (0..k * k)
+                .map(|i| (i / k != i % k).then(|| topo.bandwidth_mbit(i / k, i % k))?)
+                .collect(),
         }
         .grouped(&ClusterParams::default())
     }
@@ -101,6 +110,8 @@ impl NetModel {
             has_sites: sites.is_some(),
             initial: initial.to_vec(),
             partitioned: BTreeSet::new(),
+            nic_mbit: vec![None; k],
+            link_mbit: vec![None; k * k],
         }
         .grouped(&ClusterParams::default())
     }
@@ -111,6 +122,46 @@ impl NetModel {
     pub fn grouped(mut self, params: &ClusterParams) -> Self {
         self.groups = Groups::of(&self, params);
         self
+    }
+
+    /// The same network with bandwidths (for tests; [`NetModel::from_topology`] takes the
+    /// file's): `nic[c]` is the per-node NIC bandwidth of cluster `c`, `links[from][to]`
+    /// the bandwidth of the directed link between two clusters, in Mbit/s (`None`:
+    /// unlimited; the diagonal is ignored, as inside a cluster only the NICs limit).
+    ///
+    /// # Panics
+    /// If `nic` or `links` does not have one entry per cluster (per pair).
+    pub fn with_bandwidth(mut self, nic: &[Option<f64>], links: &[Vec<Option<f64>>]) -> Self {
+        let k = self.clusters();
+        assert_eq!(nic.len(), k, "one NIC bandwidth per cluster");
+        assert!(
+            links.len() == k && links.iter().all(|r| r.len() == k),
+            "one link bandwidth per pair of clusters"
+        );
+        self.nic_mbit = nic.to_vec();
+        self.link_mbit = (0..k * k)
+            .map(|i| (i / k != i % k).then(|| links[i / k][i % k])?)
+            .collect();
+        self
+    }
+
+    /// Per-node NIC bandwidth of cluster `c`, Mbit/s (`None`: unlimited).
+    pub fn nic_mbit(&self, c: usize) -> Option<f64> {
+        self.nic_mbit[c]
+    }
+
+    /// Bandwidth of the directed link from cluster `from` to cluster `to`, shared by every
+    /// node of `from`, Mbit/s (`None`: unlimited, and always inside a cluster).
+    pub fn link_mbit(&self, from: usize, to: usize) -> Option<f64> {
+        self.link_mbit[from * self.clusters() + to]
+    }
+
+    /// Whether any NIC or link has a bandwidth (else the network is latency only).
+    pub fn has_bandwidth(&self) -> bool {
+        self.nic_mbit
+            .iter()
+            .chain(&self.link_mbit)
+            .any(Option::is_some)
     }
 
     /// The latency-distinguishable groups of clusters the verdict is judged on.

@@ -15,6 +15,16 @@ pub(crate) enum Pending {
         to: usize,
         msg: Message,
     },
+    /// A message `len` bytes long, out of its sender's NIC, reaches the shared link between
+    /// the two nodes' clusters at `at` (to the nanosecond; the entry is queued at the next
+    /// µs, so the link sees its arrivals in time order).
+    Link {
+        from: usize,
+        to: usize,
+        msg: Message,
+        len: usize,
+        at: std::time::Duration,
+    },
     /// The deadline `deadline` of node `node` may be due (stale if re-armed since).
     Timer { node: usize, deadline: Time },
     /// Node `to` learns that `subject` joined (`down: None`) or went away.

@@ -166,6 +166,7 @@ impl<N: SimNode> Sim<N> {
             now: self.now,
         });
         self.integrate();
+        self.pipes.add_node(&self.net, cluster);
         self.nodes.push(node);
         self.ids.push(id);
         self.index.insert(id, index);

@@ -1,6 +1,8 @@
 //! Driving the cores: inputs, the drain rule, the CPU and network models, the event loop.
 
 use super::*;
+use crate::proto::Message;
+use crate::sim::bandwidth;
 
 impl<N: SimNode> Sim<N> {
     /// Hands `input` to node `idx` at `max(now, busy_until) (+ cpu_recv)`, drains it and
@@ -81,15 +83,31 @@ impl<N: SimNode> Sim<N> {
             self.stats.dropped_loss += 1;
             return self.report_loss(from, to, depart);
         }
-        let at = depart + self.net.latency(cf, ct);
-        self.queue.push(
-            at,
-            Pending::Deliver {
+        // The sender's NIC: its sends come in time order, so it is served at once.
+        let Some(left) = self.pipes.nic(from, bandwidth::since_zero(depart), len) else {
+            self.stats.dropped_tail += 1;
+            return self.report_loss(from, to, depart);
+        };
+        let msg = tx.msg;
+        if self.pipes.has_link(cf, ct) {
+            // A shared link takes its senders' datagrams in time order: through the queue.
+            let what = Pending::Link {
                 from,
                 to,
-                msg: tx.msg,
-            },
-        );
+                msg,
+                len,
+                at: left,
+            };
+            return self.queue.push(bandwidth::at_or_after(left), what);
+        }
+        self.deliver(from, to, msg, left);
+    }
+
+    /// Queues `msg` for delivery one latency after it left its last pipe at `left`.
+    fn deliver(&mut self, from: usize, to: usize, msg: Message, left: Duration) {
+        let (cf, ct) = (self.cluster_of[from], self.cluster_of[to]);
+        let at = bandwidth::at_or_after(left) + self.net.latency(cf, ct);
+        self.queue.push(at, Pending::Deliver { from, to, msg });
     }
 
     /// Tells `from` (if [`SimConfig::report_losses`]) that its message to `to` was lost.
@@ -189,6 +207,22 @@ impl<N: SimNode> Sim<N> {
                 self.stats.delivered += 1;
                 let from = self.ids[from];
                 self.feed(to, Input::Received { from, msg }, true);
+            }
+            Pending::Link {
+                from,
+                to,
+                msg,
+                len,
+                at,
+            } => {
+                let (cf, ct) = (self.cluster_of[from], self.cluster_of[to]);
+                match self.pipes.link(cf, ct, at, len) {
+                    Some(left) => self.deliver(from, to, msg, left),
+                    None => {
+                        self.stats.dropped_tail += 1;
+                        self.report_loss(from, to, self.now);
+                    }
+                }
             }
             Pending::Timer { node, deadline } => {
                 if !self.alive[node] || self.timer_queued[node] != Some(deadline) {

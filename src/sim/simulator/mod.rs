@@ -5,6 +5,7 @@ mod actions;
 mod checks;
 mod drive;
 
+use super::bandwidth::Pipes;
 use super::config::SimConfig;
 use super::invariants::{CycleRecord, ParentView};
 use super::metrics::{self, Layout, Scratch, Snapshot, TreeDiagnosis, TreeMetrics};
@@ -41,6 +42,7 @@ struct Stats {
     dropped_partition: u64,
     dropped_dead: u64,
     dropped_unknown: u64,
+    dropped_tail: u64,
     parent_changes: u64,
     parent_changes_intra: u64,
     event_mismatches: u64,
@@ -70,6 +72,7 @@ struct Repair {
 pub struct Sim<N: SimNode = Core> {
     cfg: SimConfig,
     net: NetModel,
+    pipes: Pipes,
     rng: SplitMix64,
     factory: Box<dyn FnMut(Spawn) -> N>,
     now: Time,
@@ -162,6 +165,7 @@ impl<N: SimNode> Sim<N> {
             rng: SplitMix64::new(config.seed ^ 0x5151_7E57_0000_0001),
             live_per_cluster: vec![0; net.clusters()],
             live_per_site: vec![0; net.sites()],
+            pipes: Pipes::new(&net, config.bandwidth),
             net,
             factory,
             now: Time::ZERO,
@@ -332,10 +336,16 @@ impl<N: SimNode> Sim<N> {
         self.stats.bytes
     }
 
-    /// Messages dropped so far (loss, partition, dead or unknown destination).
+    /// Messages dropped so far (loss, partition, a full NIC or link buffer, dead or unknown
+    /// destination).
     pub fn messages_dropped(&self) -> u64 {
         let s = &self.stats;
-        s.dropped_loss + s.dropped_partition + s.dropped_dead + s.dropped_unknown
+        s.dropped_loss + s.dropped_partition + s.dropped_tail + s.dropped_dead + s.dropped_unknown
+    }
+
+    /// Messages dropped so far because a NIC's or a link's buffer was full.
+    pub fn tail_drops(&self) -> u64 {
+        self.stats.dropped_tail
     }
 
     /// `ParentChanged` events whose `old` did not match the global view, and events naming

@@ -1,5 +1,6 @@
 //! Tests of the simulator's mechanics with scripted nodes (no real core needed).
 
+mod bandwidth;
 mod checks;
 mod fakes;
 mod groups;
