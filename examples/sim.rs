@@ -16,9 +16,10 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
+use overlay::proto::gossip::GossipConfig;
 use overlay::proto::rng::SplitMix64;
 use overlay::proto::{Config, Time};
-use overlay::sim::{Report, Sim, SimConfig};
+use overlay::sim::{Report, Sim, SimConfig, SimNode};
 use overlay::topology::Topology;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -74,6 +75,15 @@ struct Args {
     /// `--max-seconds` and `--stable-seconds` are multiplied too.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     dilate: u32,
+    /// How nodes learn of each other: `gossip` runs the membership protocol in every node
+    /// (joins through the first node, failures found by probes; its messages count in the
+    /// traffic), `oracle` tells every node of joins, leaves and crashes after a fixed delay.
+    #[arg(long, default_value = "oracle", value_parser = ["oracle", "gossip"])]
+    membership: String,
+    /// Model the topology's bandwidths: each message is serialized on its sender's NIC and
+    /// on the shared link between the two clusters (bounded queues, tail drop).
+    #[arg(long)]
+    bandwidth: bool,
 }
 
 /// Figures of the churn phase.
@@ -133,7 +143,7 @@ fn load_topology(arg: &str) -> Result<Topology> {
     }
 }
 
-fn resolve_root(sim: &Sim, arg: &str) -> Result<usize> {
+fn resolve_root<N: SimNode>(sim: &Sim<N>, arg: &str) -> Result<usize> {
     if let Ok(i) = arg.parse::<usize>() {
         ensure!(
             i < sim.total_nodes(),
@@ -204,9 +214,26 @@ fn run(args: Args) -> Result<()> {
         stable_for,
         membership_delay: SimConfig::default().membership_delay * args.dilate,
         failure_detection: SimConfig::default().failure_detection * args.dilate,
+        bandwidth: args.bandwidth,
         ..SimConfig::default()
     };
-    let mut sim = Sim::new(&topo, cfg);
+    if args.membership == "gossip" {
+        let gossip = GossipConfig::default().slowed(args.dilate);
+        let sim = Sim::with_membership(&topo, cfg, gossip);
+        return finish(sim, &args, &topo, max, window, wall);
+    }
+    finish(Sim::new(&topo, cfg), &args, &topo, max, window, wall)
+}
+
+/// Runs the simulation built by [`run`] and prints its figures.
+fn finish<N: SimNode>(
+    mut sim: Sim<N>,
+    args: &Args,
+    topo: &Topology,
+    max: Duration,
+    window: Duration,
+    wall: Instant,
+) -> Result<()> {
     let dot_root = args
         .dot
         .as_deref()

@@ -16,6 +16,7 @@ mod security;
 mod sim_churn;
 mod sim_clusters;
 mod sim_collectives;
+mod sim_membership;
 mod sim_topologies;
 
 /// Every file of this directory is a module above: a file added without its `mod` line

@@ -1,6 +1,6 @@
 //! What the simulator needs from a node: the core's driver-facing API.
 
-use crate::proto::{Core, Event, Input, NodeId, Time, Transmit};
+use crate::proto::{Core, Event, GossipMessage, Input, NodeId, Time, Transmit};
 
 /// The part of the core's API the simulator drives. Implemented by [`Core`]; the
 /// simulator's own tests implement it with small scripted fakes.
@@ -15,6 +15,23 @@ pub trait SimNode {
     fn poll_timeout(&mut self) -> Option<Time>;
     /// This node's parent in `root`'s tree (see [`Core::parent`]).
     fn parent(&self, root: NodeId) -> Option<NodeId>;
+
+    /// Whether the node runs its own membership protocol. If so the simulator tells it of
+    /// no member (no [`Input::MemberUp`] or [`Input::MemberDown`]): a node joins through a
+    /// live member ([`SimNode::join_via`]) and learns of the others, their departures and
+    /// their crashes from the membership messages it exchanges over the simulated network.
+    const OWN_MEMBERSHIP: bool = false;
+
+    /// Asks `via`, a live member, to admit this node (nodes with their own membership).
+    fn join_via(&mut self, _now: Time, _via: NodeId) {}
+
+    /// Next membership message to send (nodes with their own membership).
+    fn poll_gossip(&mut self) -> Option<(NodeId, GossipMessage)> {
+        None
+    }
+
+    /// A membership message arrived.
+    fn receive_gossip(&mut self, _now: Time, _from: NodeId, _msg: GossipMessage) {}
 }
 
 impl SimNode for Core {

@@ -1,6 +1,6 @@
 //! The event queue: ordered by (time, insertion order), so equal times pop in FIFO order.
 
-use crate::proto::{DownReason, Message, Time};
+use crate::proto::{DownReason, Packet, Time};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -9,11 +9,11 @@ use super::scenario::Action;
 /// Something that happens at a point of virtual time.
 #[derive(Debug)]
 pub(crate) enum Pending {
-    /// A message arrives at `to`.
+    /// A packet (tree or membership message) arrives at `to`.
     Deliver {
         from: usize,
         to: usize,
-        msg: Message,
+        packet: Packet,
     },
     /// A message `len` bytes long, out of its sender's NIC, reaches the shared link between
     /// the two nodes' clusters at `at` (to the nanosecond; the entry is queued at the next
@@ -21,7 +21,7 @@ pub(crate) enum Pending {
     Link {
         from: usize,
         to: usize,
-        msg: Message,
+        packet: Packet,
         len: usize,
         at: std::time::Duration,
     },

@@ -48,6 +48,13 @@ pub fn record(t: &mut TrafficByKind, msg: &Message, bytes: usize) {
     k.entries += entries as u64;
 }
 
+/// Adds one sent membership message of `bytes` to `t` (kind `gossip`).
+pub fn record_gossip(t: &mut TrafficByKind, bytes: usize) {
+    let k = t.entry("gossip").or_default();
+    k.messages += 1;
+    k.bytes += bytes as u64;
+}
+
 /// `now - then`, kind by kind.
 pub fn since(now: &TrafficByKind, then: &TrafficByKind) -> TrafficByKind {
     now.iter()

@@ -75,6 +75,16 @@ impl<N: SimNode> Sim<N> {
         self.good_since = None;
         let idx = self.spawn(cluster);
         let live: Vec<usize> = (0..idx).filter(|&i| self.alive[i]).collect();
+        if N::OWN_MEMBERSHIP {
+            if let Some(&via) = live.first() {
+                let via = self.ids[via];
+                self.nodes[idx].join_via(self.now, via);
+                let end = self.drain(idx, self.now);
+                self.busy_until[idx] = end;
+                self.rearm(idx);
+            }
+            return self.joined(idx);
+        }
         for &b in &live {
             let id = self.ids[b];
             self.feed(idx, Input::MemberUp { id }, false);
@@ -90,6 +100,10 @@ impl<N: SimNode> Sim<N> {
                 },
             );
         }
+        self.joined(idx)
+    }
+
+    fn joined(&mut self, idx: usize) -> usize {
         self.stats.joins += 1;
         self.repairs.push(Repair {
             kind: "join",
@@ -132,7 +146,12 @@ impl<N: SimNode> Sim<N> {
         });
     }
 
+    /// Tells the live nodes, after `delay`, that `node` went away (unless the nodes run
+    /// their own membership, which finds out by itself).
     pub(super) fn notify_down(&mut self, node: usize, reason: DownReason, delay: Duration) {
+        if N::OWN_MEMBERSHIP {
+            return;
+        }
         let at = self.now + delay;
         for b in 0..self.nodes.len() {
             if self.alive[b] {

@@ -1,7 +1,7 @@
 //! Driving the cores: inputs, the drain rule, the CPU and network models, the event loop.
 
 use super::*;
-use crate::proto::Message;
+use crate::proto::{GossipMessage, Packet};
 use crate::sim::bandwidth;
 
 impl<N: SimNode> Sim<N> {
@@ -30,7 +30,17 @@ impl<N: SimNode> Sim<N> {
                 progressed = true;
                 cursor = cursor + self.cfg.cpu_send;
                 self.stats.cpu_us += self.cfg.cpu_send.as_micros();
-                self.send(idx, tx, cursor);
+                let len = tx.msg.encoded_len();
+                traffic::record(&mut self.stats.traffic, &tx.msg, len);
+                self.send(idx, tx.to, Packet::Overlay(tx.msg), len, cursor);
+            }
+            while let Some((to, msg)) = self.nodes[idx].poll_gossip() {
+                progressed = true;
+                cursor = cursor + self.cfg.cpu_send;
+                self.stats.cpu_us += self.cfg.cpu_send.as_micros();
+                let len = gossip_len(&msg);
+                traffic::record_gossip(&mut self.stats.traffic, len);
+                self.send(idx, to, Packet::Gossip(msg), len, cursor);
             }
             while let Some(ev) = self.nodes[idx].poll_event() {
                 progressed = true;
@@ -65,12 +75,18 @@ impl<N: SimNode> Sim<N> {
             .push(deadline.max(self.now), Pending::Timer { node, deadline });
     }
 
-    pub(super) fn send(&mut self, from: usize, tx: Transmit, depart: Time) {
-        let len = tx.msg.encoded_len();
+    /// Carries a packet of `len` bytes from node `from` to `to`, departing at `depart`.
+    pub(super) fn send(
+        &mut self,
+        from: usize,
+        to: NodeId,
+        packet: Packet,
+        len: usize,
+        depart: Time,
+    ) {
         self.stats.messages += 1;
         self.stats.bytes += len as u64;
-        traffic::record(&mut self.stats.traffic, &tx.msg, len);
-        let Some(&to) = self.index.get(&tx.to) else {
+        let Some(&to) = self.index.get(&to) else {
             self.stats.dropped_unknown += 1;
             return;
         };
@@ -88,26 +104,34 @@ impl<N: SimNode> Sim<N> {
             self.stats.dropped_tail += 1;
             return self.report_loss(from, to, depart);
         };
-        let msg = tx.msg;
         if self.pipes.has_link(cf, ct) {
             // A shared link takes its senders' datagrams in time order: through the queue.
             let what = Pending::Link {
                 from,
                 to,
-                msg,
+                packet,
                 len,
                 at: left,
             };
             return self.queue.push(bandwidth::at_or_after(left), what);
         }
-        self.deliver(from, to, msg, left);
+        self.deliver(from, to, packet, left);
     }
 
-    /// Queues `msg` for delivery one latency after it left its last pipe at `left`.
-    fn deliver(&mut self, from: usize, to: usize, msg: Message, left: Duration) {
+    /// Queues `packet` for delivery one latency after it left its last pipe at `left`.
+    fn deliver(&mut self, from: usize, to: usize, packet: Packet, left: Duration) {
         let (cf, ct) = (self.cluster_of[from], self.cluster_of[to]);
         let at = bandwidth::at_or_after(left) + self.net.latency(cf, ct);
-        self.queue.push(at, Pending::Deliver { from, to, msg });
+        self.queue.push(at, Pending::Deliver { from, to, packet });
+    }
+
+    /// Hands a membership message to node `idx`, as [`Sim::feed`] hands an input.
+    fn feed_gossip(&mut self, idx: usize, from: NodeId, msg: GossipMessage) {
+        let t = self.now.max(self.busy_until[idx]) + self.cfg.cpu_recv;
+        self.nodes[idx].receive_gossip(t, from, msg);
+        let end = self.drain(idx, t);
+        self.busy_until[idx] = end;
+        self.rearm(idx);
     }
 
     /// Tells `from` (if [`SimConfig::report_losses`]) that its message to `to` was lost.
@@ -199,25 +223,30 @@ impl<N: SimNode> Sim<N> {
 
     pub(super) fn process(&mut self, what: Pending) {
         match what {
-            Pending::Deliver { from, to, msg } => {
+            Pending::Deliver { from, to, packet } => {
                 if !self.alive[to] {
                     self.stats.dropped_dead += 1;
                     return;
                 }
                 self.stats.delivered += 1;
                 let from = self.ids[from];
-                self.feed(to, Input::Received { from, msg }, true);
+                match packet {
+                    Packet::Overlay(msg) => self.feed(to, Input::Received { from, msg }, true),
+                    Packet::Gossip(msg) => self.feed_gossip(to, from, msg),
+                    // Nodes in the simulator send neither queries nor data streams.
+                    Packet::Query(_) | Packet::Data(_) => {}
+                }
             }
             Pending::Link {
                 from,
                 to,
-                msg,
+                packet,
                 len,
                 at,
             } => {
                 let (cf, ct) = (self.cluster_of[from], self.cluster_of[to]);
                 match self.pipes.link(cf, ct, at, len) {
-                    Some(left) => self.deliver(from, to, msg, left),
+                    Some(left) => self.deliver(from, to, packet, left),
                     None => {
                         self.stats.dropped_tail += 1;
                         self.report_loss(from, to, self.now);
@@ -351,4 +380,10 @@ impl<N: SimNode> Sim<N> {
         self.now = self.now.max(until);
         false
     }
+}
+
+/// Encoded size of a membership message, counted as a tree message's is (a version byte,
+/// then postcard).
+fn gossip_len(msg: &GossipMessage) -> usize {
+    1 + postcard::experimental::serialized_size(msg).unwrap_or(0)
 }

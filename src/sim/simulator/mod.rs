@@ -8,6 +8,7 @@ mod drive;
 use super::bandwidth::Pipes;
 use super::config::SimConfig;
 use super::invariants::{CycleRecord, ParentView};
+use super::member_node::MemberNode;
 use super::metrics::{self, Layout, Scratch, Snapshot, TreeDiagnosis, TreeMetrics};
 use super::network::NetModel;
 use super::node::{SimNode, Spawn};
@@ -15,9 +16,10 @@ use super::queue::{EventQueue, Pending};
 use super::report::{RepairRecord, Report};
 use super::scenario::{self, Action};
 use super::traffic::{self, TrafficByKind};
+use crate::proto::gossip::GossipConfig;
 use crate::proto::id::IdMap;
 use crate::proto::rng::SplitMix64;
-use crate::proto::{Command, Core, DownReason, Event, Input, NodeId, Time, Transmit};
+use crate::proto::{Command, Core, DownReason, Event, Input, NodeId, Time};
 use crate::topology::Topology;
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -149,6 +151,26 @@ impl Sim<Core> {
     }
 }
 
+impl Sim<MemberNode> {
+    /// A simulation of `topology` with one whole [`proto::Node`](crate::proto::Node) per
+    /// node, membership protocol included: the nodes start at t = 0 and join through the
+    /// first; later joins go through the lowest-numbered live node; departures and crashes
+    /// are learnt from membership messages, and those count in every traffic figure.
+    pub fn with_membership(topology: &Topology, config: SimConfig, gossip: GossipConfig) -> Self {
+        let core_cfg = config.core.clone();
+        Self::with_nodes(
+            NetModel::from_topology(topology),
+            config,
+            Box::new(move |s: Spawn| MemberNode::new(s, core_cfg.clone(), gossip.clone())),
+        )
+    }
+
+    /// The core of node `i`.
+    pub fn core(&self, i: usize) -> &Core {
+        self.nodes[i].node().core()
+    }
+}
+
 impl<N: SimNode> Sim<N> {
     /// A simulation over `net` whose nodes are made by `factory` (used by the simulator's
     /// tests with scripted nodes; [`Sim::new`] is the usual constructor). The verdict's
@@ -207,6 +229,17 @@ impl<N: SimNode> Sim<N> {
         let initial = sim.net.initial_clusters().to_vec();
         for &c in &initial {
             sim.spawn(c);
+        }
+        if N::OWN_MEMBERSHIP {
+            // Every node joins through the first, as nodes started together on a seed do.
+            for a in 1..sim.nodes.len() {
+                let via = sim.ids[0];
+                sim.nodes[a].join_via(sim.now, via);
+                let end = sim.drain(a, sim.now);
+                sim.busy_until[a] = end;
+                sim.rearm(a);
+            }
+            return sim;
         }
         for a in 0..sim.nodes.len() {
             for b in 0..sim.nodes.len() {
