@@ -1,28 +1,133 @@
 //! Questions to other nodes: advert requests, parent queries and serial requests, rate limited.
+//!
+//! Owns the pending requests both ways ([`Asks`]): the advert requests received that wait
+//! for our serial, the requests sent (for rate limiting), and the requests batched until
+//! the next advert flush. They are kept together because they are expired together and
+//! forgotten together when a peer or a root goes away.
 
-use super::*;
+use super::Core;
+use super::trees::RootIdx;
+use crate::proto::id::{IdMap as HashMap, NodeId};
+use crate::proto::message::Message;
+use crate::proto::time::Time;
+use crate::proto::tree::CandidateView;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The same parent query, with nothing changed on either side, is sent again only after
+/// this long.
+const REQUERY_AFTER: Duration = Duration::from_secs(60);
+
+/// Advert requests, parent queries and serial requests, in and out.
+#[derive(Default)]
+pub(super) struct Asks {
+    /// Advert requests received that wait for our serial to reach the asked one.
+    waiting: HashMap<RootIdx, Vec<(NodeId, u32, Time)>>,
+    /// Advert requests and parent queries sent, for rate limiting.
+    asked: HashMap<(NodeId, RootIdx), (u32, Time)>,
+    /// Parent queries sent: when, and our parent and the candidate's dist at the time.
+    queried: HashMap<(NodeId, RootIdx), (Time, Option<NodeId>, u32)>,
+    /// Serial requests sent, per tree.
+    serial_requested: HashMap<RootIdx, Time>,
+    /// Advert requests batched until the next flush.
+    out_asks: BTreeMap<NodeId, Vec<(NodeId, u32)>>,
+    /// Parent queries batched until the next flush.
+    out_queries: BTreeMap<NodeId, Vec<NodeId>>,
+}
+
+impl Asks {
+    /// Batches an advert request to `peer` for `root`'s state at `serial` or later.
+    pub(super) fn queue_ask(&mut self, peer: NodeId, root: NodeId, serial: u32) {
+        self.out_asks.entry(peer).or_default().push((root, serial));
+    }
+
+    /// `from` asked for our state in tree `ri` once our serial reaches `serial`.
+    pub(super) fn wait(&mut self, ri: RootIdx, from: NodeId, serial: u32, now: Time) {
+        self.waiting
+            .entry(ri)
+            .or_default()
+            .push((from, serial, now));
+    }
+
+    /// The peers whose requests in tree `ri` our serial `serial` now answers (no longer
+    /// waiting).
+    pub(super) fn answerable(&mut self, ri: RootIdx, serial: u32) -> Vec<NodeId> {
+        let Some(waiting) = self.waiting.get_mut(&ri) else {
+            return Vec::new();
+        };
+        let ready: Vec<NodeId> = waiting
+            .iter()
+            .filter(|(_, s, _)| *s <= serial)
+            .map(|(p, _, _)| *p)
+            .collect();
+        waiting.retain(|(_, s, _)| *s > serial);
+        ready
+    }
+
+    /// Whether requests wait for the next flush.
+    pub(super) fn has_batched(&self) -> bool {
+        !self.out_asks.is_empty() || !self.out_queries.is_empty()
+    }
+
+    /// The batched advert requests and parent queries, per peer.
+    pub(super) fn take_batched(&mut self) -> (BatchedAsks, BatchedQueries) {
+        (
+            std::mem::take(&mut self.out_asks),
+            std::mem::take(&mut self.out_queries),
+        )
+    }
+
+    /// Forgets the requests batched to `peer` (it went away).
+    pub(super) fn forget_peer(&mut self, peer: &NodeId) {
+        self.out_asks.remove(peer);
+        self.out_queries.remove(peer);
+    }
+
+    /// Forgets the requests waiting in tree `ri` (its root went away).
+    pub(super) fn forget_root(&mut self, ri: RootIdx) {
+        self.waiting.remove(&ri);
+    }
+
+    /// Drops requests that are over: waiting ones after two serial periods (`period`),
+    /// the rate limits once they no longer hold.
+    pub(super) fn expire(&mut self, now: Time, period: Duration) {
+        for list in self.waiting.values_mut() {
+            list.retain(|(_, _, at)| now.saturating_since(*at) < period * 2);
+        }
+        self.asked
+            .retain(|_, (_, at)| now.saturating_since(*at) < period);
+        self.queried
+            .retain(|_, (at, ..)| now.saturating_since(*at) < REQUERY_AFTER);
+    }
+}
+
+/// Advert requests batched per peer: (root, serial wanted).
+pub(super) type BatchedAsks = BTreeMap<NodeId, Vec<(NodeId, u32)>>;
+
+/// Parent queries batched per peer: the roots asked about.
+pub(super) type BatchedQueries = BTreeMap<NodeId, Vec<NodeId>>;
 
 impl Core {
     /// Asks `view.id` for its state once its serial reaches ours (or the next one, if our
     /// feasibility distance is what blocks it).
     pub(super) fn ask(&mut self, ri: RootIdx, view: &CandidateView) {
-        let t = self.trees[ri].as_ref().expect("live");
+        let t = self.trees.live(ri);
         let want = if view.serial < t.serial {
             t.serial
         } else {
             t.serial + 1
         };
         let key = (view.id, ri);
-        if let Some(&(s, at)) = self.asked.get(&key)
+        if let Some(&(s, at)) = self.asks.asked.get(&key)
             && s >= want
             && self.now.saturating_since(at) < self.config.serial_period
         {
             return;
         }
-        self.asked.insert(key, (want, self.now));
+        self.asks.asked.insert(key, (want, self.now));
         self.stats.asks += 1;
         let root = t.root;
-        self.out_asks.entry(view.id).or_default().push((root, want));
+        self.asks.queue_ask(view.id, root, want);
     }
 
     /// Asks `view.id` for its parent in this tree, at most once per serial period; and
@@ -32,9 +137,9 @@ impl Core {
     /// whether the query goes out.
     pub(super) fn query_parent(&mut self, ri: RootIdx, view: &CandidateView) -> bool {
         let key = (view.id, ri);
-        let t = self.trees[ri].as_ref().expect("live");
+        let t = self.trees.live(ri);
         let (parent, root) = (t.parent, t.root);
-        if let Some(&(at, p, d)) = self.queried.get(&key) {
+        if let Some(&(at, p, d)) = self.asks.queried.get(&key) {
             let age = self.now.saturating_since(at);
             // Dists as heard jitter a little (an answer carries the exact figure, adverts
             // only changes above 0.1%): the same bound as for adverts.
@@ -44,24 +149,24 @@ impl Core {
                 return false;
             }
         }
-        self.queried.insert(key, (self.now, parent, view.dist_us));
+        self.asks
+            .queried
+            .insert(key, (self.now, parent, view.dist_us));
         self.stats.parent_queries += 1;
-        self.out_queries.entry(view.id).or_default().push(root);
+        self.asks.out_queries.entry(view.id).or_default().push(root);
         true
     }
 
     /// Asks the root for a fresh serial (at most once per quarter serial period per tree): a node without a path needs one to accept a new parent.
     pub(super) fn request_serial(&mut self, ri: RootIdx) {
         let gap = self.config.serial_period / 4;
-        if self
-            .serial_requested
-            .get(&ri)
+        if (self.asks.serial_requested.get(&ri))
             .is_some_and(|at| self.now.saturating_since(*at) < gap)
         {
             return;
         }
-        self.serial_requested.insert(ri, self.now);
-        let t = self.trees[ri].as_ref().expect("live");
+        self.asks.serial_requested.insert(ri, self.now);
+        let t = self.trees.live(ri);
         let (root, serial) = (t.root, t.serial + 1);
         self.send(root, Message::SerialRequest { root, serial });
     }

@@ -1,15 +1,59 @@
 //! The bridge to the collective engine: the overlay view it borrows and the commands it runs.
+//!
+//! Owns the collective engine and the measured cost of one send its in-cluster plans go
+//! by ([`CollectiveBridge`]). The engine sees the rest of the core only through
+//! [`CoreView`], borrowed for one call.
 
-use super::*;
+use super::Core;
+use super::neighbours::Neighbours;
+use super::trees::Trees;
+use crate::proto::Command;
+use crate::proto::collective::{Collectives, Overlay};
+use crate::proto::config::Config;
+use crate::proto::id::NodeId;
+use crate::proto::membership::MemberTable;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// The collective engine and what it needs measured.
+pub(super) struct CollectiveBridge {
+    /// Broadcast, scatter, gather and reduce along the trees.
+    pub(super) engine: Collectives,
+    /// The cost of one send as the driver measured it (see
+    /// [`Input::SendCost`](crate::proto::Input::SendCost)).
+    send_cost: SendCostEstimate,
+}
+
+impl CollectiveBridge {
+    /// The engine of node `id`.
+    pub(super) fn new(id: NodeId) -> Self {
+        CollectiveBridge {
+            engine: Collectives::new(id),
+            send_cost: SendCostEstimate::default(),
+        }
+    }
+
+    /// The cost of one send: measured, else `configured`; and whether it is measured.
+    pub(super) fn send_cost(&self, configured: Duration) -> (Duration, bool) {
+        match self.send_cost.measured() {
+            Some(c) => (c, true),
+            None => (configured, false),
+        }
+    }
+
+    /// One measurement of the cost of one send.
+    pub(super) fn sample_send_cost(&mut self, per_send: Duration) {
+        self.send_cost.sample(per_send);
+    }
+}
 
 /// The overlay as the collective engine sees it: borrowed from the core's tables.
 pub(super) struct CoreView<'a> {
     id: NodeId,
     config: &'a Config,
     members: &'a MemberTable,
-    root_index: &'a HashMap<NodeId, RootIdx>,
-    trees: &'a [Option<TreeState>],
-    rtt: &'a HashMap<NodeId, RttEstimator>,
+    trees: &'a Trees,
+    nbrs: &'a Neighbours,
     /// The cost of one send the plan goes by, µs.
     send_cost_us: u32,
     /// This node's discovered level-1 cluster (sorted, itself included), once discovery has
@@ -28,14 +72,13 @@ impl Overlay for CoreView<'_> {
         *id == self.id || self.members.is_alive(id)
     }
     fn children(&self, root: NodeId) -> Vec<NodeId> {
-        self.root_index
-            .get(&root)
-            .and_then(|&i| self.trees[i].as_ref())
+        self.trees
+            .find(root)
             .map(|t| t.children.iter().copied().collect())
             .unwrap_or_default()
     }
     fn rtt_us(&self, peer: NodeId) -> Option<u32> {
-        self.rtt.get(&peer).and_then(|e| e.rtt_us())
+        self.nbrs.rtt_us(&peer)
     }
     fn plans(&self) -> bool {
         !self.config.cluster_rtt.is_zero()
@@ -67,15 +110,14 @@ impl Core {
             id: self.id,
             config: &self.config,
             members: &self.members,
-            root_index: &self.root_index,
             trees: &self.trees,
-            rtt: &self.rtt,
+            nbrs: &self.nbrs,
             send_cost_us: self.send_cost().0.as_micros().min(u32::MAX as u128) as u32,
             cluster: (self.discovery.table.view().group_of(1, &self.id))
                 .map(|g| g.members.as_slice())
                 .filter(|m| m.len() > 1),
         };
-        f(&mut self.coll, &view);
+        f(&mut self.coll.engine, &view);
     }
 
     /// Runs an application command on the collective engine.
@@ -87,7 +129,7 @@ impl Core {
             Command::Publish { key, value } => {
                 self.with_collectives(|c, v| c.publish(now, v, key, value))
             }
-            Command::Withdraw { key } => self.coll.withdraw(&key),
+            Command::Withdraw { key } => self.coll.engine.withdraw(&key),
             Command::Contribute { op, value } => {
                 self.with_collectives(|c, v| c.contribute(now, v, op, value))
             }
@@ -101,7 +143,7 @@ impl Core {
 /// The measured cost of one send: the median of the last few samples, so that one burst
 /// held up by something else (a stalled process, a blocked connection) does not move it.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct SendCostEstimate {
+struct SendCostEstimate {
     /// The latest samples, µs.
     recent: VecDeque<u32>,
     /// Their median (read for every operation a node relays; samples are rarer).
@@ -115,7 +157,7 @@ impl SendCostEstimate {
     const RANGE_US: (u32, u32) = (1, 5_000);
 
     /// Takes one sample.
-    pub(crate) fn sample(&mut self, per_send: Duration) {
+    fn sample(&mut self, per_send: Duration) {
         let us = per_send.as_micros().min(u128::from(u32::MAX)) as u32;
         if self.recent.len() == Self::WINDOW {
             self.recent.pop_front();
@@ -131,7 +173,7 @@ impl SendCostEstimate {
 
     /// The median of the recent samples (the upper one of an even count: planning with too
     /// low a cost is the costlier mistake), once measured.
-    pub(crate) fn measured(&self) -> Option<Duration> {
+    fn measured(&self) -> Option<Duration> {
         self.median
     }
 }

@@ -2,6 +2,8 @@
 //! summary from its RTT estimates, spreads summaries, and recomputes the groups. Runs on
 //! the housekeeping round and the advert flush; its randomness comes from its own seeded
 //! generator, so adding it left the tree protocol's random choices as they were.
+//!
+//! Owns the cluster table, that generator and the next digest exchange ([`Discovery`]).
 
 use super::Core;
 use crate::proto::clusters::{ClusterTable, ClusterView, summary};
@@ -74,13 +76,8 @@ impl Core {
         let params = self.config.cluster_params();
         // Not while the sweep still meets the members: the row is incomplete, and every
         // version published costs a spread to everyone.
-        if self.sweep.is_empty() {
-            let row: Vec<(NodeId, u32)> = self
-                .members
-                .alive()
-                .iter()
-                .filter_map(|p| Some((*p, self.rtt.get(p)?.rtt_us()?)))
-                .collect();
+        if self.probing.met_everyone() {
+            let row: Vec<(NodeId, u32)> = self.nbrs.row(self.members.alive());
             let own = self.discovery.table.own_edges();
             let edges = summary::choose(&row, own, &params);
             if summary::differs(own, &edges, &params) {

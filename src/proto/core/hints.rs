@@ -1,6 +1,49 @@
 //! Parent hints: far children that may share a cluster are introduced to each other.
+//!
+//! Owns the far children already introduced ([`Hints`]), so that a pair that stays apart
+//! is not introduced again every few rounds.
 
-use super::*;
+use super::Core;
+use super::trees::RootIdx;
+use crate::proto::id::{IdMap as HashMap, NodeId};
+use crate::proto::time::Time;
+use std::time::Duration;
+
+/// A child attached over a link at least this long (one-way, µs) is introduced to its
+/// siblings at about the same latency (see `Core::introduce_siblings`).
+const SIBLING_HINT_MIN_LAT_US: u32 = 1_000;
+
+/// The same two far children are introduced again only after this long.
+const REINTRODUCE_AFTER: Duration = Duration::from_secs(60);
+
+/// Far children introduced to each other, and when (see `Core::introduce_far_children`).
+#[derive(Default)]
+pub(super) struct Hints {
+    introduced: HashMap<(RootIdx, NodeId, NodeId), Time>,
+}
+
+impl Hints {
+    /// Whether to introduce `a` and `b` to each other in tree `ri` now: not if they were
+    /// less than `REINTRODUCE_AFTER` ago. Notes the introduction down if so.
+    fn introduce(&mut self, ri: RootIdx, a: NodeId, b: NodeId, now: Time) -> bool {
+        let key = (ri, a.min(b), a.max(b));
+        if self
+            .introduced
+            .get(&key)
+            .is_some_and(|at| now.saturating_since(*at) < REINTRODUCE_AFTER)
+        {
+            return false;
+        }
+        self.introduced.insert(key, now);
+        true
+    }
+
+    /// Forgets the introductions that may be repeated.
+    pub(super) fn expire(&mut self, now: Time) {
+        self.introduced
+            .retain(|_, at| now.saturating_since(*at) < REINTRODUCE_AFTER);
+    }
+}
 
 impl Core {
     /// Introduces to each other the far children whose latencies from us are within an
@@ -8,15 +51,15 @@ impl Core {
     /// Not while this node is still meeting the members: every tree is forming then, and
     /// each hint costs the receiver a hinted peer to measure.
     pub(super) fn introduce_far_children(&mut self, ri: RootIdx) {
-        if !self.sweep.is_empty() {
+        if !self.probing.met_everyone() {
             return;
         }
-        let t = self.trees[ri].as_ref().expect("live");
+        let t = self.trees.live(ri);
         let root = t.root;
         let mut far: Vec<(u32, NodeId)> = t
             .children
             .iter()
-            .filter_map(|c| self.lat_us(c).map(|l| (l, *c)))
+            .filter_map(|c| self.nbrs.lat_us(c).map(|l| (l, *c)))
             .filter(|(l, _)| *l >= SIBLING_HINT_MIN_LAT_US)
             .collect();
         far.sort_unstable();
@@ -29,17 +72,11 @@ impl Core {
         for (a, b) in pairs {
             // A pair in different clusters stays apart; telling it again every few rounds
             // would cost two hinted watches each time, for nothing.
-            let key = (ri, a.min(b), a.max(b));
-            if self
-                .introduced
-                .get(&key)
-                .is_some_and(|at| self.now.saturating_since(*at) < REINTRODUCE_AFTER)
-            {
+            if !self.hints.introduce(ri, a, b, self.now) {
                 continue;
             }
-            self.introduced.insert(key, self.now);
-            self.outbox.hint(a, root, b);
-            self.outbox.hint(b, root, a);
+            self.out.hint(a, root, b);
+            self.out.hint(b, root, a);
         }
     }
 
@@ -52,24 +89,24 @@ impl Core {
     /// tree.
     pub(super) fn introduce_siblings(&mut self, ri: RootIdx, child: NodeId) {
         // Not while still meeting the members (see `introduce_far_children`).
-        if !self.sweep.is_empty() {
+        if !self.probing.met_everyone() {
             return;
         }
-        let Some(lat) = self.lat_us(&child) else {
+        let Some(lat) = self.nbrs.lat_us(&child) else {
             return;
         };
         if lat < SIBLING_HINT_MIN_LAT_US {
             return;
         }
         let (lo, hi) = (lat - lat / 8, lat + lat / 8);
-        let t = self.trees[ri].as_ref().expect("live");
+        let t = self.trees.live(ri);
         let root = t.root;
         let sibs: Vec<NodeId> = t
             .children
             .iter()
             .copied()
             .filter(|s| *s != child)
-            .filter(|s| self.lat_us(s).is_some_and(|l| (lo..=hi).contains(&l)))
+            .filter(|s| self.nbrs.lat_us(s).is_some_and(|l| (lo..=hi).contains(&l)))
             .take(self.config.max_hinted + 1)
             .collect();
         if sibs.len() > self.config.max_hinted {
@@ -78,8 +115,8 @@ impl Core {
             return;
         }
         for s in sibs {
-            self.outbox.hint(child, root, s);
-            self.outbox.hint(s, root, child);
+            self.out.hint(child, root, s);
+            self.out.hint(s, root, child);
         }
     }
 }

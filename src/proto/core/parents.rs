@@ -1,21 +1,20 @@
 //! Parent selection: judging candidates by the rules of [`crate::proto::tree`], switching, detaching, and what follows a change of our own state.
+//!
+//! Owns no fields: this is the logic that joins the parts of the core (our state in the
+//! trees, what peers told us, the RTT estimates, the adverts and requests that follow).
 
-use super::*;
+use super::Core;
+use super::entries::Heard;
+use super::trees::{OWN_ROOT, RootIdx, entry_of};
+use crate::proto::Event;
+use crate::proto::id::NodeId;
+use crate::proto::message::AdvertEntry;
+use crate::proto::tree::{self, CandidateView, INFINITE, Judgement, SwitchReason};
+
+/// Own RTT samples a peer needs before a connected node switches to it.
+pub(super) const MIN_SAMPLES_TO_MOVE: usize = 3;
 
 impl Core {
-    /// Our one-way latency estimate to `peer` (half the filtered RTT), µs.
-    pub(super) fn lat_us(&self, peer: &NodeId) -> Option<u32> {
-        self.rtt.get(peer).and_then(|e| e.lat_us())
-    }
-
-    /// The index of `root`'s tree, if we track it.
-    pub(super) fn live_root(&self, root: NodeId) -> Option<RootIdx> {
-        self.root_index
-            .get(&root)
-            .copied()
-            .filter(|&i| self.trees[i].is_some())
-    }
-
     /// What we know of candidate `c` in a tree, given what it last told us about it (`h`):
     /// that and our latency to it, with its RTT sample count; `None` unless it is alive and
     /// we have an RTT estimate.
@@ -23,7 +22,7 @@ impl Core {
         if !self.members.is_alive(&c) {
             return None;
         }
-        let rtt = self.rtt.get(&c)?;
+        let rtt = self.nbrs.get(&c)?;
         let view = CandidateView {
             id: c,
             serial: h.serial,
@@ -42,15 +41,15 @@ impl Core {
         view: &CandidateView,
         samples: usize,
     ) -> Judgement {
-        let t = self.trees[ri].as_ref().expect("live");
-        let parent_lat = t.parent.and_then(|p| self.lat_us(&p));
+        let t = self.trees.live(ri);
+        let parent_lat = t.parent.and_then(|p| self.nbrs.lat_us(&p));
         let verdict = tree::judge_with(
             t,
             self.id,
             parent_lat,
             view,
             self.config.shortcut_threshold.as_micros() as u32,
-            self.sweep.is_empty(),
+            self.probing.met_everyone(),
         );
         // A connected node only moves to a peer measured a few times: a first sample can
         // be far off (queueing), and a move on noise is a move too many. Repair need not
@@ -79,7 +78,7 @@ impl Core {
         if ri == OWN_ROOT {
             return;
         }
-        let Some(h) = self.heard.get(&c).and_then(|from| from.get(ri)) else {
+        let Some(h) = self.heard.get(&c, ri) else {
             return;
         };
         let Some((view, samples)) = self.view_heard(c, h) else {
@@ -104,7 +103,7 @@ impl Core {
             // Parent queries only once the sweep has met every member: before that, every
             // tree is forming, nearly every neighbour looks worth asking, and each answer
             // costs a hinted peer and its probes; in a large overlay that floods.
-            Judgement::AskParent if !self.sweep.is_empty() => {}
+            Judgement::AskParent if !self.probing.met_everyone() => {}
             Judgement::AskParent => {
                 // What we heard may be stale by a little (small changes are not advertised):
                 // ask for its exact state too.
@@ -113,7 +112,7 @@ impl Core {
                 }
             }
             Judgement::NeedMeasure => self.measure(view.id),
-            Judgement::No if self.sweep.is_empty() && self.entry_walk(ri, view) => {
+            Judgement::No if self.probing.met_everyone() && self.entry_walk(ri, view) => {
                 self.query_parent(ri, view);
             }
             Judgement::Switch(_) | Judgement::No => {}
@@ -128,7 +127,7 @@ impl Core {
     /// each other otherwise. In a settled tree the walk leads back to us; the parent query
     /// is then not repeated while nothing changes (see `query_parent`).
     pub(super) fn entry_walk(&self, ri: RootIdx, view: &CandidateView) -> bool {
-        let t = self.trees[ri].as_ref().expect("live");
+        let t = self.trees.live(ri);
         let Some(parent) = t.parent else {
             return false;
         };
@@ -138,29 +137,24 @@ impl Core {
             && view.connected
             && parent != view.id
             && self
+                .nbrs
                 .lat_us(&parent)
                 .is_some_and(|pl| view.lat_us.saturating_mul(2) < pl)
-            && self.rtt.get(&view.id).is_some_and(|e| e.measured())
+            && self.nbrs.measured(&view.id)
             && !t.children.contains(&view.id)
     }
 
     /// Judges every candidate heard of for this root and takes the best switch; a node
     /// still without a path asks the root for a fresh serial.
     pub(super) fn evaluate_all(&mut self, ri: RootIdx) {
-        if ri == OWN_ROOT || self.trees[ri].is_none() {
+        if ri == OWN_ROOT || !self.trees.is_live(ri) {
             return;
         }
         // What every peer told us about this root, in the map's order, looked up in one
         // pass (nothing in the loop changes what was heard).
-        let mut heard = std::mem::take(&mut self.heard_scratch);
-        heard.clear();
-        heard.extend(
-            self.heard
-                .iter()
-                .filter_map(|(c, from)| Some((*c, from.get(ri)?))),
-        );
+        let heard = self.heard.of_root(ri);
         self.evaluate_heard(ri, &heard);
-        self.heard_scratch = heard;
+        self.heard.give_back(heard);
     }
 
     /// [`Core::evaluate_all`] of a live tree other than our own, given what every peer told
@@ -184,34 +178,9 @@ impl Core {
         if let Some(((why, ..), view)) = best {
             self.switch_to(ri, view, why);
         }
-        if !self.trees[ri].as_ref().expect("live").connected {
+        if !self.trees.live(ri).connected {
             self.request_serial(ri);
         }
-    }
-
-    /// What every peer told us about each root `ri` with `due[ri]`, for
-    /// [`Core::evaluate_heard`] of many trees: the entries of root `ri` are
-    /// `list[start[ri]..start[ri + 1]]`, in the heard map's order, as [`Core::evaluate_all`]
-    /// would collect them. One pass over each peer's entries (in root order) instead of a
-    /// lookup in every peer's entries for every tree: at a thousand trees and hundreds of
-    /// peers heard from, those lookups were about half of a housekeeping round's time.
-    pub(super) fn heard_by_root(&self, due: &[bool]) -> (Vec<usize>, Vec<(NodeId, Heard)>) {
-        let mut start = vec![0usize; due.len() + 1];
-        for from in self.heard.values() {
-            from.for_each_of(due, |ri, _| start[ri + 1] += 1);
-        }
-        for ri in 0..due.len() {
-            start[ri + 1] += start[ri];
-        }
-        let mut at = start.clone();
-        let mut list = vec![(self.id, Heard::default()); start[due.len()]];
-        for (c, from) in &self.heard {
-            from.for_each_of(due, |ri, h| {
-                list[at[ri]] = (*c, h);
-                at[ri] += 1;
-            });
-        }
-        (start, list)
     }
 
     /// Takes `view.id` as our parent in tree `ri`: attach to it, detach from the old one, report the change.
@@ -222,7 +191,7 @@ impl Core {
             SwitchReason::Repair => self.stats.switches_repair += 1,
         }
         let now = self.now;
-        let t = self.trees[ri].as_mut().expect("live");
+        let t = self.trees.live_mut(ri);
         let old = t.parent;
         let was_connected = t.connected;
         let root = t.root;
@@ -234,16 +203,16 @@ impl Core {
         t.connected = view.connected;
         t.refreshed_at = now;
         if let Some(o) = old {
-            self.outbox.detach(o, root);
+            self.out.detach(o, root);
         }
-        self.outbox.attach(view.id, root);
-        self.events.push_back(Event::ParentChanged {
+        self.out.attach(view.id, root);
+        self.out.event(Event::ParentChanged {
             root,
             old,
             new: Some(view.id),
         });
         if !was_connected {
-            self.events.push_back(Event::ConnectedChanged {
+            self.out.event(Event::ConnectedChanged {
                 root,
                 connected: true,
             });
@@ -253,20 +222,20 @@ impl Core {
 
     /// Our parent is gone: no path until repaired.
     pub(super) fn detach(&mut self, ri: RootIdx) {
-        let t = self.trees[ri].as_mut().expect("live");
+        let t = self.trees.live_mut(ri);
         let old = t.parent.take();
         let root = t.root;
         let was_connected = t.connected;
         t.connected = false;
         t.dist_us = INFINITE;
         t.parent_dist_us = INFINITE;
-        self.events.push_back(Event::ParentChanged {
+        self.out.event(Event::ParentChanged {
             root,
             old,
             new: None,
         });
         if was_connected {
-            self.events.push_back(Event::ConnectedChanged {
+            self.out.event(Event::ConnectedChanged {
                 root,
                 connected: false,
             });
@@ -276,12 +245,11 @@ impl Core {
 
     /// Our parent told us its state (pushed, advertised, or our latency to it changed).
     pub(super) fn apply_parent_state(&mut self, ri: RootIdx, e: AdvertEntry) {
-        let lat = self.trees[ri]
-            .as_ref()
+        let lat = (self.trees.get(ri))
             .and_then(|t| t.parent)
-            .and_then(|p| self.lat_us(&p));
+            .and_then(|p| self.nbrs.lat_us(&p));
         let now = self.now;
-        let t = self.trees[ri].as_mut().expect("live");
+        let t = self.trees.live_mut(ri);
         if e.serial < t.serial {
             return; // Reordered or stale.
         }
@@ -299,7 +267,7 @@ impl Core {
         t.connected = e.connected && dist != INFINITE;
         let root = t.root;
         if before.1 != t.connected {
-            self.events.push_back(Event::ConnectedChanged {
+            self.out.event(Event::ConnectedChanged {
                 root,
                 connected: t.connected,
             });
@@ -307,7 +275,7 @@ impl Core {
         if advanced || before != (t.dist_us, t.connected) {
             self.after_change(ri, advanced);
         }
-        if !self.trees[ri].as_ref().expect("live").connected {
+        if !self.trees.live(ri).connected {
             self.evaluate_all(ri);
         }
     }
@@ -315,26 +283,20 @@ impl Core {
     /// After our state in a tree changed: push it to the children, schedule an advert if
     /// it changed enough, and answer advert requests that waited for this serial.
     pub(super) fn after_change(&mut self, ri: RootIdx, serial_advanced: bool) {
-        let t = self.trees[ri].as_mut().expect("live");
+        let t = self.trees.live_mut(ri);
         let e = entry_of(t);
         if t.advert_due() {
-            self.dirty.insert(ri);
+            self.adverts.mark(ri);
         }
         if serial_advanced || t.push_due() {
             t.pushed = (t.dist_us, t.connected);
             for &c in &t.children {
-                self.outbox.update(c, e);
+                self.out.update(c, e);
             }
         }
-        if serial_advanced && let Some(waiting) = self.waiting_asks.get_mut(&ri) {
-            let ready: Vec<NodeId> = waiting
-                .iter()
-                .filter(|(_, s, _)| *s <= e.serial)
-                .map(|(p, _, _)| *p)
-                .collect();
-            waiting.retain(|(_, s, _)| *s > e.serial);
-            for p in ready {
-                self.outbox.answer(p, e);
+        if serial_advanced {
+            for p in self.asks.answerable(ri, e.serial) {
+                self.out.answer(p, e);
             }
         }
     }

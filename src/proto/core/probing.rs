@@ -1,61 +1,82 @@
 //! RTT probing and the candidate set: probe rounds, samples, hinted peers, explorers.
+//!
+//! Owns the measuring sweep and the pacing of the current probe round ([`Probing`]). The
+//! estimates and the candidate set the probes feed are in `neighbours`; reacting to a
+//! changed estimate is here, as it re-judges the peer in every tree.
 
-use super::*;
+use super::Core;
+use super::parents::MIN_SAMPLES_TO_MOVE;
+use super::trees::OWN_ROOT;
+use crate::proto::id::{IdSet as HashSet, NodeId};
+use crate::proto::message::{AdvertEntry, Message};
+use crate::proto::timers::Timer;
+use crate::proto::tree::CandidateView;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// The measuring sweep and the probes of the current round.
+#[derive(Default)]
+pub(super) struct Probing {
+    /// Members not measured yet, probed a few per round.
+    sweep: Vec<NodeId>,
+    /// Probes of the current round still to send (peer, whether to watch it).
+    queue: VecDeque<(NodeId, bool)>,
+    /// The gap between two probes of the current round.
+    gap: Duration,
+}
+
+impl Probing {
+    /// Whether the sweep has met every member. Until then every tree is forming, and
+    /// what would only refine a formed tree (parent queries, introductions) waits.
+    pub(super) fn met_everyone(&self) -> bool {
+        self.sweep.is_empty()
+    }
+
+    /// Queues a new member for the sweep.
+    pub(super) fn meet(&mut self, id: NodeId) {
+        self.sweep.push(id);
+    }
+}
 
 impl Core {
     /// Adds one RTT sample of `peer` and reacts if its estimate changed.
     pub(super) fn add_rtt_sample(&mut self, peer: NodeId, rtt_us: u32) {
-        let window = self.config.rtt_window;
-        let e = self.rtt.entry(peer).or_default();
-        let before = e.rtt_us();
-        e.push(rtt_us, window);
+        let (changed, samples) = self.nbrs.push_sample(peer, rtt_us, self.config.rtt_window);
         // Enough samples to move to it is a change too (see `judge_sampled`).
-        if before != e.rtt_us() || e.samples() == MIN_SAMPLES_TO_MOVE {
+        if changed || samples == MIN_SAMPLES_TO_MOVE {
             self.on_rtt_changed(peer);
         }
     }
 
     /// `peer`'s RTT estimate changed: maybe watch it, rebalance the candidate set, and re-judge it (or re-apply its state where it is our parent) in every tree.
     pub(super) fn on_rtt_changed(&mut self, peer: NodeId) {
-        if self.cands.role(&peer).is_none() {
+        if self.nbrs.cands.role(&peer).is_none() {
             // A swept or inbound peer: watch it if it is nearer than our farthest near peer.
-            let rtt = &self.rtt;
-            let cutoff = self.cands.near_cutoff(
-                |k| rtt.get(k).and_then(|e| e.rtt_us()),
-                self.config.max_near,
-            );
-            let mine = rtt.get(&peer).and_then(|e| e.rtt_us());
+            let cutoff = self.nbrs.near_cutoff(self.config.max_near);
+            let mine = self.nbrs.rtt_us(&peer);
             match (mine, cutoff) {
                 (Some(m), Some(c)) if m < c => self.watch(peer),
                 (Some(_), None) => self.watch(peer),
                 _ => {}
             }
         }
-        let rtt = &self.rtt;
-        self.cands.rebalance(
-            |k| rtt.get(k).and_then(|e| e.rtt_us()),
-            self.config.max_near,
-            self.config.explorers,
-        );
-        if !self.heard.contains_key(&peer) {
+        self.nbrs
+            .rebalance(self.config.max_near, self.config.explorers);
+        if !self.heard.knows(&peer) {
             return; // Nothing heard from it yet: no tree to re-judge.
         }
         // What `consider(ri, peer)` would look up about the peer in every tree, looked up
         // once: nothing done in the loop changes what we heard from the peer, whether it is
         // alive, or its latency and samples.
-        let heard = self
-            .heard
-            .get(&peer)
-            .map(HeardFrom::known)
-            .unwrap_or_default();
+        let heard = self.heard.known_from(&peer);
         let mut heard = heard.into_iter().peekable();
-        let lat = self.lat_us(&peer).filter(|_| self.members.is_alive(&peer));
-        let samples = self.rtt.get(&peer).map_or(0, |e| e.samples());
+        let lat = (self.nbrs.lat_us(&peer)).filter(|_| self.members.is_alive(&peer));
+        let samples = self.nbrs.get(&peer).map_or(0, |e| e.samples());
         for ri in 0..self.trees.len() {
             // What was heard about this root, if anything (the list is in root order).
             while heard.next_if(|&(r, _)| r < ri).is_some() {}
             let h = heard.next_if(|&(r, _)| r == ri).map(|(_, h)| h);
-            let Some(t) = self.trees[ri].as_ref() else {
+            let Some(t) = self.trees.get(ri) else {
                 continue;
             };
             if t.parent == Some(peer) {
@@ -90,23 +111,18 @@ impl Core {
         // Measured enough already (an earlier candidate, or a peer measured on an earlier
         // hint): the entries traded with it can be judged at once, and the hinted places
         // stay free for the peers that still need their samples.
-        if self
-            .rtt
-            .get(&peer)
-            .is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE)
-        {
+        if (self.nbrs.get(&peer)).is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE) {
             return;
         }
         let expires = self.now + self.config.serial_period * 6;
-        if self.cands.add_hinted(peer, expires, self.config.max_hinted) {
+        if self
+            .nbrs
+            .cands
+            .add_hinted(peer, expires, self.config.max_hinted)
+        {
             self.stats.hinted += 1;
             self.ping(peer, false);
         }
-    }
-
-    /// Whether `peer` is watched only because of a hint.
-    pub(super) fn is_hinted(&self, peer: &NodeId) -> bool {
-        matches!(self.cands.role(peer), Some(Role::Hinted { .. }))
     }
 
     /// Plans a round of probes: every watched peer and parent, and a few members not
@@ -116,27 +132,28 @@ impl Core {
     /// than they are (that bias alone kept parents inside a cluster changing).
     pub(super) fn on_probe_round(&mut self) {
         self.refill();
-        let mut targets: HashSet<NodeId> = self.cands.watched().collect();
-        let parents = self.tree_parents();
+        let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().collect();
+        let parents = self.trees.parents();
         targets.extend(parents.iter().copied());
         let mut targets: Vec<NodeId> = targets.into_iter().collect();
         targets.sort_unstable();
         // Hinted peers are only measured: they need not send us their whole state.
         let mut round: Vec<(NodeId, bool)> = targets
             .into_iter()
-            .map(|p| (p, !self.is_hinted(&p) || parents.contains(&p)))
+            .map(|p| (p, !self.nbrs.is_hinted(&p) || parents.contains(&p)))
             .collect();
         let per_round = self
             .config
             .sweep_per_round
             .max(self.members.alive().len() / self.config.sweep_rounds.max(1));
         for _ in 0..per_round {
-            if self.sweep.is_empty() {
+            let sweep = &mut self.probing.sweep;
+            if sweep.is_empty() {
                 break;
             }
-            let i = self.rng.below(self.sweep.len() as u64) as usize;
-            let peer = self.sweep.swap_remove(i);
-            if self.members.is_alive(&peer) && self.cands.role(&peer).is_none() {
+            let i = self.rng.below(sweep.len() as u64) as usize;
+            let peer = sweep.swap_remove(i);
+            if self.members.is_alive(&peer) && self.nbrs.cands.role(&peer).is_none() {
                 round.push((peer, false));
             }
         }
@@ -146,30 +163,31 @@ impl Core {
         }
         let jitter = 0.75 + 0.5 * self.rng.unit();
         let interval = self.config.probe_interval.mul_f64(jitter);
-        self.probe_gap = interval.mul_f64(0.8) / (round.len() as u32 + 1);
-        self.probe_queue = round.into();
-        self.timers.set(Timer::ProbeNext, self.now);
-        self.timers.set(Timer::ProbeRound, self.now + interval);
+        self.probing.gap = interval.mul_f64(0.8) / (round.len() as u32 + 1);
+        self.probing.queue = round.into();
+        self.schedule.set(Timer::ProbeNext, self.now);
+        self.schedule.set(Timer::ProbeRound, self.now + interval);
     }
 
     /// Sends the next probe of the round.
     pub(super) fn on_probe_next(&mut self) {
-        while let Some((peer, watch)) = self.probe_queue.pop_front() {
+        while let Some((peer, watch)) = self.probing.queue.pop_front() {
             if !self.members.is_alive(&peer) {
                 continue;
             }
             self.ping(peer, watch);
             break;
         }
-        if !self.probe_queue.is_empty() {
-            self.timers.set(Timer::ProbeNext, self.now + self.probe_gap);
+        if !self.probing.queue.is_empty() {
+            self.schedule
+                .set(Timer::ProbeNext, self.now + self.probing.gap);
         }
     }
 
     /// Replaces one explorer by a random member (on trial: it is probed and asked for its state).
     pub(super) fn on_explore_rotate(&mut self) {
         if let Some(peer) = self.random_unwatched()
-            && self.cands.add_explorer(peer)
+            && self.nbrs.cands.add_explorer(peer)
         {
             // On trial: we need its state to judge it, it does not need our whole state
             // (it gets our changes from now on, and the periodic full adverts). At a
@@ -178,22 +196,16 @@ impl Core {
             self.stats.watches += 1;
             self.ping(peer, true);
             self.send(peer, Message::Resync);
-            let rtt = &self.rtt;
-            self.cands.rebalance(
-                |k| rtt.get(k).and_then(|e| e.rtt_us()),
-                self.config.max_near,
-                self.config.explorers + 1,
-            );
+            self.nbrs
+                .rebalance(self.config.max_near, self.config.explorers + 1);
         }
-        self.timers
+        self.schedule
             .set(Timer::ExploreRotate, self.now + self.config.explore_rotate);
     }
 
     /// Probes `peer`; `watch` subscribes us to its adverts (candidates and parents).
     pub(super) fn ping(&mut self, peer: NodeId, watch: bool) {
-        let rtt_hint_us = self
-            .rtt
-            .get(&peer)
+        let rtt_hint_us = (self.nbrs.get(&peer))
             .filter(|e| e.measured())
             .and_then(|e| e.rtt_us());
         self.send(
@@ -208,7 +220,7 @@ impl Core {
 
     /// Starts watching `peer` as an explorer: probe it now and send it our full state.
     pub(super) fn watch(&mut self, peer: NodeId) {
-        if self.cands.add_explorer(peer) {
+        if self.nbrs.cands.add_explorer(peer) {
             self.start_watching(peer);
         }
     }
@@ -219,7 +231,7 @@ impl Core {
     /// partial or forgotten, and a tree it never mentions again would stay unknown.
     pub(super) fn start_watching(&mut self, peer: NodeId) {
         self.stats.watches += 1;
-        self.owed_full.insert(peer);
+        self.adverts.owe_full(peer);
         self.ping(peer, true);
         self.send(peer, Message::Resync);
     }
@@ -228,7 +240,7 @@ impl Core {
     pub(super) fn refill(&mut self) {
         let want = self.config.max_near + self.config.explorers;
         let mut tries = 0;
-        while self.cands.watched_len() < want && tries < want * 2 {
+        while self.nbrs.cands.watched_len() < want && tries < want * 2 {
             tries += 1;
             match self.random_unwatched() {
                 Some(p) => self.watch(p),
@@ -245,7 +257,7 @@ impl Core {
         }
         for _ in 0..8 {
             let p = alive[self.rng.below(alive.len() as u64) as usize];
-            if self.cands.role(&p).is_none() {
+            if self.nbrs.cands.role(&p).is_none() {
                 return Some(p);
             }
         }

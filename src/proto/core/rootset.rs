@@ -1,6 +1,8 @@
 //! A set of root indices as a bitmap: the roots whose adverts are due.
+//!
+//! Owns no part of the core: the set type of the adverts due in `adverts`.
 
-use super::RootIdx;
+use super::trees::RootIdx;
 
 /// A set of [`RootIdx`] kept as one bit per root. Root indices are dense (one per root ever
 /// tracked), so the bitmap is small, and it is written on nearly every tree entry received:

@@ -1,4 +1,7 @@
 //! Counters of what the core did.
+//!
+//! [`CoreStats`] is a field of the [`Core`](super::Core) itself, not of one part: every
+//! concern counts what it does there.
 
 /// Counters of what the core did, for diagnostics and the simulator's report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]

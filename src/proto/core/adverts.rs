@@ -1,0 +1,140 @@
+//! Adverts: our changed tree state, sent to the candidate set in batches at the advert
+//! flush, within a byte budget.
+//!
+//! Owns what the next flush sends and what it may spend ([`Adverts`]): the roots whose
+//! advertised state is due, the peers owed a full advert, and the advert budget's tokens.
+//! The flush also sends the requests batched in `asks` and the cluster news of
+//! `discovery`: every batch goes out on the same timer.
+
+use super::Core;
+use super::rootset::RootSet;
+use super::trees::{RootIdx, entry_of};
+use crate::proto::id::NodeId;
+use crate::proto::message::{AdvertEntry, Message};
+use crate::proto::time::Time;
+use crate::proto::timers::Timer;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// What the next advert flush sends, and the budget it spends.
+pub(super) struct Adverts {
+    /// Roots whose advertised state is due to go out with the next flush.
+    dirty: RootSet,
+    /// Peers owed a full advert (new candidates, new inbound probers, periodic refresh).
+    owed_full: BTreeSet<NodeId>,
+    /// Advert bytes that may still be sent (negative: spent ahead).
+    tokens: f64,
+    /// When the tokens were last topped up.
+    tokens_at: Time,
+}
+
+impl Adverts {
+    /// A full budget of `budget` bytes at `now`.
+    pub(super) fn new(budget: f64, now: Time) -> Self {
+        Adverts {
+            dirty: RootSet::default(),
+            owed_full: BTreeSet::new(),
+            tokens: budget,
+            tokens_at: now,
+        }
+    }
+
+    /// Our state in tree `ri` is due to be advertised.
+    pub(super) fn mark(&mut self, ri: RootIdx) {
+        self.dirty.insert(ri);
+    }
+
+    /// `peer` is owed our full state with the next flush.
+    pub(super) fn owe_full(&mut self, peer: NodeId) {
+        self.owed_full.insert(peer);
+    }
+
+    /// Whether the next flush has adverts to send.
+    pub(super) fn pending(&self) -> bool {
+        !self.dirty.is_empty() || !self.owed_full.is_empty()
+    }
+
+    /// Forgets `peer` (it went away).
+    pub(super) fn forget_peer(&mut self, peer: &NodeId) {
+        self.owed_full.remove(peer);
+    }
+
+    /// Forgets tree `ri` (its root went away).
+    pub(super) fn forget_root(&mut self, ri: RootIdx) {
+        self.dirty.remove(ri);
+    }
+
+    /// Tops the budget up at `rate` bytes per second (at most one second's worth): how long
+    /// to wait while it is spent ahead, else `None`.
+    fn top_up(&mut self, now: Time, rate: f64) -> Option<Duration> {
+        let dt = now.saturating_since(self.tokens_at).as_secs_f64();
+        self.tokens = (self.tokens + rate * dt).min(rate);
+        self.tokens_at = now;
+        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / rate))
+    }
+}
+
+impl Core {
+    /// Sends the batched requests and queries, and the adverts of changed trees (full adverts where owed), within the advert budget.
+    pub(super) fn on_flush(&mut self) {
+        let (asks, queries) = self.asks.take_batched();
+        for (peer, roots) in asks {
+            self.send(peer, Message::AdvertRequest { roots });
+        }
+        for (peer, roots) in queries {
+            self.send(peer, Message::ParentQuery { roots });
+        }
+        // The advert budget: spent ahead, the adverts wait (and coalesce) until it is
+        // paid back.
+        let rate = self.config.advert_budget as f64;
+        if rate > 0.0
+            && let Some(wait) = self.adverts.top_up(self.now, rate)
+        {
+            self.schedule.set(
+                Timer::AdvertFlush,
+                self.now + wait.max(self.config.advert_interval),
+            );
+            return;
+        }
+        let mut spent = 0usize;
+        let mut entries = Vec::with_capacity(self.adverts.dirty.len());
+        for ri in self.adverts.dirty.take() {
+            if let Some(t) = self.trees.get_mut(ri) {
+                t.advertised = (t.dist_us, t.connected);
+                entries.push(entry_of(t));
+            }
+        }
+        let targets = self.nbrs.cands.advert_targets();
+        let owed = std::mem::take(&mut self.adverts.owed_full);
+        // Our full state, built at the first peer owed it (the trees do not change here).
+        let mut full: Option<Vec<AdvertEntry>> = None;
+        for peer in targets {
+            if owed.contains(&peer) {
+                // Only trees we are connected to: an unknown entry already means "no path".
+                let all = full
+                    .get_or_insert_with(|| {
+                        self.trees
+                            .iter()
+                            .filter(|t| t.connected)
+                            .map(entry_of)
+                            .collect()
+                    })
+                    .clone();
+                self.stats.full_adverts += 1;
+                self.stats.full_advert_entries += all.len() as u64;
+                let msg = Message::Advert { entries: all };
+                spent += msg.encoded_len();
+                self.send(peer, msg);
+            } else if !entries.is_empty() {
+                self.stats.delta_advert_entries += entries.len() as u64;
+                let msg = Message::Advert {
+                    entries: entries.clone(),
+                };
+                spent += msg.encoded_len();
+                self.send(peer, msg);
+            }
+        }
+        self.push_cluster_news();
+        self.adverts.tokens -= spent as f64;
+    }
+}
