@@ -4,7 +4,7 @@
 //!     cargo run --release --example embed
 
 use futures::StreamExt;
-use overlay::api::{Node, NodeEvent};
+use overlay::{Node, NodeEvent};
 use std::time::Duration;
 
 #[tokio::main]

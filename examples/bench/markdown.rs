@@ -223,17 +223,19 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
             Some("overhead") => {
                 let _ = writeln!(
                     md,
-                    "## Control overhead (simulator, {} s right after convergence)\n\nPlot: `overhead.svg`. The 500- and 2000-node points are scale-1000 with every cluster's node count halved or doubled (same latency matrix; there are no such topology files).\n\n| topology | nodes | bytes/node/s |\n|---|---|---|",
+                    "## Control overhead (simulator, {} s right after convergence)\n\nPlot: `overhead.svg`. The 500- and 2000-node points are scale-1000 with every cluster's node count halved or doubled (same latency matrix; there are no such topology files). Membership `oracle`: the simulator tells every node of joins, leaves and crashes (the tree protocol's traffic alone); `gossip`: every node runs the membership protocol, and its messages are counted (what a node really sends).\n\n| topology | nodes | membership | bytes/node/s | of which membership |\n|---|---|---|---|---|",
                     OVERHEAD_WINDOW.as_secs()
                 );
                 for x in r["runs"].as_array().into_iter().flatten() {
                     let _ = writeln!(
                         md,
-                        "| {} | {} | {:.0}{} |",
+                        "| {} | {} | {} | {:.0}{} | {:.0} |",
                         x["topology"].as_str().unwrap_or(""),
                         x["nodes"],
+                        x["membership"].as_str().unwrap_or("oracle"),
                         x["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN),
-                        super::sim_jobs::caveats(x)
+                        super::sim_jobs::caveats(x),
+                        x["gossip_bytes_per_node_per_s"].as_f64().unwrap_or(0.0),
                     );
                 }
                 if let Some(n) = r["note"].as_str() {

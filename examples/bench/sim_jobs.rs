@@ -5,7 +5,8 @@
 use super::{Cli, progress, topology};
 use anyhow::bail;
 use overlay::bench::plot::{Series, line_chart};
-use overlay::sim::{Sim, SimConfig};
+use overlay::proto::gossip::GossipConfig;
+use overlay::sim::{Sim, SimConfig, SimNode};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,9 @@ pub(crate) struct SimJob {
     repair: bool,
     /// Whether the overhead benchmark wants this run.
     overhead: bool,
+    /// Whether the nodes run the membership protocol (`Sim::with_membership`) instead of
+    /// being told of members by the simulator: the overhead benchmark's second contender.
+    membership: bool,
 }
 
 /// Steady control traffic is measured over this much simulated time after convergence.
@@ -57,15 +61,30 @@ pub(crate) fn sim_jobs(conv: bool, over: bool, big: bool) -> Vec<SimJob> {
         scale,
         repair: repair && conv,
         overhead: overhead && over,
+        membership: false,
+    };
+    // The same runs with the membership protocol in every node: what a node really sends.
+    let gossip = |base, scale| SimJob {
+        base,
+        scale,
+        repair: false,
+        overhead: over,
+        membership: true,
     };
     let all = [
         job("scale-1000", 2.0, false, true),
         job("scale-1000", 1.0, true, true),
+        gossip("scale-1000", 1.0),
         job("scale-1000", 0.5, false, true),
+        gossip("scale-1000", 0.5),
         job("phoenix-168", 1.0, true, true),
+        gossip("phoenix-168", 1.0),
         job("sites-64", 1.0, false, true),
+        gossip("sites-64", 1.0),
         job("das-4", 1.0, false, true),
+        gossip("das-4", 1.0),
         job("phoenix-27", 1.0, false, true),
+        gossip("phoenix-27", 1.0),
     ];
     all.into_iter()
         .filter(|j| big || j.scale <= 1.0)
@@ -88,18 +107,30 @@ fn run_sim_job(j: &SimJob, seed: u64) -> anyhow::Result<serde_json::Value> {
             j.base, j.scale
         )
     });
+    let config = SimConfig {
+        seed,
+        ..SimConfig::default()
+    };
+    if j.membership {
+        let sim = Sim::with_membership(&topo, config, GossipConfig::default());
+        return measure(sim, j, format!("{label} +membership"), label, derived);
+    }
+    measure(Sim::new(&topo, config), j, label.clone(), label, derived)
+}
+
+/// Converges `sim`, measures its steady traffic, and (for a repair job) crashes 10%.
+fn measure<N: SimNode>(
+    mut sim: Sim<N>,
+    j: &SimJob,
+    label: String,
+    topology: String,
+    derived: Option<String>,
+) -> anyhow::Result<serde_json::Value> {
     let wall = Instant::now();
     progress(&format!(
         "sim {label}: {} nodes, converging (cold start)",
-        topo.node_count()
+        sim.live_count()
     ));
-    let mut sim = Sim::new(
-        &topo,
-        SimConfig {
-            seed,
-            ..SimConfig::default()
-        },
-    );
     // In steps of 5 simulated seconds (a multiple of the check interval, so the run is the
     // one a single call would make), with a progress line after each.
     let step = Duration::from_secs(5);
@@ -151,14 +182,20 @@ fn run_sim_job(j: &SimJob, seed: u64) -> anyhow::Result<serde_json::Value> {
     let optimal = (sim.snapshot().wide_area_optimal, sim.snapshot().trees);
     let n = sim.live_count();
     let before = sim.control_bytes();
+    let gossip_bytes = |sim: &Sim<N>| sim.traffic().get("gossip").map_or(0, |k| k.bytes);
+    let gossip_before = gossip_bytes(&sim);
     sim.run_for(OVERHEAD_WINDOW);
-    let per = (sim.control_bytes() - before) as f64 / n as f64 / OVERHEAD_WINDOW.as_secs_f64();
+    let per_node_s = n as f64 * OVERHEAD_WINDOW.as_secs_f64();
+    let per = (sim.control_bytes() - before) as f64 / per_node_s;
+    let gossip_per = (gossip_bytes(&sim) - gossip_before) as f64 / per_node_s;
     progress(&format!(
         "sim {label}: {per:.0} bytes/node/s over the window, {:.0} s wall",
         wall.elapsed().as_secs_f64()
     ));
     let mut out = json!({
-        "topology": label, "base": j.base, "scale": j.scale, "derived": derived,
+        "topology": topology, "base": j.base, "scale": j.scale, "derived": derived,
+        "membership": if j.membership { "gossip" } else { "oracle" },
+        "gossip_bytes_per_node_per_s": gossip_per,
         "nodes": n, "converged": converged, "optimal_trees": optimal.0, "trees": optimal.1,
         "converged_s": conv.as_secs_f64(), "converged_wall_s": conv_wall,
         "window_s": OVERHEAD_WINDOW.as_secs_f64(), "bytes_per_node_per_s": per,
@@ -283,24 +320,36 @@ pub(crate) fn overhead_report(
             Err(_) => note = Some(BIG_NOTE),
         },
     }
-    rows.sort_by_key(|r| r["nodes"].as_u64().unwrap_or(0));
-    let series: Vec<(f64, f64)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r["nodes"].as_f64().unwrap_or(f64::NAN),
-                r["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN),
-            )
-        })
-        .collect();
+    rows.sort_by_key(|r| {
+        let gossip = r["membership"].as_str() == Some("gossip");
+        (r["nodes"].as_u64().unwrap_or(0), gossip)
+    });
+    let series = |membership: &str| -> Vec<(f64, f64)> {
+        rows.iter()
+            // Runs saved before the membership contender existed were oracle runs.
+            .filter(|r| r["membership"].as_str().unwrap_or("oracle") == membership)
+            .map(|r| {
+                (
+                    r["nodes"].as_f64().unwrap_or(f64::NAN),
+                    r["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN),
+                )
+            })
+            .collect()
+    };
     let svg = line_chart(
         "steady control traffic against overlay size (simulator)",
         "nodes",
         "bytes per node per second",
-        &[Series {
-            name: "ours".into(),
-            points: series,
-        }],
+        &[
+            Series {
+                name: "trees only (members told by the simulator)".into(),
+                points: series("oracle"),
+            },
+            Series {
+                name: "whole node (membership protocol included)".into(),
+                points: series("gossip"),
+            },
+        ],
         false,
     );
     std::fs::create_dir_all(&cli.out)?;
@@ -316,10 +365,12 @@ pub(crate) fn overhead_report(
                 .as_str()
                 .map_or(String::new(), |d| format!("  [{d}]"));
             println!(
-                "  {:<16} {:>4} nodes: {:>8.0} bytes/node/s{derived}{}",
+                "  {:<16} {:>4} nodes, membership {:<6}: {:>8.0} bytes/node/s ({:.0} of it membership){derived}{}",
                 r["topology"].as_str().unwrap_or(""),
                 r["nodes"],
+                r["membership"].as_str().unwrap_or("oracle"),
                 r["bytes_per_node_per_s"].as_f64().unwrap_or(f64::NAN),
+                r["gossip_bytes_per_node_per_s"].as_f64().unwrap_or(0.0),
                 caveats(r)
             );
         }

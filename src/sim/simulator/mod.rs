@@ -369,6 +369,11 @@ impl<N: SimNode> Sim<N> {
         self.stats.bytes
     }
 
+    /// Control traffic sent so far, by message kind (`gossip` for membership messages).
+    pub fn traffic(&self) -> &TrafficByKind {
+        &self.stats.traffic
+    }
+
     /// Messages dropped so far (loss, partition, a full NIC or link buffer, dead or unknown
     /// destination).
     pub fn messages_dropped(&self) -> u64 {
