@@ -5,6 +5,10 @@
 //! binary; `netns` runs the testbed in network namespaces (root only, else it skips and
 //! says why); `layers` checks that imports flow one way.
 
+// Real-network tests hold `common::real_network()`, a plain mutex, across their awaits on
+// purpose: each test has its own runtime, and blocking the next one's thread is the point.
+#![allow(clippy::await_holding_lock)]
+
 mod cli;
 mod common;
 mod layers;

@@ -53,16 +53,18 @@ pub mod testbed;
 pub mod topology;
 
 pub use crate::api::{
-    BroadcastReport, COUNT_KEY, ClusterGroup, ClusterLevel, DecodeError, Delivery, Forwarding,
-    Gathered, INFO_KEY, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus,
-    Reduced, ScatterReport, Transport, TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
+    AuthError, BroadcastReport, COUNT_KEY, ClusterGroup, ClusterLevel, DecodeError, Delivery,
+    DialError, DialFailure, Forwarding, FrameError, Gathered, INFO_KEY, IoStep, MemberInfo, Node,
+    NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, Reduced, ScatterReport, Transport,
+    TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
 };
 pub use crate::net::identity::{Identity, IdentityError};
 pub use crate::net::token::{JoinToken, TokenError};
 pub use crate::proto::collective::{
-    BarrierOutcome, DEFAULT_TIMEOUT, MAX_INLINE_PAYLOAD, MAX_STREAM_PAYLOAD, ReduceOutcome,
+    BarrierOutcome, DEFAULT_TIMEOUT, MAX_INLINE_PAYLOAD, MAX_STREAM_PAYLOAD, OpRefused,
+    ReduceOutcome,
 };
 pub use crate::proto::gossip::GossipConfig;
 pub use crate::proto::{
-    Config, DeliveryKind, DownReason, Liveness, NodeId, NumKind, OpId, Reducer,
+    Config, DeliveryKind, DownReason, Liveness, NodeId, NumKind, OpId, Reducer, WireError,
 };

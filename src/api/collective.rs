@@ -226,7 +226,7 @@ impl Node {
         let hashed = payload.clone();
         let digest = tokio::task::spawn_blocking(move || crate::net::stream::digest(&hashed))
             .await
-            .map_err(|e| NodeError::Collective(e.to_string()))?;
+            .map_err(NodeError::Digest)?;
         let (tx, rx) = oneshot::channel();
         // Time to move the bytes comes on top of the usual deadline (at a pessimistic
         // 1 MB/s), so a slow but progressing transfer is not reported missing.

@@ -27,8 +27,8 @@ pub const CLOSE_IDLE: u32 = 0x4f06;
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     /// The peer's proof did not verify: it does not hold our token.
-    #[error("peer {peer} failed the join-token proof")]
-    BadProof { peer: String },
+    #[error("peer {} failed the join-token proof", peer.short())]
+    BadProof { peer: NodeId },
     /// The peer refused our proof (we do not hold its overlay's token).
     #[error("rejected by the peer: wrong join token for this overlay")]
     Rejected,
@@ -40,7 +40,13 @@ pub enum AuthError {
     Timeout,
     /// The connection failed during the exchange.
     #[error("connection failed during the join-token exchange: {0}")]
-    Connection(String),
+    Connection(#[from] quinn::ConnectionError),
+    /// A proof frame could not be read or written.
+    #[error("join-token exchange: {0}")]
+    Frame(#[from] FrameError),
+    /// The TLS session gave no keying material to bind the proof to.
+    #[error("the TLS session cannot export keying material for the token proof")]
+    KeyingMaterial,
 }
 
 /// Runs the proof exchange on a fresh connection; returns the peer's id on success.
@@ -68,19 +74,16 @@ async fn exchange(
     let peer = peer_id(conn).ok_or(AuthError::NoIdentity)?;
     let mut exporter = [0u8; 32];
     conn.export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
-        .map_err(|_| AuthError::Connection("keying material export failed".into()))?;
+        .map_err(|_| AuthError::KeyingMaterial)?;
     let ours = token.proof(role, &exporter);
     let theirs_role = match role {
         Role::Dialer => Role::Acceptor,
         Role::Acceptor => Role::Dialer,
     };
-    let conn_err = |e: &dyn std::fmt::Display| AuthError::Connection(e.to_string());
     match role {
         Role::Dialer => {
             let (mut send, mut recv) = conn.open_bi().await.map_err(|e| map_closed(&e))?;
-            write_frame(&mut send, &ours)
-                .await
-                .map_err(|e| conn_err(&e))?;
+            write_frame(&mut send, &ours).await?;
             let proof = match read_frame(&mut recv).await {
                 Ok(Some(p)) => p,
                 Ok(None) => return Err(AuthError::Rejected),
@@ -88,7 +91,7 @@ async fn exchange(
             };
             if !token.verify(theirs_role, &exporter, &proof) {
                 conn.close(CLOSE_AUTH_FAILED.into(), b"join token proof invalid");
-                return Err(AuthError::BadProof { peer: peer.short() });
+                return Err(AuthError::BadProof { peer });
             }
             let _ = send.finish();
             Ok(peer)
@@ -99,15 +102,13 @@ async fn exchange(
                 Ok(p) => p.unwrap_or_default(),
                 // An oversized or cut-off proof is a bad proof, not a transport failure.
                 Err(FrameError::TooLarge { .. } | FrameError::Truncated) => Vec::new(),
-                Err(e) => return Err(conn_err(&e)),
+                Err(e) => return Err(e.into()),
             };
             if proof.len() != PROOF_LEN || !token.verify(theirs_role, &exporter, &proof) {
                 conn.close(CLOSE_AUTH_FAILED.into(), b"join token proof invalid");
-                return Err(AuthError::BadProof { peer: peer.short() });
+                return Err(AuthError::BadProof { peer });
             }
-            write_frame(&mut send, &ours)
-                .await
-                .map_err(|e| conn_err(&e))?;
+            write_frame(&mut send, &ours).await?;
             let _ = send.finish();
             Ok(peer)
         }
@@ -121,7 +122,7 @@ fn map_closed(e: &quinn::ConnectionError) -> AuthError {
         {
             AuthError::Rejected
         }
-        other => AuthError::Connection(other.to_string()),
+        other => AuthError::Connection(other.clone()),
     }
 }
 

@@ -14,10 +14,7 @@ use super::links::{Links, Outgoing, Priority, Sent};
 use super::meter::{BurstPace, SendMeter};
 use super::ops::{Handled, OpCommand, Ops};
 use super::stream::{Forwarding, Streams};
-use super::view::{
-    Delivery, MemberInfo, MemberView, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot,
-    cluster_levels,
-};
+use super::view::{Delivery, MemberView, NodeEvent, NodeStatus, TreeSnapshot};
 use crate::proto::{Class, Command, Event, Node, NodeId, NodeInput, NodeOutput, Packet, Time};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,6 +24,10 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 /// How often connections are checked for idleness.
+mod report;
+
+use self::report::{TreeQuery, member_info};
+
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// Requests from the API handle to the driver.
@@ -47,17 +48,6 @@ pub enum ApiCommand {
 
 /// The member that admitted this node, or why the join failed.
 pub type JoinResult = Result<NodeId, DialError>;
-
-/// How long a tree query waits for members' answers.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A tree query in progress.
-struct TreeQuery {
-    root: NodeId,
-    nodes: HashMap<NodeId, TreeNode>,
-    deadline: Instant,
-    reply: oneshot::Sender<TreeSnapshot>,
-}
 
 /// The state the driver task owns.
 pub struct Driver {
@@ -113,7 +103,7 @@ impl Driver {
     /// Assembles a driver; [`Driver::run`] starts it.
     pub fn new(parts: DriverParts) -> Driver {
         let idle = super::links::IdleLimits::for_config(parts.node.core().config());
-        Driver {
+        let driver = Driver {
             me: parts.node.id(),
             node: parts.node,
             start: parts.start,
@@ -142,7 +132,10 @@ impl Driver {
             streams: Streams::new(parts.forwarding),
             input_at: None,
             pace: BurstPace::new(parts.meter),
-        }
+        };
+        // The view is full before the first handle reads it, not when the task first runs.
+        driver.refresh_members();
+        driver
     }
 
     fn now(&self) -> Time {
@@ -156,7 +149,6 @@ impl Driver {
     /// Runs until the node leaves or every API handle is dropped.
     pub async fn run(mut self) {
         tokio::spawn(link::accept_loop(self.endpoint.clone(), self.ctx.clone()));
-        self.refresh_members();
         loop {
             let deadline = self.node.poll_timeout().map(|t| self.instant(t));
             let retry = self.links.next_retry();
@@ -394,7 +386,7 @@ impl Driver {
             NodeOutput::Core(event) => self.core_event(event),
             NodeOutput::MemberUp(record) => {
                 info!(peer = %record.id, name = %record.name, addr = %record.addr, "member up");
-                self.refresh_members();
+                self.refresh_member(record.id);
                 let _ = self
                     .events
                     .send(NodeEvent::MemberUp(member_info(&record, None)));
@@ -402,13 +394,17 @@ impl Driver {
             NodeOutput::MemberRestarted { id } => {
                 info!(peer = %id, "member restarted");
                 self.links.forget(id, None);
+                self.refresh_member(id);
             }
-            NodeOutput::MemberSuspect { id } => debug!(peer = %id, "member suspected"),
+            NodeOutput::MemberSuspect { id } => {
+                debug!(peer = %id, "member suspected");
+                self.refresh_member(id);
+            }
             NodeOutput::MemberDown { id, reason } => {
                 info!(peer = %id, ?reason, "member down");
                 self.links.forget(id, Some(b"member down"));
                 self.waiting_streams.remove(&id);
-                self.refresh_members();
+                self.refresh_member(id);
                 let _ = self.events.send(NodeEvent::MemberDown { id, reason });
             }
             NodeOutput::Joined { via } => {
@@ -522,71 +518,6 @@ impl Driver {
         }
     }
 
-    fn start_tree_query(&mut self, root: NodeId, reply: oneshot::Sender<TreeSnapshot>) {
-        self.next_query += 1;
-        let id = self.next_query;
-        let mut nodes = HashMap::new();
-        let me = self.node.gossip().me().clone();
-        nodes.insert(me.id, self.tree_node(me.id, &me.name, root));
-        for r in self.node.gossip().live_members() {
-            let unanswered = TreeNode {
-                id: r.id,
-                name: r.name.clone(),
-                parent: None,
-                dist_ms: None,
-                answered: false,
-            };
-            nodes.insert(r.id, unanswered);
-        }
-        self.node
-            .handle(self.now(), NodeInput::AskTree { id, root });
-        self.queries.insert(
-            id,
-            TreeQuery {
-                root,
-                nodes,
-                deadline: Instant::now() + QUERY_TIMEOUT,
-                reply,
-            },
-        );
-        self.drain();
-        self.finish_queries(false);
-    }
-
-    fn tree_node(&self, id: NodeId, name: &str, root: NodeId) -> TreeNode {
-        let view = self.node.core().tree(root);
-        TreeNode {
-            id,
-            name: name.to_string(),
-            parent: view.as_ref().and_then(|v| v.parent),
-            dist_ms: view
-                .filter(|v| v.connected)
-                .map(|v| v.dist.as_secs_f64() * 1e3),
-            answered: true,
-        }
-    }
-
-    /// Answers queries that are complete or past their deadline (all of them if `all`).
-    fn finish_queries(&mut self, all: bool) {
-        let now = Instant::now();
-        let done: Vec<u64> = self
-            .queries
-            .iter()
-            .filter(|(_, q)| all || q.deadline <= now || q.nodes.values().all(|n| n.answered))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in done {
-            if let Some(q) = self.queries.remove(&id) {
-                let mut nodes: Vec<TreeNode> = q.nodes.into_values().collect();
-                nodes.sort_by_key(|n| n.id);
-                let _ = q.reply.send(TreeSnapshot {
-                    root: q.root,
-                    nodes,
-                });
-            }
-        }
-    }
-
     /// Graceful leave: detach from every tree, tell every member, flush, close.
     async fn leave(&mut self) {
         let now = self.now();
@@ -606,70 +537,6 @@ impl Driver {
         self.endpoint
             .close(super::auth::CLOSE_LEAVING.into(), b"node left");
         let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
-    }
-
-    /// Writes the members and their RTTs into the view the API reads.
-    fn refresh_members(&self) {
-        let core = self.node.core();
-        let records = self.node.gossip().records();
-        let members = records.iter().map(|r| member_info(r, core.rtt(r.id)));
-        self.members.replace(members);
-    }
-
-    fn status(&self) -> NodeStatus {
-        let core = self.node.core();
-        let gossip = self.node.gossip();
-        let me = gossip.me();
-        let members = gossip
-            .records()
-            .iter()
-            .map(|r| member_info(r, core.rtt(r.id)))
-            .collect();
-        let mut trees: Vec<TreeInfo> = core
-            .roots()
-            .into_iter()
-            .filter_map(|root| core.tree(root))
-            .map(TreeInfo::from)
-            .collect();
-        trees.sort_by_key(|t| t.root);
-        let stats = &self.ctx.stats;
-        use std::sync::atomic::Ordering::Relaxed;
-        let (send_cost, send_cost_measured) = core.send_cost();
-        let core_stats = core.stats();
-        NodeStatus {
-            id: me.id,
-            name: me.name.clone(),
-            addr: me.addr,
-            members,
-            trees,
-            connections: self.links.len(),
-            frames_in: stats.frames_in.load(Relaxed),
-            frames_out: stats.frames_out.load(Relaxed),
-            bytes_in: stats.bytes_in.load(Relaxed),
-            bytes_out: stats.bytes_out.load(Relaxed),
-            frames_rejected: stats.frames_rejected.load(Relaxed),
-            protocol_errors: stats.protocol_errors.load(Relaxed),
-            auth_failures: stats.auth_failures.load(Relaxed),
-            packets_dropped: self.links.dropped,
-            uptime_ms: self.start.elapsed().as_millis() as u64,
-            clusters: cluster_levels(core.clusters(), me.id, |id| {
-                gossip.record(id).map(|r| r.name.clone())
-            }),
-            send_cost_us: send_cost.as_micros() as u64,
-            send_cost_measured,
-            links_lost: core_stats.links_lost,
-            resyncs_after_loss: core_stats.resyncs_after_loss,
-        }
-    }
-}
-
-fn member_info(r: &crate::proto::MemberRecord, rtt: Option<Duration>) -> MemberInfo {
-    MemberInfo {
-        id: r.id,
-        name: r.name.clone(),
-        addr: r.addr,
-        state: r.state,
-        rtt_ms: rtt.map(|d| d.as_secs_f64() * 1e3),
     }
 }
 

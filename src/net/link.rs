@@ -22,24 +22,44 @@ pub const MAX_PENDING_HANDSHAKES: usize = 128;
 pub const WRITER_QUEUE: usize = 4096;
 
 /// Why a dial did not produce an admitted connection.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{addr}: {reason}")]
+#[derive(Debug, thiserror::Error)]
+#[error("{addr}: {failure}")]
 pub struct DialError {
     /// The address dialed.
     pub addr: SocketAddr,
-    /// What went wrong, for logs and errors.
-    pub reason: String,
-    /// The peer refused our token proof: retrying with the same token cannot succeed.
-    pub token_rejected: bool,
+    /// What went wrong.
+    #[source]
+    pub failure: DialFailure,
+}
+
+/// The step of a dial that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DialFailure {
+    /// The dial could not start (a bad address or a closed endpoint).
+    #[error("cannot dial: {0}")]
+    Connect(#[from] quinn::ConnectError),
+    /// The QUIC handshake failed.
+    #[error("handshake failed: {0}")]
+    Handshake(#[from] quinn::ConnectionError),
+    /// Nothing answered the handshake in time.
+    #[error("no answer within {0:?}")]
+    NoAnswer(Duration),
+    /// The join-token exchange failed.
+    #[error(transparent)]
+    Admission(#[from] AuthError),
 }
 
 impl DialError {
-    fn new(addr: SocketAddr, reason: impl std::fmt::Display) -> Self {
+    fn new(addr: SocketAddr, failure: impl Into<DialFailure>) -> Self {
         DialError {
             addr,
-            reason: reason.to_string(),
-            token_rejected: false,
+            failure: failure.into(),
         }
+    }
+
+    /// The peer refused our token proof: retrying with the same token cannot succeed.
+    pub fn token_rejected(&self) -> bool {
+        matches!(self.failure, DialFailure::Admission(AuthError::Rejected))
     }
 }
 
@@ -170,13 +190,15 @@ pub async fn dial(
 ) -> Result<(NodeId, quinn::Connection), DialError> {
     let connecting = endpoint
         .connect_with(config, addr, &server_name)
-        .map_err(|e| DialError::new(addr, format!("cannot dial: {e}")))?;
+        .map_err(|e| DialError::new(addr, e))?;
     let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {
         Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => return Err(DialError::new(addr, format!("handshake failed: {e}"))),
+        Ok(Err(e)) => return Err(DialError::new(addr, e)),
         Err(_) => {
-            let reason = format!("no answer within {HANDSHAKE_TIMEOUT:?}");
-            return Err(DialError::new(addr, reason));
+            return Err(DialError::new(
+                addr,
+                DialFailure::NoAnswer(HANDSHAKE_TIMEOUT),
+            ));
         }
     };
     match authenticate(&conn, &ctx.token, Role::Dialer, HANDSHAKE_TIMEOUT).await {
@@ -185,10 +207,7 @@ pub async fn dial(
             if matches!(e, AuthError::BadProof { .. }) {
                 ctx.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
             }
-            Err(DialError {
-                token_rejected: matches!(e, AuthError::Rejected),
-                ..DialError::new(addr, e)
-            })
+            Err(DialError::new(addr, e))
         }
     }
 }

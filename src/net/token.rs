@@ -53,7 +53,7 @@ impl JoinToken {
     }
 
     /// This side's proof for a session with the given exported keying material.
-    pub fn proof(&self, role: Role, exporter: &[u8]) -> [u8; PROOF_LEN] {
+    pub(crate) fn proof(&self, role: Role, exporter: &[u8]) -> [u8; PROOF_LEN] {
         let key = hmac::Key::new(hmac::HMAC_SHA256, &self.0);
         let tag = hmac::sign(&key, &message(role, exporter));
         let mut out = [0u8; PROOF_LEN];
@@ -62,7 +62,7 @@ impl JoinToken {
     }
 
     /// Checks a peer's proof in constant time.
-    pub fn verify(&self, role: Role, exporter: &[u8], proof: &[u8]) -> bool {
+    pub(crate) fn verify(&self, role: Role, exporter: &[u8], proof: &[u8]) -> bool {
         let key = hmac::Key::new(hmac::HMAC_SHA256, &self.0);
         hmac::verify(&key, &message(role, exporter), proof).is_ok()
     }

@@ -73,8 +73,9 @@ pub struct TreeInfo {
     pub connected: bool,
 }
 
-impl From<TreeView> for TreeInfo {
-    fn from(v: TreeView) -> Self {
+impl TreeInfo {
+    /// The API's view of the core's tree state (the core's type stays inside the crate).
+    pub(crate) fn from_view(v: TreeView) -> Self {
         TreeInfo {
             root: v.root,
             parent: v.parent,
@@ -240,9 +241,13 @@ pub(crate) fn cluster_levels(
 }
 
 /// The members as the driver last saw them, shared with every API handle: the driver
-/// writes it on every membership change and refreshes the RTTs once a second; the API
+/// writes one entry per membership change and refreshes the RTTs once a second; the API
 /// reads it without a round trip to the driver (a concurrent map, so neither side waits
 /// for the other).
+///
+/// Each entry is updated on its own, in the order the events happen, so a snapshot taken
+/// during an update holds every member either before or after its own change: what the
+/// node knew at some moment per member, never a torn record.
 #[derive(Clone, Debug, Default)]
 pub struct MemberView(std::sync::Arc<dashmap::DashMap<NodeId, MemberInfo>>);
 
@@ -255,6 +260,11 @@ impl MemberView {
             self.0.insert(m.id, m);
         }
         self.0.retain(|id, _| seen.contains(id));
+    }
+
+    /// Writes one member's entry (a member that joined or changed state).
+    pub fn upsert(&self, member: MemberInfo) {
+        self.0.insert(member.id, member);
     }
 
     /// Every member, sorted by id.
@@ -291,5 +301,13 @@ mod tests {
         let mut expected = vec![member(2, Liveness::Dead), member(3, Liveness::Alive)];
         expected.sort_by_key(|m| m.id);
         assert_eq!(seen, expected, "member 1 is gone, member 2 changed");
+        view.upsert(member(3, Liveness::Suspect));
+        let seen = reader.snapshot();
+        assert_eq!(seen.len(), 2, "an update adds no entry");
+        assert!(
+            seen.iter()
+                .any(|m| m.name == "n3" && m.state == Liveness::Suspect),
+            "one entry updated in place"
+        );
     }
 }

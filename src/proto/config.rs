@@ -156,7 +156,7 @@ impl Config {
     }
 
     /// The grouping rule of cluster discovery, from `cluster_gap` and `cluster_floor`.
-    pub fn cluster_params(&self) -> crate::proto::clusters::ClusterParams {
+    pub(crate) fn cluster_params(&self) -> crate::proto::clusters::ClusterParams {
         crate::proto::clusters::ClusterParams {
             gap: self.cluster_gap,
             floor_us: self.cluster_floor.as_micros().min(u32::MAX as u128) as u32,

@@ -53,12 +53,12 @@ pub use self::config::Config;
 pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
-pub use self::node::{Class, Node, NodeInput, NodeOutput};
 pub use self::message::{
     AdvertEntry, ClusterEdge, ClusterMessage, ClusterSummary, CollectiveMessage, DataHeader,
     DownBody, GossipMessage, Liveness, MemberRecord, Message, NumKind, OpId, Packet, Purpose,
     QueryMessage, Reducer, WireError,
 };
+pub use self::node::{Class, Node, NodeInput, NodeOutput};
 pub use self::time::Time;
 
 use std::time::Duration;

@@ -1,17 +1,27 @@
 //! The collective engine: relays, the root's bookkeeping, retries and reports. The protocol
 //! is described in the module docs of [`super`].
 
+mod parts;
 mod relay;
 mod root;
 mod send;
+mod state;
 
-use super::acc::{Acc, own_part, split_part};
+use self::parts::{barrier_key, child_budget, chunk_items, delivery_kind, is_empty, reached_only};
+use self::state::{Deferred, Origin, Own, Phase, Plan, Relay, Slot, Target};
+
+use super::acc::Acc;
 use super::reduce::{ReduceFn, Reducers};
-use super::*;
-use crate::proto::message::{CollectiveMessage, DownBody, Message, UpPart};
+use crate::proto::NodeId;
+use crate::proto::collective::{
+    MAX_INLINE_PAYLOAD, MAX_STREAM_PAYLOAD, OpKind, OpRefused, OpReport, Overlay, Start, StartKind,
+};
+use crate::proto::message::{CollectiveMessage, DownBody};
+use crate::proto::message::{OpId, Purpose, Reducer};
 use crate::proto::{Event, Time, Transmit};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::time::Duration;
 
 /// How long a relay remembers an operation after its budget ran out (duplicates and late
 /// answers are recognised during that time).
@@ -20,149 +30,8 @@ const REMEMBER: Duration = Duration::from_secs(60);
 /// Most operations a node takes part in at once; more are refused (a flood guard).
 const MAX_RELAYS: usize = 20_000;
 
-/// Key under which a node publishes its arrival at barrier `name`.
-fn barrier_key(name: &str) -> String {
-    format!("barrier:{name}")
-}
-
-/// This node's own part in an operation.
-#[derive(Clone, Debug, PartialEq)]
-enum Own {
-    /// Broadcast and scatter: nothing to contribute.
-    None,
-    /// Waiting for a published value or the application's answer.
-    Pending,
-    /// Contributed this (`None`: declined).
-    Given(Option<Vec<u8>>),
-    /// A streamed broadcast: waiting for the data plane to have the payload.
-    Stream,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// A scatter whose further parts are still coming from the sender.
-    AwaitMore,
-    /// Waiting for children and this node's own part.
-    Collecting,
-    /// Answered; remembered for duplicates, late answers and direct requests.
-    Done,
-}
-
-/// One operation at one node.
-struct Relay {
-    /// Whom to answer (this node itself at the root).
-    from: NodeId,
-    kind: OpKind,
-    key: String,
-    request: Vec<u8>,
-    reducer: Option<Reducer>,
-    phase: Phase,
-    deadline: Time,
-    forget_at: Time,
-    /// Nodes sent a part of the operation and not answered yet; `true` for tree children.
-    waiting: BTreeMap<NodeId, bool>,
-    acc: Acc,
-    own: Own,
-    /// Whether the payload or item was delivered here.
-    delivered: bool,
-    /// Scatter items received so far while more parts are coming.
-    pending_items: Vec<(NodeId, Vec<u8>)>,
-    /// Scatter: the items came with a delegation inside the cluster, so they are passed on
-    /// by plan, not along the tree.
-    delegated: bool,
-    /// Direct requests waiting for this node's own part.
-    direct_waiters: Vec<NodeId>,
-    /// Whether the operation entered this node's cluster here (it planned the spread).
-    entry: bool,
-}
-
-impl Relay {
-    /// A relay for an operation from `from`, before its kind and contents are known.
-    fn blank(from: NodeId, phase: Phase, deadline: Time) -> Relay {
-        Relay {
-            from,
-            kind: OpKind::Broadcast,
-            key: String::new(),
-            request: Vec::new(),
-            reducer: None,
-            phase,
-            deadline,
-            forget_at: deadline + REMEMBER,
-            waiting: BTreeMap::new(),
-            acc: Acc::default(),
-            own: Own::None,
-            delivered: false,
-            pending_items: Vec::new(),
-            delegated: false,
-            direct_waiters: Vec::new(),
-            entry: false,
-        }
-    }
-}
-
-/// What a sender inside the cluster told the receiver about its part of the spread.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Plan {
-    /// The nodes the receiver is to pass the operation on to (empty: follow the tree).
-    delegation: Vec<NodeId>,
-    /// Children outside the cluster the entry already sent to.
-    hoisted: Vec<NodeId>,
-    /// Tags of the cluster's nodes the entry's plan reaches (empty: no plan; see
-    /// [`CollectiveMessage::Down`]).
-    covered: Vec<u16>,
-}
-
-/// One send of a relay: to whom, and what that node is told (see [`Plan`]).
-pub(super) struct Target {
-    to: NodeId,
-    plan: Plan,
-}
-
-/// The in-cluster part of an accepted operation, left until the sends across the wide
-/// area it came with are drained: those have the long way to go, and working out the
-/// cluster's plan before they leave would delay every other cluster by that much. The
-/// core runs it when its transmits run dry ([`crate::proto::Core::poll_transmit`]), or
-/// before its next input, at the same `now`, so the outputs and their order are those of
-/// one uninterrupted call.
-pub(super) struct Deferred {
-    now: Time,
-    op: OpId,
-    from: NodeId,
-    budget_us: u32,
-    plan: Plan,
-    body: DownBody,
-}
-
 /// Most children outside the cluster an entry sends to on behalf of the nodes below it.
 const MAX_HOISTED: usize = 32;
-
-/// An operation this node started, as its root.
-struct Origin {
-    kind: OpKind,
-    purpose: Purpose,
-    started: Time,
-    deadline: Time,
-    /// The body sent to members asked directly.
-    body: DownBody,
-    expected: Vec<NodeId>,
-    unknown: Vec<NodeId>,
-    /// Scatter: each destination's item, for direct retries.
-    items: HashMap<NodeId, Vec<u8>>,
-    acc: Acc,
-    /// The tree phase is over (the root's own relay answered).
-    tree_done: bool,
-    next_retry: Time,
-    retry_gap: Duration,
-    /// For a barrier: its name.
-    barrier: Option<String>,
-}
-
-/// A wake-up: which operation, and whether for its relay or its origin.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Slot {
-    Relay,
-    Origin,
-}
 
 /// The collective operations of one node. Owned by the [`crate::proto::Core`], which feeds
 /// it the messages, commands and member changes that concern it and forwards its outputs.
@@ -357,15 +226,16 @@ impl Collectives {
             ..OpReport::default()
         };
         if self.origins.contains_key(&op) || self.relays.contains_key(&op) {
-            report.error = Some(format!("operation {} is already in use", s.nonce));
+            report.error = Some(OpRefused::InUse { nonce: s.nonce });
             return self.events.push_back(Event::Report(Box::new(report)));
         }
         let size = match &body {
             DownBody::Broadcast { payload, .. } => payload.len(),
             DownBody::Stream { len, .. } if *len > MAX_STREAM_PAYLOAD => {
-                report.error = Some(format!(
-                    "payload of {len} bytes exceeds the limit of {MAX_STREAM_PAYLOAD} bytes"
-                ));
+                report.error = Some(OpRefused::TooLarge {
+                    len: *len,
+                    limit: MAX_STREAM_PAYLOAD,
+                });
                 return self.events.push_back(Event::Report(Box::new(report)));
             }
             DownBody::Stream { .. } => 0,
@@ -373,9 +243,10 @@ impl Collectives {
             DownBody::Gather { request, .. } | DownBody::Reduce { request, .. } => request.len(),
         };
         if size > MAX_INLINE_PAYLOAD {
-            report.error = Some(format!(
-                "payload of {size} bytes exceeds the limit of {MAX_INLINE_PAYLOAD} bytes"
-            ));
+            report.error = Some(OpRefused::TooLarge {
+                len: size as u64,
+                limit: MAX_INLINE_PAYLOAD as u64,
+            });
             return self.events.push_back(Event::Report(Box::new(report)));
         }
         let (expected, unknown, items) = match &body {
@@ -572,45 +443,4 @@ fn reduce(
         },
         None,
     )
-}
-
-fn delivery_kind(p: Purpose) -> DeliveryKind {
-    match p {
-        Purpose::Data => DeliveryKind::Broadcast,
-        Purpose::AllReduce { .. } => DeliveryKind::AllReduce,
-        Purpose::AllGather { .. } => DeliveryKind::AllGather,
-        Purpose::BarrierRelease { .. } => DeliveryKind::Barrier,
-    }
-}
-
-fn reached_only(me: NodeId) -> UpPart {
-    UpPart {
-        reached: vec![me],
-        ..UpPart::default()
-    }
-}
-
-fn is_empty(p: &UpPart) -> bool {
-    p.reached.is_empty() && p.declined.is_empty() && p.items.is_empty() && p.contributors.is_empty()
-}
-
-/// The time a child gets to answer: a little less than ours, minus the round trip to it.
-fn child_budget(budget_us: u32, rtt_us: Option<u32>) -> u32 {
-    let b = (budget_us as u64 * 9 / 10).saturating_sub(rtt_us.unwrap_or(0) as u64);
-    b.max(1_000) as u32
-}
-
-/// Splits scatter items into messages of bounded size.
-fn chunk_items(items: Vec<(NodeId, Vec<u8>)>) -> Vec<Vec<(NodeId, Vec<u8>)>> {
-    let mut out = vec![Vec::new()];
-    let mut size = 0;
-    for (d, v) in items {
-        if size + v.len() + 24 > PART_LIMIT && !out.last().expect("one").is_empty() {
-            out.push(Vec::new());
-            size = 0;
-        }
-        size += v.len() + 24;
-        out.last_mut().expect("one").push((d, v));
-    }
-    out
 }

@@ -182,7 +182,27 @@ pub struct OpReport {
     /// From start to report.
     pub elapsed: Duration,
     /// Why the operation could not run at all (then nothing was sent).
-    pub error: Option<String>,
+    pub error: Option<OpRefused>,
+}
+
+/// Why the node refused to start a collective operation (nothing was sent).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpRefused {
+    /// The operation's number is in use by a running operation.
+    #[error("operation {nonce} is already in use")]
+    InUse {
+        /// The number asked for.
+        nonce: u64,
+    },
+    /// The payload is larger than the operation carries.
+    #[error("payload of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// The payload's length.
+        len: u64,
+        /// The largest length accepted.
+        limit: u64,
+    },
 }
 
 /// What the core's collective engine needs to know about the overlay.

@@ -1,6 +1,13 @@
 //! Scenario actions: scheduling, churn, joins, leaves, crashes, partitions.
 
-use super::*;
+use super::{Repair, Sim};
+use crate::proto::rng::SplitMix64;
+use crate::proto::{Command, DownReason, Input, NodeId, Time};
+use crate::sim::node::{SimNode, Spawn};
+use crate::sim::queue::Pending;
+use crate::sim::scenario::{self, Action};
+use std::ops::Range;
+use std::time::Duration;
 
 impl<N: SimNode> Sim<N> {
     /// Schedules `action` at `at` (not before now).

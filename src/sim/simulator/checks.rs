@@ -1,6 +1,12 @@
 //! Snapshots, the parent-view cross-check, convergence, repair and the report.
 
-use super::*;
+use super::{Sim, ms};
+use crate::proto::Time;
+use crate::sim::metrics::{Layout, Scratch, Snapshot, TreeDiagnosis, TreeMetrics};
+use crate::sim::node::SimNode;
+use crate::sim::report::{RepairRecord, Report};
+use crate::sim::traffic::TrafficByKind;
+use crate::sim::{metrics, traffic};
 use std::collections::BTreeMap;
 
 impl<N: SimNode> Sim<N> {

@@ -1,8 +1,14 @@
 //! Driving the cores: inputs, the drain rule, the CPU and network models, the event loop.
 
-use super::*;
+use super::{MAX_CYCLE_RECORDS, MAX_SAME_INSTANT_TIMEOUTS, ParentChange, RECENT_CHANGES, Sim};
+use crate::proto::{Command, Event, Input, NodeId, Time};
 use crate::proto::{GossipMessage, Packet};
 use crate::sim::bandwidth;
+use crate::sim::invariants::CycleRecord;
+use crate::sim::node::SimNode;
+use crate::sim::queue::Pending;
+use crate::sim::traffic;
+use std::time::Duration;
 
 impl<N: SimNode> Sim<N> {
     /// Hands `input` to node `idx` at `max(now, busy_until) (+ cpu_recv)`, drains it and

@@ -9,20 +9,17 @@ use super::bandwidth::Pipes;
 use super::config::SimConfig;
 use super::invariants::{CycleRecord, ParentView};
 use super::member_node::MemberNode;
-use super::metrics::{self, Layout, Scratch, Snapshot, TreeDiagnosis, TreeMetrics};
+use super::metrics::{Scratch, Snapshot, TreeMetrics};
 use super::network::NetModel;
 use super::node::{SimNode, Spawn};
-use super::queue::{EventQueue, Pending};
-use super::report::{RepairRecord, Report};
-use super::scenario::{self, Action};
-use super::traffic::{self, TrafficByKind};
+use super::queue::EventQueue;
+use super::traffic::TrafficByKind;
 use crate::proto::gossip::GossipConfig;
 use crate::proto::id::IdMap;
 use crate::proto::rng::SplitMix64;
-use crate::proto::{Command, Core, DownReason, Event, Input, NodeId, Time};
+use crate::proto::{Core, Event, Input, NodeId, Time};
 use crate::topology::Topology;
 use std::collections::VecDeque;
-use std::ops::Range;
 use std::time::Duration;
 
 /// How many cycles are kept for diagnostics (all are counted).

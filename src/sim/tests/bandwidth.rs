@@ -14,7 +14,9 @@ const LATENCY_US: u64 = 10_000;
 
 /// What the nodes saw: (node, handle time µs, what) with what = `Ok(bytes received)` or
 /// `Err(peer index told lost)`.
-type Seen = Rc<RefCell<Vec<(usize, u64, Result<usize, usize>)>>>;
+/// One datagram seen: (receiver, arrival in microseconds, its sequence number or a drop).
+type Arrival = (usize, u64, Result<usize, usize>);
+type Seen = Rc<RefCell<Vec<Arrival>>>;
 
 /// A node that, when it learns of member `to`, sends it `count` copies of `msg` at once,
 /// and notes what it receives and the losses it is told of.
@@ -89,7 +91,7 @@ fn run(
     net: NetModel,
     bandwidth: bool,
     plans: impl Fn(usize) -> Option<(usize, usize, Message)> + 'static,
-) -> (Vec<(usize, u64, Result<usize, usize>)>, Sim<Burst>) {
+) -> (Vec<Arrival>, Sim<Burst>) {
     let cfg = SimConfig {
         cpu_send: Duration::ZERO,
         cpu_recv: Duration::ZERO,

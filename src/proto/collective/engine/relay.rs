@@ -1,8 +1,17 @@
 //! A relay's side: accepting an operation from above, its own contribution, routing
 //! scatter items, direct answers, and answers from below.
 
-use super::*;
+use super::{
+    Collectives, Deferred, MAX_RELAYS, Own, Phase, Plan, REMEMBER, Relay, Slot, Target,
+    child_budget, chunk_items, delivery_kind, is_empty, reached_only,
+};
+use crate::proto::collective::acc::own_part;
+use crate::proto::collective::{Delivered, DeliveryKind, OpKind, Overlay, plan};
+use crate::proto::message::{DownBody, OpId, Purpose, Reducer, UpPart};
+use crate::proto::{Event, NodeId, Time};
+use std::collections::{BTreeMap, HashMap};
 use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
 
 impl Collectives {
     #[allow(clippy::too_many_arguments)]

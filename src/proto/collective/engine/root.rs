@@ -1,7 +1,14 @@
 //! The root's side: merging answers, following progress, retrying directly, and the
 //! final report.
 
-use super::*;
+use super::{Collectives, MAX_HOISTED, Origin, Own, Phase, Plan, Slot};
+use crate::proto::collective::acc::Acc;
+use crate::proto::collective::{
+    BarrierOutcome, MAX_INLINE_PAYLOAD, OpKind, OpReport, Overlay, ReduceOutcome,
+};
+use crate::proto::message::{DownBody, OpId, Purpose, UpPart};
+use crate::proto::{Event, NodeId, Time};
+use std::collections::HashMap;
 
 impl Collectives {
     pub(super) fn merge_at_origin(&mut self, now: Time, ov: &dyn Overlay, op: OpId, part: UpPart) {

@@ -1,8 +1,15 @@
 //! Sending: down the tree or by the in-cluster plan, answers up, local delivery and timer
 //! slots.
 
-use super::*;
+use super::{Collectives, Plan, Slot, Target, barrier_key, is_empty};
+use crate::proto::collective::acc::split_part;
+use crate::proto::collective::{
+    BarrierOutcome, Delivered, DeliveryKind, Overlay, PART_LIMIT, plan,
+};
 use crate::proto::message::cover_tag;
+use crate::proto::message::{CollectiveMessage, DownBody, Message, OpId, Purpose, UpPart};
+use crate::proto::{Event, NodeId, Time, Transmit};
+use std::cmp::Reverse;
 use std::collections::HashSet;
 
 impl Collectives {

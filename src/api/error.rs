@@ -1,0 +1,112 @@
+//! The errors of the library API: each says which step failed and carries its cause.
+
+use crate::net::identity::IdentityError;
+use crate::net::link::DialError;
+use crate::net::token::TokenError;
+use crate::net::view::DecodeError;
+use crate::proto::collective::OpRefused;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why a node could not start or answer.
+///
+/// ```
+/// # use overlay::NodeError;
+/// fn explain(e: &NodeError) -> &'static str {
+///     match e {
+///         NodeError::TokenRejected { .. } => "ask the operator for this overlay's token",
+///         NodeError::Stopped => "the node has left",
+///         _ => "see the message",
+///     }
+/// }
+/// # let _ = explain(&NodeError::Stopped);
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// Key or TLS set-up failed.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// A stored or given token is malformed.
+    #[error("join token: {0}")]
+    Token(#[from] TokenError),
+    /// Joining needs the overlay's token.
+    #[error("joining needs the overlay's join token (--token or OVERLAY_TOKEN)")]
+    MissingToken,
+    /// Binding the socket, or reading or writing the data directory, failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// The step that failed.
+        what: IoStep,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A join attempt failed: the address did not answer or the connection broke.
+    #[error("could not join the overlay: {0}")]
+    Join(#[source] DialError),
+    /// The member at `addr` was reached but did not answer the join in time.
+    #[error("could not join the overlay: {addr} did not answer the join within {waited:?}")]
+    JoinTimeout {
+        /// The address joined through.
+        addr: SocketAddr,
+        /// How long the node waited.
+        waited: Duration,
+    },
+    /// Every join address is this node's own: there is nobody to join through.
+    #[error("could not join the overlay: no join address other than this node's own")]
+    NoJoinAddress,
+    /// A member refused this node's join-token proof: the token is not this overlay's.
+    #[error(
+        "could not join the overlay through {addr}: it refused the join token (not this overlay's token)"
+    )]
+    TokenRejected {
+        /// The address that refused.
+        addr: SocketAddr,
+    },
+    /// The node has stopped.
+    #[error("the node has stopped")]
+    Stopped,
+    /// A payload is larger than a collective operation carries.
+    #[error("payload of {len} bytes exceeds the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The payload's length.
+        len: usize,
+        /// The largest length accepted.
+        limit: usize,
+    },
+    /// The node refused to start a collective operation.
+    #[error("collective operation refused: {0}")]
+    Collective(#[from] OpRefused),
+    /// Hashing a streamed payload failed (the hashing task panicked).
+    #[error("hashing the payload failed: {0}")]
+    Digest(#[source] tokio::task::JoinError),
+    /// A value could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A value could not be encoded.
+    #[error("cannot encode the value: {0}")]
+    Encode(#[source] postcard::Error),
+}
+
+/// The I/O step of [`NodeError::Io`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IoStep {
+    /// Creating the data directory.
+    #[error("cannot create the data directory {}", .0.display())]
+    CreateDataDir(PathBuf),
+    /// Binding the UDP socket.
+    #[error("cannot listen on {0}")]
+    Listen(SocketAddr),
+    /// Reading the bound socket's address.
+    #[error("cannot read the socket's local address")]
+    LocalAddr,
+    /// Reading the stored join token.
+    #[error("cannot read the join token {}", .0.display())]
+    ReadToken(PathBuf),
+    /// Writing the join token.
+    #[error("cannot write the join token {}", .0.display())]
+    WriteToken(PathBuf),
+}
