@@ -32,25 +32,23 @@
 //! ```
 
 pub mod pipe;
+mod queue;
+mod udp;
 mod wire;
 
+pub use self::queue::QueueLimits;
 pub use self::wire::WireLateness;
 
 use self::pipe::Pipe;
+use self::queue::{Datagram, DelayQueue};
 use crate::topology::Topology;
-use quinn::udp::{RecvMeta, Transmit};
-use quinn::{AsyncUdpSocket, UdpPoller};
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
-use std::io::{self, IoSliceMut};
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::net::UdpSocket;
-use tokio::time::Instant;
 
 /// Who is where: maps a bound socket address to a topology cluster, shared by all sockets of
 /// one emulated network.
@@ -249,181 +247,6 @@ impl LatencyMap {
     }
 }
 
-/// Bounds of a socket's delay queue; a datagram that would exceed either is dropped and
-/// counted, as a router with a full buffer would.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QueueLimits {
-    /// Most datagrams held at once.
-    pub datagrams: usize,
-    /// Most payload bytes held at once.
-    pub bytes: usize,
-}
-
-impl Default for QueueLimits {
-    /// 64 Ki datagrams and 64 MiB: more than a few seconds of a busy QUIC connection at
-    /// 100 ms latency, small enough that a runaway sender cannot exhaust memory.
-    fn default() -> Self {
-        QueueLimits {
-            datagrams: 64 * 1024,
-            bytes: 64 * 1024 * 1024,
-        }
-    }
-}
-
-/// A datagram waiting in a delay queue.
-#[derive(Debug)]
-struct Datagram {
-    due: Instant,
-    /// Insertion order: breaks ties between equal due times so they leave FIFO.
-    seq: u64,
-    dest: SocketAddr,
-    bytes: Box<[u8]>,
-}
-
-// Reversed on (due, seq) so that `BinaryHeap`, a max-heap, pops the earliest datagram.
-impl Ord for Datagram {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .due
-            .cmp(&self.due)
-            .then_with(|| other.seq.cmp(&self.seq))
-    }
-}
-
-impl PartialOrd for Datagram {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for Datagram {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Datagram {}
-
-/// Destinations remembered for ordering before the table is pruned of past due times.
-const LAST_DUE_PRUNE: usize = 1024;
-
-/// The bounded delay queue of one socket: a min-heap on (due time, insertion order).
-#[derive(Debug)]
-struct DelayQueue {
-    heap: BinaryHeap<Datagram>,
-    bytes: usize,
-    next_seq: u64,
-    /// Latest due time per destination: a datagram never becomes due before an earlier one
-    /// to the same destination, even if that destination's latency changed in between.
-    last_due: HashMap<SocketAddr, Instant>,
-    prune_at: usize,
-    limits: QueueLimits,
-    /// Datagrams dropped: this queue full, or (bandwidth emulation) a full NIC or link.
-    dropped: u64,
-    /// The sender's NIC, when bandwidth is emulated; under the queue's lock because every
-    /// datagram passes both.
-    nic: Option<Pipe>,
-}
-
-impl DelayQueue {
-    fn new(limits: QueueLimits) -> Self {
-        DelayQueue {
-            heap: BinaryHeap::new(),
-            bytes: 0,
-            next_seq: 0,
-            last_due: HashMap::new(),
-            prune_at: LAST_DUE_PRUNE,
-            limits,
-            dropped: 0,
-            nic: None,
-        }
-    }
-
-    /// Passes a datagram of `len` bytes, handed over at `now`, through the sender's NIC and
-    /// then `link`: when it has left the last pipe, or `None` if a pipe dropped it (counted).
-    fn serialize(
-        &mut self,
-        now: Instant,
-        len: usize,
-        link: Option<&Mutex<Pipe>>,
-    ) -> Option<Instant> {
-        let mut at = now;
-        if let Some(nic) = &mut self.nic {
-            at = nic.send(at, len).or_else(|| {
-                self.dropped += 1;
-                None
-            })?;
-        }
-        if let Some(link) = link {
-            // Same reasoning as `LatencyMap::read`: a pipe is consistent after every call.
-            let mut link = link.lock().unwrap_or_else(PoisonError::into_inner);
-            at = link.send(at, len).or_else(|| {
-                self.dropped += 1;
-                None
-            })?;
-        }
-        Some(at)
-    }
-
-    /// Queues `bytes` for `dest`, due `delay` after `now`; returns the due time, or `None`
-    /// if the datagram was dropped because the queue is full.
-    fn push(
-        &mut self,
-        now: Instant,
-        delay: Duration,
-        dest: SocketAddr,
-        bytes: &[u8],
-    ) -> Option<Instant> {
-        let full = self.heap.len() >= self.limits.datagrams
-            || self.bytes.saturating_add(bytes.len()) > self.limits.bytes;
-        // An unrepresentable due time (absurd latency) is treated like a full queue: the
-        // datagram would never arrive anyway.
-        let (false, Some(mut due)) = (full, now.checked_add(delay)) else {
-            self.dropped += 1;
-            return None;
-        };
-        let last = self.last_due.entry(dest).or_insert(due);
-        if *last > due {
-            due = *last;
-        } else {
-            *last = due;
-        }
-        if self.last_due.len() > self.prune_at {
-            // Entries already due cannot delay anything queued from now on.
-            self.last_due.retain(|_, d| *d > now);
-            self.prune_at = (2 * self.last_due.len()).max(LAST_DUE_PRUNE);
-        }
-        self.heap.push(Datagram {
-            due,
-            seq: self.next_seq,
-            dest,
-            bytes: bytes.into(),
-        });
-        self.next_seq += 1;
-        self.bytes += bytes.len();
-        Some(due)
-    }
-
-    /// Removes and returns the earliest datagram if it is due at `now`.
-    fn pop_due(&mut self, now: Instant) -> Option<Datagram> {
-        if self.heap.peek()?.due > now {
-            return None;
-        }
-        let d = self.heap.pop()?;
-        self.bytes -= d.bytes.len();
-        Some(d)
-    }
-
-    /// Due time of the earliest datagram.
-    fn next_due(&self) -> Option<Instant> {
-        self.heap.peek().map(|d| d.due)
-    }
-
-    fn len(&self) -> usize {
-        self.heap.len()
-    }
-}
-
 /// A socket's side of the wire: its delay queue and the descriptor the wire sends from.
 /// Held by the socket and by the wire's tokens, so what is queued still leaves after the
 /// socket is dropped.
@@ -560,151 +383,6 @@ fn registered_addr(bound: SocketAddr) -> SocketAddr {
         IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, bound.port()).into(),
         IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, bound.port()).into(),
         _ => bound,
-    }
-}
-
-/// Never blocks: sends are queued, so the socket is always writable.
-#[derive(Debug)]
-struct AlwaysWritable;
-
-impl UdpPoller for AlwaysWritable {
-    fn poll_writable(self: Pin<&mut Self>, _cx: &mut Context) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl AsyncUdpSocket for EmulatedUdpSocket {
-    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
-        Box::pin(AlwaysWritable)
-    }
-
-    /// Queues the datagram(s) of `transmit` for the one-way latency to its destination
-    /// (none, logged at debug, if the destination is not registered); never blocks and
-    /// never fails: a full queue drops, as a router would.
-    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
-        let dest = transmit.destination;
-        let from = self.registered;
-        if self.map.is_cut(from, dest) {
-            return Ok(());
-        }
-        let (latency, link, known) = match self.map.route(from, dest) {
-            Some(r) => (r.latency, r.link, true),
-            None => {
-                tracing::debug!(%from, %dest, "emulated socket: unknown destination, no delay");
-                (Duration::ZERO, None, false)
-            }
-        };
-        // We report one segment per transmit, so quinn does not set `segment_size`; split
-        // anyway in case a caller does, so each datagram keeps its own boundary.
-        let segment = transmit
-            .segment_size
-            .unwrap_or(transmit.contents.len())
-            .max(1);
-        let now = Instant::now();
-        let mut new_head: Option<Instant> = None;
-        let mut dropped = 0usize;
-        {
-            let mut queue = self.shared.queue();
-            for chunk in transmit.contents.chunks(segment) {
-                // A destination outside the map passes no pipe either: it is not emulated.
-                let left = if known {
-                    queue.serialize(now, chunk.len(), link)
-                } else {
-                    Some(now)
-                };
-                let Some(left) = left else {
-                    dropped += 1;
-                    continue;
-                };
-                let delay = (left - now) + latency;
-                match queue.push(now, delay, dest, chunk) {
-                    // A new head needs a token; the wire wakes only if it is its earliest.
-                    Some(due) if queue.next_due() == Some(due) => new_head = Some(due),
-                    Some(_) => {}
-                    None => dropped += 1,
-                }
-            }
-        }
-        if dropped > 0 {
-            tracing::trace!(%dest, dropped, "emulated socket: queue or pipe full, dropped");
-        }
-        if let Some(due) = new_head
-            && let Some(wire) = self.map.wire.get()
-        {
-            wire.schedule(due, self.shared.clone());
-        }
-        Ok(())
-    }
-
-    /// Plain UDP receive: one datagram per buffer, as many as are ready (up to the batch).
-    fn poll_recv(
-        &self,
-        cx: &mut Context,
-        bufs: &mut [IoSliceMut<'_>],
-        meta: &mut [RecvMeta],
-    ) -> Poll<io::Result<usize>> {
-        let max = bufs.len().min(meta.len());
-        if max == 0 {
-            return Poll::Ready(Ok(0));
-        }
-        // Wait for the first datagram (registering the waker), then take what else is ready.
-        loop {
-            ready!(self.io.poll_recv_ready(cx))?;
-            match self.io.try_recv_from(&mut bufs[0]) {
-                Ok((len, addr)) => {
-                    meta[0] = datagram_meta(len, addr);
-                    break;
-                }
-                // Spurious readiness: readiness is cleared, poll again to re-register.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-        let mut n = 1;
-        while n < max {
-            match self.io.try_recv_from(&mut bufs[n]) {
-                Ok((len, addr)) => {
-                    meta[n] = datagram_meta(len, addr);
-                    n += 1;
-                }
-                // Deliver what we have; an error other than WouldBlock is reported by the
-                // next receive if it persists.
-                Err(_) => break,
-            }
-        }
-        Poll::Ready(Ok(n))
-    }
-
-    /// The real bound address (what quinn reports as the endpoint's local address).
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.io.local_addr()
-    }
-
-    /// One datagram per transmit: no GSO, so every datagram gets its own due time.
-    fn max_transmit_segments(&self) -> usize {
-        1
-    }
-
-    /// One datagram per receive buffer: GRO is not enabled on the socket.
-    fn max_receive_segments(&self) -> usize {
-        1
-    }
-
-    /// The plain socket does not set don't-fragment, so quinn keeps path MTU discovery off
-    /// and stays at its initial MTU (1200 bytes): fine for latency, not for peak throughput.
-    fn may_fragment(&self) -> bool {
-        true
-    }
-}
-
-/// Metadata of one plain datagram (no GRO, no ECN, no destination-IP control message).
-fn datagram_meta(len: usize, addr: SocketAddr) -> RecvMeta {
-    RecvMeta {
-        addr,
-        len,
-        stride: len,
-        ecn: None,
-        dst_ip: None,
     }
 }
 

@@ -3,7 +3,10 @@
 
 use super::*;
 use anyhow::Context as _;
-use quinn::{ClientConfig, Connection, Endpoint, ServerConfig};
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, ClientConfig, Connection, Endpoint, ServerConfig};
+use std::io::IoSliceMut;
+use tokio::time::Instant;
 
 /// Two clusters: 1 ms inside each, 50 ms one way between them.
 const TWO_CLUSTERS: &str = r#"

@@ -1,0 +1,157 @@
+//! Unit tests of the connection table.
+
+use super::*;
+use crate::net::identity::Identity;
+use crate::net::link::LinkInput;
+use crate::net::token::JoinToken;
+use crate::proto::Config;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// A node's links on a loopback UDP endpoint that accepts connections, and what its
+/// connection tasks report (the driver's inbox).
+fn links_on_loopback(
+    token: &Arc<JoinToken>,
+) -> (Links, mpsc::UnboundedReceiver<LinkInput>, SocketAddr) {
+    let identity = Identity::generate().expect("identity");
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket).expect("wrap");
+    let server = identity.server_config().expect("server config");
+    let endpoint = crate::net::endpoint_on(socket, Some(server)).expect("endpoint");
+    let addr = endpoint.local_addr().expect("address");
+    let (to_driver, inbox) = mpsc::unbounded_channel();
+    let ctx = LinkContext {
+        me: identity.id(),
+        token: token.clone(),
+        to_driver,
+        stats: Arc::default(),
+    };
+    tokio::spawn(link::accept_loop(endpoint.clone(), ctx.clone()));
+    let client = identity.client_config().expect("client config");
+    let idle = IdleLimits::for_config(&Config::wan());
+    let links = Links::new(ctx.me, Instant::now(), endpoint, client, ctx, idle);
+    (links, inbox, addr)
+}
+
+/// The next report of a connection task, within 10 s.
+async fn next(inbox: &mut mpsc::UnboundedReceiver<LinkInput>) -> LinkInput {
+    tokio::time::timeout(Duration::from_secs(10), inbox.recv())
+        .await
+        .expect("a report within 10 s")
+        .expect("tasks alive")
+}
+
+/// `a` sends `b` a frame while unconnected: `a` dials, both take the connection,
+/// and `b` reads the frame.
+async fn connect(
+    (a, a_inbox): (&mut Links, &mut mpsc::UnboundedReceiver<LinkInput>),
+    (b, b_inbox): (&mut Links, &mut mpsc::UnboundedReceiver<LinkInput>),
+    b_addr: SocketAddr,
+    frame: Outgoing,
+) {
+    let (a_id, b_id) = (a.me, b.me);
+    let to_b = |p: NodeId| (p == b_id).then_some(b_addr);
+    assert_eq!(a.send(b_id, frame, Priority::Urgent, to_b), Sent::Pending);
+    let LinkInput::Connected {
+        peer, conn, dialed, ..
+    } = next(a_inbox).await
+    else {
+        panic!("a dialed b");
+    };
+    assert_eq!((peer, dialed), (b_id, true));
+    a.connected(peer, conn, dialed);
+    loop {
+        match next(b_inbox).await {
+            LinkInput::Connected {
+                peer, conn, dialed, ..
+            } => b.connected(peer, conn, dialed),
+            LinkInput::Received { peer, .. } => {
+                assert_eq!(peer, a_id);
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn frames_that_may_be_lost_are_reported_per_peer() {
+    let token = Arc::new(JoinToken::generate());
+    let (mut a, mut a_inbox, _) = links_on_loopback(&token);
+    let (mut b, mut b_inbox, b_addr) = links_on_loopback(&token);
+    let (a_id, b_id) = (a.me, b.me);
+    let packet = crate::proto::Packet::Overlay(crate::proto::Message::Resync);
+    let frame = || Outgoing::Frame(packet.encode().expect("encodes"));
+
+    // No address to dial: dropped at once, and reported.
+    let nowhere = crate::proto::NodeId::from_seed(9, 9);
+    assert_eq!(
+        a.send(nowhere, frame(), Priority::Urgent, |_| None),
+        Sent::Dropped
+    );
+    assert_eq!(a.take_lost(), BTreeSet::from([nowhere]));
+    assert!(a.take_lost().is_empty(), "taken once");
+
+    // Kept while dialed, up to a bound: the oldest frame beyond it is dropped, and
+    // reported (the address is a socket that never answers, so the dial hangs).
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let silent_addr = silent.local_addr().expect("address");
+    let mute = crate::proto::NodeId::from_seed(9, 10);
+    for _ in 0..PENDING_PER_PEER {
+        let sent = a.send(mute, frame(), Priority::Urgent, |_| Some(silent_addr));
+        assert_eq!(sent, Sent::Pending);
+    }
+    assert!(a.take_lost().is_empty(), "all kept");
+    a.send(mute, frame(), Priority::Urgent, |_| Some(silent_addr));
+    assert_eq!(a.take_lost(), BTreeSet::from([mute]));
+
+    // Kept while dialed, written once connected: nothing lost.
+    let (ends_a, ends_b) = ((&mut a, &mut a_inbox), (&mut b, &mut b_inbox));
+    connect(ends_a, ends_b, b_addr, frame()).await;
+    assert!(a.take_lost().is_empty() && b.take_lost().is_empty());
+
+    // b closes the connection: a is told it closed, and reports b, as b reports a.
+    b.conn(&a_id)
+        .expect("b's link to a")
+        .close(0u32.into(), b"test");
+    let LinkInput::Closed { peer, conn, .. } = next(&mut a_inbox).await else {
+        panic!("a sees the close");
+    };
+    assert!(a.closed(peer, conn));
+    assert_eq!(a.take_lost(), BTreeSet::from([b_id]));
+    let LinkInput::Closed { peer, conn, .. } = next(&mut b_inbox).await else {
+        panic!("b sees its own close");
+    };
+    assert!(b.closed(peer, conn));
+    assert_eq!(b.take_lost(), BTreeSet::from([a_id]));
+
+    // Connected again; once a's idle check has seen the frame, b closes the link for
+    // idleness: nothing was in flight, so nothing is reported.
+    let (ends_a, ends_b) = ((&mut a, &mut a_inbox), (&mut b, &mut b_inbox));
+    connect(ends_a, ends_b, b_addr, frame()).await;
+    a.close_idle();
+    let idle = crate::net::auth::CLOSE_IDLE;
+    b.conn(&a_id)
+        .expect("b's new link")
+        .close(idle.into(), b"idle");
+    let LinkInput::Closed { peer, conn, .. } = next(&mut a_inbox).await else {
+        panic!("a sees the idle close");
+    };
+    assert!(a.closed(peer, conn));
+    assert!(
+        a.take_lost().is_empty(),
+        "a quiet link closed for idleness lost nothing"
+    );
+}
+
+#[test]
+fn idle_limits_are_the_constants_at_default_periods_and_grow_with_slower_clocks() {
+    let wan = IdleLimits::for_config(&Config::wan());
+    assert_eq!(wan.link, LINK_IDLE);
+    assert_eq!(wan.measure, MEASURE_IDLE);
+    assert_eq!(IdleLimits::for_config(&Config::lan()), wan);
+    // A tree link gets a serial every 20 s on this clock: it must outlive several.
+    let slow = IdleLimits::for_config(&Config::wan().dilated(20));
+    assert_eq!(slow.link, Config::wan().serial_period * 20 * 4);
+    assert_eq!(slow.measure, MEASURE_IDLE);
+}

@@ -1,0 +1,162 @@
+//! Dissemination: merging records, pushing news as rumors, piggybacking updates on
+//! probes and acks, and picking random members to talk to.
+
+use super::{Entry, Gossip, GossipEvent, Timer};
+use crate::proto::id::NodeId;
+use crate::proto::message::{GossipMessage, Liveness, MemberRecord};
+use crate::proto::time::Time;
+
+impl Gossip {
+    /// Applies `updates` and forwards what was news to a few random members (not to
+    /// `from`, nor to the members the news is about).
+    pub(super) fn spread(&mut self, now: Time, updates: Vec<MemberRecord>, from: Option<NodeId>) {
+        let news: Vec<MemberRecord> = updates
+            .into_iter()
+            .filter(|r| self.apply(now, r.clone()))
+            .collect();
+        if news.is_empty() {
+            return;
+        }
+        let mut exclude: Vec<NodeId> = news.iter().map(|r| r.id).collect();
+        exclude.extend(from);
+        for to in self.pick_random(self.config.rumor_fanout, &exclude) {
+            self.send(
+                to,
+                GossipMessage::Rumor {
+                    updates: news.clone(),
+                },
+            );
+        }
+    }
+
+    pub(super) fn apply_all(&mut self, now: Time, updates: Vec<MemberRecord>) {
+        for r in updates {
+            let _ = self.apply(now, r);
+        }
+    }
+
+    /// Merges one record: a higher incarnation wins; at equal incarnation the later state
+    /// wins (`Alive < Suspect < Dead < Left`). Returns whether it was news.
+    pub(super) fn apply(&mut self, now: Time, r: MemberRecord) -> bool {
+        if r.id == self.me.id {
+            // Gossip says we are suspect or dead: refute with a higher incarnation.
+            if r.state != Liveness::Alive && r.incarnation >= self.me.incarnation && !self.left {
+                self.me.incarnation = r.incarnation + 1;
+                self.enqueue(self.me.clone());
+                let refutation = self.me.clone();
+                for to in self.pick_random(self.config.rumor_fanout, &[]) {
+                    self.send(
+                        to,
+                        GossipMessage::Rumor {
+                            updates: vec![refutation.clone()],
+                        },
+                    );
+                }
+            }
+            return false;
+        }
+        let newer = match self.members.get(&r.id) {
+            None => true,
+            Some(e) => {
+                (r.incarnation, r.state) > (e.record.incarnation, e.record.state)
+                    || (r.incarnation == e.record.incarnation
+                        && r.state == e.record.state
+                        && (r.addr != e.record.addr
+                            || r.name != e.record.name
+                            || r.boot != e.record.boot)
+                        && r.state == Liveness::Alive)
+            }
+        };
+        if !newer {
+            return false;
+        }
+        let before = self.members.get(&r.id).map(|e| e.record.state);
+        self.members.insert(
+            r.id,
+            Entry {
+                record: r.clone(),
+                changed: now,
+            },
+        );
+        self.enqueue(r.clone());
+        match r.state {
+            Liveness::Alive => self.events.push_back(GossipEvent::Up(r)),
+            Liveness::Suspect => {
+                if before != Some(Liveness::Alive) {
+                    // First heard of it as suspect: it is a member all the same.
+                    let mut alive = r.clone();
+                    alive.state = Liveness::Alive;
+                    self.events.push_back(GossipEvent::Up(alive));
+                }
+                self.events.push_back(GossipEvent::Suspect(r.id));
+                let n = self.members.len() as f64 + 1.0;
+                let factor = (n.log10()).max(1.0);
+                let timeout = self.config.suspicion_timeout.mul_f64(factor);
+                self.arm(now + timeout, Timer::Suspicion(r.id, r.incarnation));
+            }
+            Liveness::Dead | Liveness::Left => {
+                if matches!(before, Some(Liveness::Alive | Liveness::Suspect)) {
+                    self.events.push_back(GossipEvent::Down {
+                        id: r.id,
+                        state: r.state,
+                    });
+                }
+            }
+        }
+        true
+    }
+
+    fn enqueue(&mut self, r: MemberRecord) {
+        self.outbox.retain(|(o, _)| o.id != r.id);
+        self.outbox.push_back((r, 0));
+    }
+
+    /// Takes the least-sent updates for one message; drops those sent often enough.
+    pub(super) fn piggyback(&mut self) -> Vec<MemberRecord> {
+        let n = self.members.len() + 1;
+        let limit = self.config.retransmit_factor * (usize::BITS - n.leading_zeros()) as usize;
+        let mut out = Vec::new();
+        let take = self.config.max_piggyback.min(self.outbox.len());
+        for _ in 0..take {
+            let Some((r, sent)) = self.outbox.pop_front() else {
+                break;
+            };
+            out.push(r.clone());
+            if sent + 1 < limit {
+                self.outbox.push_back((r, sent + 1));
+            }
+        }
+        out
+    }
+
+    pub(super) fn pick_random(&mut self, count: usize, exclude: &[NodeId]) -> Vec<NodeId> {
+        let mut pool: Vec<NodeId> = self
+            .members
+            .values()
+            .filter(|e| e.record.state == Liveness::Alive && !exclude.contains(&e.record.id))
+            .map(|e| e.record.id)
+            .collect();
+        pool.sort();
+        let mut out = Vec::new();
+        while out.len() < count && !pool.is_empty() {
+            let i = self.rng.below(pool.len() as u64) as usize;
+            out.push(pool.swap_remove(i));
+        }
+        out
+    }
+
+    /// A random member declared dead (not one that left) whose tombstone is still kept.
+    pub(super) fn pick_random_dead(&mut self) -> Option<NodeId> {
+        let mut pool: Vec<NodeId> = self
+            .members
+            .values()
+            .filter(|e| e.record.state == Liveness::Dead)
+            .map(|e| e.record.id)
+            .collect();
+        if pool.is_empty() {
+            return None;
+        }
+        pool.sort();
+        Some(pool[self.rng.below(pool.len() as u64) as usize])
+    }
+}

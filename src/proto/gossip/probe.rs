@@ -1,0 +1,141 @@
+//! The timers and failure detection: probe periods, indirect probes, suspicion,
+//! anti-entropy, join retries and tombstone pruning.
+
+use super::{Gossip, Probe, Timer};
+use crate::proto::id::NodeId;
+use crate::proto::message::{GossipMessage, Liveness};
+use crate::proto::time::Time;
+
+impl Gossip {
+    pub(super) fn on_timer(&mut self, now: Time, timer: Timer) {
+        match timer {
+            Timer::ProbeTick => {
+                self.start_probe(now);
+                let next = now + self.config.probe_interval;
+                self.arm(next, Timer::ProbeTick);
+            }
+            Timer::ProbeTimeout(seq) => {
+                let Some(p) = self.probe.filter(|p| p.seq == seq && !p.acked) else {
+                    return;
+                };
+                let helpers = self.pick_random(self.config.indirect_probes, &[p.target]);
+                for h in helpers {
+                    let updates = self.piggyback();
+                    self.send(
+                        h,
+                        GossipMessage::ProbeRequest {
+                            seq,
+                            target: p.target,
+                            updates,
+                        },
+                    );
+                }
+            }
+            Timer::ProbeDeadline(seq) => {
+                let Some(p) = self.probe.filter(|p| p.seq == seq) else {
+                    return;
+                };
+                self.probe = None;
+                if !p.acked {
+                    self.handle_unreachable(now, p.target);
+                }
+            }
+            Timer::Suspicion(id, incarnation) => {
+                if let Some(e) = self.members.get(&id)
+                    && e.record.state == Liveness::Suspect
+                    && e.record.incarnation == incarnation
+                {
+                    let mut r = e.record.clone();
+                    r.state = Liveness::Dead;
+                    self.spread(now, vec![r], None);
+                }
+            }
+            Timer::AntiEntropy => {
+                if let Some(peer) = self.pick_random(1, &[]).pop() {
+                    self.send_sync(peer, true);
+                }
+                // A member declared dead may only have been cut off (a partition): try one
+                // of them too, so two sides that each declared the other dead merge again
+                // once the network heals. It refutes on seeing itself dead, and so do we.
+                if let Some(peer) = self.pick_random_dead() {
+                    self.send_sync(peer, true);
+                }
+                let next = now + self.jitter(self.config.anti_entropy_interval);
+                self.arm(next, Timer::AntiEntropy);
+            }
+            Timer::JoinRetry => {
+                if let Some(via) = self.joining {
+                    self.join(now, via);
+                }
+            }
+            Timer::Prune => {
+                let ttl = self.config.tombstone_ttl;
+                self.members.retain(|_, e| {
+                    matches!(e.record.state, Liveness::Alive | Liveness::Suspect)
+                        || now.saturating_since(e.changed) < ttl
+                });
+                self.arm(now + ttl, Timer::Prune);
+            }
+        }
+    }
+
+    fn start_probe(&mut self, now: Time) {
+        if self.probe_order.is_empty() {
+            self.probe_order = self.live_members().map(|r| r.id).collect();
+            self.probe_order.sort();
+            // Fisher-Yates with the injected RNG: every member is probed once per round.
+            for i in (1..self.probe_order.len()).rev() {
+                let j = self.rng.below(i as u64 + 1) as usize;
+                self.probe_order.swap(i, j);
+            }
+        }
+        while let Some(target) = self.probe_order.pop() {
+            let live = self
+                .members
+                .get(&target)
+                .is_some_and(|e| matches!(e.record.state, Liveness::Alive | Liveness::Suspect));
+            if !live {
+                continue;
+            }
+            let seq = self.next_seq();
+            self.probe = Some(Probe {
+                seq,
+                target,
+                acked: false,
+            });
+            let updates = self.piggyback();
+            self.send(target, GossipMessage::Probe { seq, updates });
+            self.arm(now + self.config.probe_timeout, Timer::ProbeTimeout(seq));
+            // Just short of the next tick, so a period's verdict precedes the next probe.
+            let deadline = now + self.config.probe_interval.mul_f64(0.95);
+            self.arm(deadline, Timer::ProbeDeadline(seq));
+            return;
+        }
+    }
+
+    pub(super) fn handle_ack(&mut self, seq: u64, target: NodeId) {
+        if let Some(p) = self.probe.as_mut()
+            && p.seq == seq
+            && p.target == target
+        {
+            p.acked = true;
+        }
+        // An ack for a probe we relayed goes back to whoever asked.
+        if let Some(i) = self
+            .relays
+            .iter()
+            .position(|r| r.our_seq == seq && r.target == target)
+        {
+            let relay = self.relays.swap_remove(i);
+            let updates = self.piggyback();
+            self.send(
+                relay.requester,
+                GossipMessage::Ack {
+                    seq: relay.their_seq,
+                    target,
+                    updates,
+                },
+            );
+        }
+    }
+}
