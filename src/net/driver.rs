@@ -24,6 +24,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 /// How often connections are checked for idleness.
+mod inputs;
 mod report;
 
 use self::report::{TreeQuery, member_info};
@@ -238,114 +239,6 @@ impl Driver {
             fed = true;
         }
         fed
-    }
-
-    fn handle_command(&mut self, cmd: ApiCommand) {
-        match cmd {
-            ApiCommand::Status(reply) => {
-                let _ = reply.send(self.status());
-            }
-            ApiCommand::Join(addr, reply) => {
-                self.next_join += 1;
-                let request = self.next_join;
-                self.joins.insert(request, reply);
-                let name = super::identity::ANY_NODE.to_string();
-                self.links
-                    .spawn_dial(addr, name, Some(request), move |error| {
-                        LinkInput::JoinFailed { request, error }
-                    });
-            }
-            ApiCommand::Tree(root, reply) => self.start_tree_query(root, reply),
-            ApiCommand::SetForwarding(forwarding) => {
-                debug!(?forwarding, "data plane forwarding changed");
-                self.streams.set_forwarding(forwarding);
-            }
-            ApiCommand::Op(OpCommand::StartStream {
-                payload,
-                digest,
-                timeout,
-                reply,
-            }) => {
-                let now = self.now();
-                let nonce = self.ops.register(reply);
-                let op = crate::proto::OpId {
-                    root: self.me,
-                    nonce,
-                };
-                let len = payload.len() as u64;
-                self.streams.insert_complete(op, payload, digest, timeout);
-                // The root has the payload: it counts as reached from the start.
-                let done = Command::StreamDone { op, ok: true };
-                self.node.handle(now, NodeInput::Command(done));
-                let start = crate::proto::Start {
-                    nonce,
-                    timeout,
-                    what: crate::proto::StartKind::Stream { len, digest },
-                };
-                self.node
-                    .handle(now, NodeInput::Command(Command::Start(start)));
-            }
-            ApiCommand::Op(cmd) => {
-                let now = self.now();
-                self.ops.command(&mut self.node, now, cmd);
-            }
-            ApiCommand::Leave(_) => unreachable!("handled in run"),
-        }
-    }
-
-    fn handle_link(&mut self, input: LinkInput) {
-        let now = self.now();
-        match input {
-            LinkInput::Connected {
-                peer,
-                conn,
-                dialed,
-                join,
-            } => {
-                self.links.connected(peer, conn, dialed);
-                self.start_waiting_streams(peer);
-                let gossip = self.node.gossip();
-                self.links.pump(|p| gossip.record(&p).map(|r| r.addr));
-                if let Some(request) = join
-                    && let Some(reply) = self.joins.remove(&request)
-                {
-                    info!(via = %peer, "connected to the overlay, asking to join");
-                    self.join_answers.entry(peer).or_default().push(reply);
-                    self.node.handle(now, NodeInput::JoinVia { peer });
-                }
-            }
-            LinkInput::DialFailed { peer, error } => {
-                debug!(peer = %peer, %error, "dial failed");
-                self.links.dial_failed(peer);
-                self.waiting_streams.remove(&peer);
-                self.node.handle(now, NodeInput::Unreachable { peer });
-                let gossip = self.node.gossip();
-                self.links.pump(|p| gossip.record(&p).map(|r| r.addr));
-            }
-            LinkInput::JoinFailed { request, error } => {
-                warn!(%error, "join failed");
-                if let Some(reply) = self.joins.remove(&request) {
-                    let _ = reply.send(Err(error));
-                }
-            }
-            LinkInput::Received { peer, packet, at } => {
-                self.input_at = Some(at);
-                let from = peer;
-                self.node.handle(now, NodeInput::Received { from, packet });
-            }
-            LinkInput::StreamDone { op, ok } => {
-                let done = Command::StreamDone { op, ok };
-                self.node.handle(now, NodeInput::Command(done));
-            }
-            LinkInput::DataStream { peer, header, recv } => {
-                self.streams.accept(peer, header, recv, &self.ctx);
-            }
-            LinkInput::Closed { peer, conn, reason } => {
-                if self.links.closed(peer, conn) {
-                    debug!(peer = %peer, %reason, "connection closed");
-                }
-            }
-        }
     }
 
     /// Hands a packet to its connection, and opens the data stream it announces.

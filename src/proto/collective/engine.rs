@@ -1,6 +1,7 @@
 //! The collective engine: relays, the root's bookkeeping, retries and reports. The protocol
 //! is described in the module docs of [`super`].
 
+mod own;
 mod parts;
 mod relay;
 mod root;
