@@ -90,3 +90,35 @@ fn a_crash_is_found_by_the_membership_protocol_and_repaired() {
     assert_eq!(report.unrepaired, 0);
     assert_eq!(sim.cycles_seen(), 0);
 }
+
+#[test]
+fn a_join_whose_contact_crashes_before_answering_goes_to_another_member() {
+    let mut sim = gossip_sim("phoenix-27", 4);
+    assert!(sim.run_until_converged(Duration::from_secs(60)).is_some());
+    // The newcomer asks the first live node, which crashes before the request arrives.
+    let contact = sim.live_nodes()[0];
+    let now = sim.now();
+    sim.schedule(now, Action::Join { cluster: 0 });
+    sim.schedule(now, Action::Crash { node: contact });
+    sim.run_for(Duration::from_secs(5));
+    let newcomer = *sim.live_nodes().last().expect("a node");
+    let newcomer_id = sim.id(newcomer);
+    assert!(
+        sim.live_nodes()
+            .into_iter()
+            .filter(|&i| i != newcomer)
+            .all(|i| sim.core(i).tree(newcomer_id).is_none()),
+        "nobody admitted the newcomer yet: its request went to a crashed node"
+    );
+    // After its join wait the newcomer asks another member and is admitted by all.
+    let converged = sim.run_until_converged(Duration::from_secs(90));
+    assert!(converged.is_some(), "{}", sim.explain(3));
+    for i in sim.live_nodes() {
+        if i != newcomer {
+            assert!(
+                sim.core(i).tree(newcomer_id).is_some(),
+                "node {i} has the newcomer's tree"
+            );
+        }
+    }
+}

@@ -267,6 +267,11 @@ impl Gossip {
         self.joining.is_some()
     }
 
+    /// The member a join waits on, until a member admits this node.
+    pub fn joining(&self) -> Option<NodeId> {
+        self.joining
+    }
+
     /// Announces this node's departure to every live member; afterwards it does nothing.
     pub fn leave(&mut self, _now: Time) {
         if self.left {

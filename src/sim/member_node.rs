@@ -115,6 +115,10 @@ impl SimNode for MemberNode {
         self.node.handle(now, NodeInput::JoinVia { peer: via });
     }
 
+    fn joining(&self) -> Option<NodeId> {
+        self.node.gossip().joining()
+    }
+
     fn poll_gossip(&mut self) -> Option<(NodeId, GossipMessage)> {
         self.pump();
         self.gossip.pop_front()

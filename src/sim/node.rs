@@ -25,6 +25,11 @@ pub trait SimNode {
     /// Asks `via`, a live member, to admit this node (nodes with their own membership).
     fn join_via(&mut self, _now: Time, _via: NodeId) {}
 
+    /// The member this node's join waits on, if no member has admitted it yet.
+    fn joining(&self) -> Option<NodeId> {
+        None
+    }
+
     /// Next membership message to send (nodes with their own membership).
     fn poll_gossip(&mut self) -> Option<(NodeId, GossipMessage)> {
         None

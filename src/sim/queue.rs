@@ -37,11 +37,16 @@ pub(crate) enum Pending {
     Action(Action),
     /// Node `node` is told a message to `peer` was lost.
     Lost { node: usize, peer: usize },
+    /// Node `node`'s join has had its time: if no member admitted it yet, it tries another
+    /// (nodes with their own membership).
+    JoinCheck { node: usize },
 }
 
 impl Pending {
     /// Whether this comes from outside the cores (scenario or membership service).
     pub(crate) fn is_external(&self) -> bool {
+        // A join check is not: it does nothing once the node is admitted, and until then
+        // the node's absence from the trees keeps the run from converging anyway.
         matches!(self, Pending::Member { .. } | Pending::Action(_))
     }
 }

@@ -9,6 +9,10 @@ use crate::sim::scenario::{self, Action};
 use std::ops::Range;
 use std::time::Duration;
 
+/// How long a node waits for a member to admit it before it asks another (the library
+/// waits as long for each join address).
+pub(super) const JOIN_WAIT: Duration = Duration::from_secs(10);
+
 impl<N: SimNode> Sim<N> {
     /// Schedules `action` at `at` (not before now).
     pub fn schedule(&mut self, at: Time, action: Action) {
@@ -84,11 +88,7 @@ impl<N: SimNode> Sim<N> {
         let live: Vec<usize> = (0..idx).filter(|&i| self.alive[i]).collect();
         if N::OWN_MEMBERSHIP {
             if let Some(&via) = live.first() {
-                let via = self.ids[via];
-                self.nodes[idx].join_via(self.now, via);
-                let end = self.drain(idx, self.now);
-                self.busy_until[idx] = end;
-                self.rearm(idx);
+                self.join_through(idx, via);
             }
             return self.joined(idx);
         }
@@ -108,6 +108,44 @@ impl<N: SimNode> Sim<N> {
             );
         }
         self.joined(idx)
+    }
+
+    /// Node `idx` asks node `via` to admit it, when it is free to, and checks back after
+    /// [`JOIN_WAIT`] (nodes with their own membership).
+    pub(super) fn join_through(&mut self, idx: usize, via: usize) {
+        let at = self.now.max(self.busy_until[idx]);
+        let via = self.ids[via];
+        self.nodes[idx].join_via(at, via);
+        let end = self.drain(idx, at);
+        self.busy_until[idx] = end;
+        self.rearm(idx);
+        self.queue
+            .push(self.now + JOIN_WAIT, Pending::JoinCheck { node: idx });
+    }
+
+    /// A join not answered in [`JOIN_WAIT`] is sent to the next live member, as a node given
+    /// several join addresses does: its first contact may have crashed before answering.
+    pub(super) fn check_join(&mut self, idx: usize) {
+        if !self.alive[idx] {
+            return;
+        }
+        let Some(waiting_on) = self.nodes[idx].joining() else {
+            return;
+        };
+        let after = self.index.get(&waiting_on).copied().unwrap_or(0);
+        let n = self.nodes.len();
+        let next = (1..n)
+            .map(|k| (after + k) % n)
+            .find(|&i| i != idx && self.alive[i] && self.nodes[i].joining().is_none());
+        match next {
+            Some(via) => {
+                self.join_through(idx, via);
+            }
+            // Nobody else to ask: the node keeps asking its contact, and is checked again.
+            None => self
+                .queue
+                .push(self.now + JOIN_WAIT, Pending::JoinCheck { node: idx }),
+        }
     }
 
     fn joined(&mut self, idx: usize) -> usize {

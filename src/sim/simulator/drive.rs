@@ -308,6 +308,7 @@ impl<N: SimNode> Sim<N> {
                     self.feed(node, Input::LinkLost { peer }, false);
                 }
             }
+            Pending::JoinCheck { node } => self.check_join(node),
         }
     }
 

@@ -230,11 +230,7 @@ impl<N: SimNode> Sim<N> {
         if N::OWN_MEMBERSHIP {
             // Every node joins through the first, as nodes started together on a seed do.
             for a in 1..sim.nodes.len() {
-                let via = sim.ids[0];
-                sim.nodes[a].join_via(sim.now, via);
-                let end = sim.drain(a, sim.now);
-                sim.busy_until[a] = end;
-                sim.rearm(a);
+                sim.join_through(a, 0);
             }
             return sim;
         }
