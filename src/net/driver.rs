@@ -78,6 +78,8 @@ pub struct Driver {
     input_at: Option<Instant>,
     /// Measures what one send costs, for the in-cluster plan.
     pace: BurstPace,
+    /// Whether the node was last told it is moving bulk data.
+    moving_bulk: bool,
 }
 
 /// What [`Driver::new`] needs.
@@ -133,6 +135,7 @@ impl Driver {
             streams: Streams::new(parts.forwarding),
             input_at: None,
             pace: BurstPace::new(parts.meter),
+            moving_bulk: false,
         };
         // The view is full before the first handle reads it, not when the task first runs.
         driver.refresh_members();
@@ -236,6 +239,16 @@ impl Driver {
         }
         for peer in self.links.take_lost() {
             self.node.handle(self.now(), NodeInput::LinkLost { peer });
+            fed = true;
+        }
+        // Told when it changes; a stream that ends between two wake-ups is seen at the
+        // next one (at most a second later: the idle check).
+        let moving = self.streams.moving();
+        if moving != self.moving_bulk {
+            self.moving_bulk = moving;
+            debug!(moving, "bulk transfer");
+            self.node
+                .handle(self.now(), NodeInput::BulkTransfer { active: moving });
             fed = true;
         }
         fed

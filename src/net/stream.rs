@@ -26,6 +26,7 @@ use crate::proto::{DataHeader, NodeId, OpId, Packet};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -134,6 +135,24 @@ impl Buf {
 pub struct Streams {
     bufs: HashMap<OpId, Arc<Buf>>,
     forwarding: Forwarding,
+    /// Data streams in flight, in or out (the node is moving bulk data while above zero).
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts one data stream in flight for as long as it lives.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(count: &Arc<AtomicUsize>) -> InFlight {
+        count.fetch_add(1, Ordering::Relaxed);
+        InFlight(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Streams {
@@ -142,7 +161,13 @@ impl Streams {
         Streams {
             bufs: HashMap::new(),
             forwarding,
+            in_flight: Arc::default(),
         }
+    }
+
+    /// Whether a data stream is moving bytes in or out of this node.
+    pub fn moving(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) > 0
     }
 
     /// Changes how streams opened from now on are forwarded (those running keep theirs).
@@ -189,7 +214,9 @@ impl Streams {
             .clone();
         let header = DataHeader { op, len, digest };
         let forwarding = self.forwarding;
+        let in_flight = InFlight::new(&self.in_flight);
         tokio::spawn(async move {
+            let _in_flight = in_flight;
             if let Err(e) = send(conn, header, buf, forwarding).await {
                 debug!(peer = %to, error = %e, "data stream stopped");
             }
@@ -232,7 +259,9 @@ impl Streams {
             }
         };
         let to_driver = ctx.to_driver.clone();
+        let in_flight = InFlight::new(&self.in_flight);
         tokio::spawn(async move {
+            let _in_flight = in_flight;
             let ok = match receive(&mut recv, &buf).await {
                 Ok(()) => true,
                 Err(e) => {

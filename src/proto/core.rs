@@ -191,6 +191,7 @@ impl Core {
                 }
             }
             Input::SendCost { per_send } => self.coll.sample_send_cost(per_send),
+            Input::BulkTransfer { active } => self.probing.set_bulk(self.now, active),
             Input::LinkLost { peer } => {
                 if peer != self.id && self.members.is_alive(&peer) {
                     self.stats.links_lost += 1;

@@ -89,9 +89,19 @@ pub enum Input {
     /// most four times per serial period. Collective and cluster messages are not resent
     /// (they have their own repair).
     LinkLost { peer: NodeId },
+    /// This node started (`active`) or stopped moving bulk data (data-plane streams in or
+    /// out). A transfer fills the queues of the links it crosses, so the RTT samples taken
+    /// meanwhile, and for [`BULK_SETTLE`] after, measure queueing as much as the path: they
+    /// may lower an estimate but never raise it, and the latency trees of small messages
+    /// stay where they are during large ones.
+    BulkTransfer { active: bool },
     /// A request from the application.
     Command(Command),
 }
+
+/// How long after a bulk transfer RTT samples still count as taken under load (the
+/// queues it filled drain).
+pub const BULK_SETTLE: Duration = Duration::from_secs(1);
 
 /// Why a member went away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

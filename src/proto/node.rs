@@ -45,6 +45,8 @@ pub enum NodeInput {
     SendCost { per_send: Duration },
     /// An RTT sample measured by the driver.
     RttSample { peer: NodeId, rtt: Duration },
+    /// This node started or stopped moving bulk data (see [`Input::BulkTransfer`]).
+    BulkTransfer { active: bool },
     /// A command of the application; [`Command::Leave`] also says goodbye to every member.
     Command(Command),
     /// Ask every live member for its place in `root`'s tree; the answers come back as
@@ -165,6 +167,9 @@ impl Node {
             NodeInput::SendCost { per_send } => self.core.handle(now, Input::SendCost { per_send }),
             NodeInput::RttSample { peer, rtt } => {
                 self.core.handle(now, Input::RttSample { peer, rtt })
+            }
+            NodeInput::BulkTransfer { active } => {
+                self.core.handle(now, Input::BulkTransfer { active })
             }
             NodeInput::Command(Command::Leave) => {
                 self.core.handle(now, Input::Command(Command::Leave));

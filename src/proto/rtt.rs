@@ -31,6 +31,15 @@ impl RttEstimator {
         };
     }
 
+    /// Records a sample taken while the path may be queued behind this node's own bulk
+    /// transfer: it enters the window only if it lowers the estimate (or is the first), so
+    /// a long transfer cannot push the unloaded samples out and raise the estimate.
+    pub fn push_loaded(&mut self, rtt_us: u32, window: usize) {
+        if self.min_us.is_none_or(|m| rtt_us.max(1) <= m) {
+            self.push(rtt_us, window);
+        }
+    }
+
     /// Records the peer's own estimate of the (symmetric) RTT, used until we measure.
     pub fn set_hint(&mut self, rtt_us: u32) {
         self.hint_us = Some(rtt_us.max(1));
@@ -80,5 +89,32 @@ mod tests {
         assert_eq!(e.lat_us(), Some(1500));
         e.push(0, 3);
         assert_eq!(e.lat_us(), Some(1), "latency is never zero");
+    }
+
+    #[test]
+    fn samples_taken_under_load_lower_the_estimate_but_never_raise_it() {
+        let mut loaded = RttEstimator::default();
+        let mut unflagged = RttEstimator::default();
+        for e in [&mut loaded, &mut unflagged] {
+            for _ in 0..8 {
+                e.push(10_000, 8);
+            }
+        }
+        // A long transfer: every sample sees its queue (50 ms on top of the path).
+        for _ in 0..100 {
+            loaded.push_loaded(60_000, 8);
+            unflagged.push(60_000, 8);
+        }
+        assert_eq!(loaded.rtt_us(), Some(10_000), "the path, not the queue");
+        assert_eq!(unflagged.rtt_us(), Some(60_000), "what the flag prevents");
+        loaded.push_loaded(9_000, 8);
+        assert_eq!(
+            loaded.rtt_us(),
+            Some(9_000),
+            "a lower sample is a better path"
+        );
+        let mut fresh = RttEstimator::default();
+        fresh.push_loaded(60_000, 8);
+        assert_eq!(fresh.rtt_us(), Some(60_000), "a first sample beats none");
     }
 }

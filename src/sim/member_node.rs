@@ -87,6 +87,7 @@ impl SimNode for MemberNode {
             Input::LinkLost { peer } => NodeInput::LinkLost { peer },
             Input::SendCost { per_send } => NodeInput::SendCost { per_send },
             Input::RttSample { peer, rtt } => NodeInput::RttSample { peer, rtt },
+            Input::BulkTransfer { active } => NodeInput::BulkTransfer { active },
             // Its own membership tells it of members.
             Input::MemberUp { .. } | Input::MemberDown { .. } => return,
         };

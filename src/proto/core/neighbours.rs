@@ -38,17 +38,23 @@ impl Neighbours {
         self.rtt.get(peer).is_some_and(|e| e.measured())
     }
 
-    /// Adds one RTT sample of `peer` (filter window `window`): whether the estimate
+    /// Adds one RTT sample of `peer` (filter window `window`; `loaded`: taken while this
+    /// node moved bulk data, see [`RttEstimator::push_loaded`]): whether the estimate
     /// changed, and the sample count now.
     pub(super) fn push_sample(
         &mut self,
         peer: NodeId,
         rtt_us: u32,
         window: usize,
+        loaded: bool,
     ) -> (bool, usize) {
         let e = self.rtt.entry(peer).or_default();
         let before = e.rtt_us();
-        e.push(rtt_us, window);
+        if loaded {
+            e.push_loaded(rtt_us, window);
+        } else {
+            e.push(rtt_us, window);
+        }
         (before != e.rtt_us(), e.samples())
     }
 

@@ -11,6 +11,7 @@ use crate::proto::id::{IdSet as HashSet, NodeId};
 use crate::proto::message::{AdvertEntry, Message};
 use crate::proto::timers::Timer;
 use crate::proto::tree::CandidateView;
+use crate::proto::{BULK_SETTLE, Time};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -23,6 +24,10 @@ pub(super) struct Probing {
     queue: VecDeque<(NodeId, bool)>,
     /// The gap between two probes of the current round.
     gap: Duration,
+    /// Whether this node is moving bulk data, and until when samples still count as
+    /// taken under load after it stopped (see [`crate::proto::Input::BulkTransfer`]).
+    bulk: bool,
+    settle_until: Time,
 }
 
 impl Probing {
@@ -36,12 +41,28 @@ impl Probing {
     pub(super) fn meet(&mut self, id: NodeId) {
         self.sweep.push(id);
     }
+
+    /// This node started or stopped moving bulk data.
+    pub(super) fn set_bulk(&mut self, now: Time, active: bool) {
+        if self.bulk && !active {
+            self.settle_until = now + BULK_SETTLE;
+        }
+        self.bulk = active;
+    }
+
+    /// Whether a sample taken now measures queues the node's own transfers filled.
+    pub(super) fn loaded(&self, now: Time) -> bool {
+        self.bulk || now < self.settle_until
+    }
 }
 
 impl Core {
     /// Adds one RTT sample of `peer` and reacts if its estimate changed.
     pub(super) fn add_rtt_sample(&mut self, peer: NodeId, rtt_us: u32) {
-        let (changed, samples) = self.nbrs.push_sample(peer, rtt_us, self.config.rtt_window);
+        let loaded = self.probing.loaded(self.now);
+        let (changed, samples) =
+            self.nbrs
+                .push_sample(peer, rtt_us, self.config.rtt_window, loaded);
         // Enough samples to move to it is a change too (see `judge_sampled`).
         if changed || samples == MIN_SAMPLES_TO_MOVE {
             self.on_rtt_changed(peer);

@@ -274,3 +274,39 @@ fn a_probe_is_stamped_with_its_send_time_and_nothing_else_changes() {
     let other = Packet::Overlay(Message::Resync);
     assert_eq!(other.clone().stamped(9), other);
 }
+
+#[test]
+fn rtt_samples_taken_during_a_bulk_transfer_do_not_raise_estimates() {
+    let mut net = joined();
+    let peer = net.nodes[1].id();
+    let before = net.nodes[0]
+        .core()
+        .rtt(peer)
+        .expect("measured while joining");
+    let mut now = net.now;
+    let samples = |net: &mut Net, now: &mut Time, count: usize| {
+        for _ in 0..count {
+            *now = *now + Duration::from_millis(100);
+            let rtt = before + Duration::from_millis(50);
+            net.nodes[0].handle(*now, NodeInput::RttSample { peer, rtt });
+        }
+    };
+    net.nodes[0].handle(now, NodeInput::BulkTransfer { active: true });
+    samples(&mut net, &mut now, 200);
+    assert_eq!(
+        net.nodes[0].core().rtt(peer),
+        Some(before),
+        "the path, not the queue"
+    );
+    net.nodes[0].handle(now, NodeInput::BulkTransfer { active: false });
+    // Right after, the queues still drain: still taken under load.
+    samples(&mut net, &mut now, 5);
+    assert_eq!(net.nodes[0].core().rtt(peer), Some(before));
+    // Once they have drained, samples count in full again (a real route change shows).
+    now = now + crate::proto::BULK_SETTLE;
+    samples(&mut net, &mut now, 200);
+    assert_eq!(
+        net.nodes[0].core().rtt(peer),
+        Some(before + Duration::from_millis(50))
+    );
+}

@@ -182,7 +182,10 @@ impl SimNode for Fake {
                 self.events.push_back(Event::Left);
             }
             Input::LinkLost { peer } => self.note(now, format!("lost {peer}")),
-            Input::RttSample { .. } | Input::SendCost { .. } | Input::Command(_) => {}
+            Input::RttSample { .. }
+            | Input::SendCost { .. }
+            | Input::BulkTransfer { .. }
+            | Input::Command(_) => {}
         }
     }
     fn poll_transmit(&mut self) -> Option<Transmit> {
