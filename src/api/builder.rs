@@ -219,7 +219,7 @@ impl NodeBuilder {
             seed.rotate_left(17),
             Time::ZERO,
         );
-        let (to_driver, inbox) = mpsc::unbounded_channel();
+        let (to_driver, inbox) = mpsc::channel(crate::net::link::INBOX);
         let (cmd_tx, commands) = mpsc::channel(64);
         let (events, _) = broadcast::channel(1024);
         let members = MemberView::default();

@@ -255,8 +255,14 @@ impl Node {
 
     /// Every payload delivered to this node from now on: broadcasts (its own included),
     /// its scatter items, and the results of allreduce, allgather and barrier. Nothing is
-    /// dropped while the stream is held.
+    /// dropped while the stream is held, so read it (or drop it): a stream held without
+    /// reading keeps every later delivery in memory.
     pub fn deliveries(&self) -> impl Stream<Item = Delivery> + Send + 'static {
+        // Unbounded on purpose: the driver must never wait on the application (that would
+        // stall the overlay for every member) and must not drop a delivery (exactly once).
+        // The queue holds what was delivered to this node and not read yet, so it grows only
+        // while the application holds the stream without reading it; bounding it needs flow
+        // control back to the senders (the backpressure work), not a smaller queue here.
         let (tx, rx) = mpsc::unbounded_channel();
         // Subscribed now, not at the first poll, so nothing delivered after this call is missed.
         let cmd = ApiCommand::Op(OpCommand::Subscribe(tx));

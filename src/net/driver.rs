@@ -57,7 +57,7 @@ pub struct Driver {
     start: Instant,
     endpoint: quinn::Endpoint,
     ctx: LinkContext,
-    inbox: mpsc::UnboundedReceiver<LinkInput>,
+    inbox: mpsc::Receiver<LinkInput>,
     commands: mpsc::Receiver<ApiCommand>,
     events: broadcast::Sender<NodeEvent>,
     /// What the API reads of the members (written here only).
@@ -89,7 +89,7 @@ pub struct DriverParts {
     pub endpoint: quinn::Endpoint,
     pub client_config: quinn::ClientConfig,
     pub ctx: LinkContext,
-    pub inbox: mpsc::UnboundedReceiver<LinkInput>,
+    pub inbox: mpsc::Receiver<LinkInput>,
     pub commands: mpsc::Receiver<ApiCommand>,
     pub events: broadcast::Sender<NodeEvent>,
     /// The member view the API handles read.

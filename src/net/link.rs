@@ -20,6 +20,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_PENDING_HANDSHAKES: usize = 128;
 /// Frames queued for one connection's writer before new ones are dropped.
 pub const WRITER_QUEUE: usize = 4096;
+/// What the connection tasks may have queued for the driver. A reader that finds it full
+/// waits, so it stops reading its stream and QUIC's flow control slows the peer down: a
+/// fast peer cannot grow the node's memory, it only waits for the driver.
+pub const INBOX: usize = 1024;
 
 /// Why a dial did not produce an admitted connection.
 #[derive(Debug, thiserror::Error)]
@@ -127,8 +131,8 @@ pub struct LinkContext {
     pub me: NodeId,
     /// The overlay's token.
     pub token: Arc<JoinToken>,
-    /// Where results go.
-    pub to_driver: mpsc::UnboundedSender<LinkInput>,
+    /// Where results go (bounded: see [`INBOX`]).
+    pub to_driver: mpsc::Sender<LinkInput>,
     /// Shared counters.
     pub stats: Arc<LinkStats>,
 }
@@ -162,12 +166,13 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
                     conn.close(CLOSE_PROTOCOL.into(), b"connected to itself");
                 }
                 Ok(peer) => {
-                    let _ = ctx.to_driver.send(LinkInput::Connected {
+                    let connected = LinkInput::Connected {
                         peer,
                         conn,
                         dialed: false,
                         join: None,
-                    });
+                    };
+                    let _ = ctx.to_driver.send(connected).await;
                 }
                 Err(e) => {
                     if matches!(e, AuthError::BadProof { .. }) {
@@ -269,11 +274,12 @@ async fn reader(peer: NodeId, conn: quinn::Connection, ctx: LinkContext) {
             Err(e) => break e.to_string(),
         }
     };
-    let _ = ctx.to_driver.send(LinkInput::Closed {
+    let closed = LinkInput::Closed {
         peer,
         conn: id,
         reason,
-    });
+    };
+    let _ = ctx.to_driver.send(closed).await;
 }
 
 async fn read_stream(
@@ -296,9 +302,8 @@ async fn read_stream(
                     Ok(Packet::Data(header)) if was_first => {
                         // A data-plane stream: the rest is raw payload, read by the driver's
                         // receiver.
-                        let _ = ctx
-                            .to_driver
-                            .send(LinkInput::DataStream { peer, header, recv });
+                        let stream = LinkInput::DataStream { peer, header, recv };
+                        let _ = ctx.to_driver.send(stream).await;
                         return;
                     }
                     Ok(Packet::Data(_)) => {
@@ -310,6 +315,7 @@ async fn read_stream(
                         if ctx
                             .to_driver
                             .send(LinkInput::Received { peer, packet, at })
+                            .await
                             .is_err()
                         {
                             return;

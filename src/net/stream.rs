@@ -273,7 +273,9 @@ impl Streams {
                     false
                 }
             };
-            let _ = to_driver.send(LinkInput::StreamDone { op: header.op, ok });
+            let _ = to_driver
+                .send(LinkInput::StreamDone { op: header.op, ok })
+                .await;
         });
     }
 

@@ -1,103 +1,66 @@
-//! One emulated bandwidth pipe (a NIC or a shared link), computed in virtual time.
+//! One emulated bandwidth pipe (a NIC or a shared link) in the socket's real time.
 //!
-//! A pipe serializes datagrams first come, first served at a fixed rate, and holds the ones
-//! waiting in a finite buffer; a datagram that does not fit is dropped (tail drop), as a
-//! router with a full buffer would, so QUIC's congestion control sees loss and backs off.
-//!
-//! Nothing here sleeps or owns a timer: a FIFO pipe of fixed rate is fully described by the
-//! time its last accepted datagram finishes, so [`Pipe::send`] answers at once when a
-//! datagram leaves, and the socket's single delay queue releases it then. One number per
-//! pipe replaces a queue per pipe and a task per packet.
+//! The arithmetic is the simulator's ([`crate::topology::timeline`]): a FIFO pipe of fixed
+//! rate with a tail-drop buffer, answered at once when a datagram leaves, so the socket's
+//! single delay queue releases it then (one number per pipe, no task per packet). Here it
+//! only turns the socket's `Instant`s into durations since the pipe was made, and back.
 
-use std::time::Duration;
+pub use crate::topology::timeline::{BUFFER_TIME, MIN_BUFFER, buffer_bytes};
+
+use crate::topology::timeline::Timeline;
 use tokio::time::Instant;
 
-/// How much a pipe's buffer holds, in time at its own rate.
-///
-/// 50 ms, about one round trip of a continental path: the usual rule of thumb sizes a
-/// router buffer to one bandwidth-delay product, which keeps a loss-based sender's link
-/// busy while it backs off.
-pub const BUFFER_TIME: Duration = Duration::from_millis(50);
-
-/// The smallest buffer of any pipe: on a slow link 50 ms is only a few datagrams, too few
-/// for a sender's slow-start burst to get going at all.
-pub const MIN_BUFFER: usize = 64 * 1024;
-
-/// The buffer of a pipe of `mbit` Mbit/s: [`BUFFER_TIME`] at that rate, at least
-/// [`MIN_BUFFER`] bytes.
-pub fn buffer_bytes(mbit: f64) -> usize {
-    let bytes = mbit * 1e6 / 8.0 * BUFFER_TIME.as_secs_f64();
-    // `as` saturates, so an absurd rate gives a huge buffer rather than a wrapped one.
-    (bytes as usize).max(MIN_BUFFER)
-}
-
-/// A FIFO pipe of fixed rate with a tail-drop buffer.
+/// A FIFO pipe of fixed rate with a tail-drop buffer, on the socket's clock.
 #[derive(Clone, Debug)]
 pub struct Pipe {
-    /// Serialization time of one byte, in seconds.
-    secs_per_byte: f64,
-    /// Most bytes that may wait to be serialized; an arrival that would exceed it is dropped.
-    buffer: usize,
-    /// When the last bit of the last accepted datagram leaves.
-    busy_until: Option<Instant>,
-    /// Datagrams dropped so far.
-    dropped: u64,
+    line: Timeline,
+    /// The instant the pipe's durations count from.
+    epoch: Instant,
 }
 
 impl Pipe {
     /// A pipe of `mbit` Mbit/s holding up to `buffer` waiting bytes; `None` unless the rate
-    /// is a finite number above zero (the topology loader checks that, but a pipe must not
-    /// divide by zero whatever it is given).
+    /// is a finite number above zero (see [`Timeline::new`]).
     pub fn new(mbit: f64, buffer: usize) -> Option<Pipe> {
-        (mbit.is_finite() && mbit > 0.0).then(|| Pipe {
-            secs_per_byte: 8.0 / (mbit * 1e6),
-            buffer,
-            busy_until: None,
-            dropped: 0,
-        })
+        Timeline::new(mbit, buffer).map(Pipe::on_clock)
     }
 
     /// A pipe of `mbit` Mbit/s with the default buffer ([`buffer_bytes`]).
     pub fn with_rate(mbit: f64) -> Option<Pipe> {
-        Pipe::new(mbit, buffer_bytes(mbit))
+        Timeline::with_rate(mbit).map(Pipe::on_clock)
+    }
+
+    fn on_clock(line: Timeline) -> Pipe {
+        Pipe {
+            line,
+            epoch: Instant::now(),
+        }
     }
 
     /// A datagram of `len` bytes arrives at `at`: returns when its last bit leaves the pipe,
-    /// or `None` if the buffer cannot take it (the datagram is dropped and counted).
-    ///
-    /// Arrivals must come in time order for the answer to be exact; an arrival earlier than
-    /// an accepted one is served after it (first come, first served in call order).
+    /// or `None` if the buffer cannot take it (see [`Timeline::send`]). An instant before
+    /// the pipe was made counts as the moment it was made.
     pub fn send(&mut self, at: Instant, len: usize) -> Option<Instant> {
-        let start = match self.busy_until {
-            Some(busy) if busy > at => busy,
-            _ => at,
-        };
-        // Bytes still to be serialized when this datagram arrives.
-        let waiting = (start - at).as_secs_f64() / self.secs_per_byte;
-        // An idle pipe takes any datagram, so one larger than the buffer is not lost forever.
-        if waiting > 0.0 && waiting + len as f64 > self.buffer as f64 {
-            self.dropped += 1;
-            return None;
-        }
-        let done = start.checked_add(Duration::from_secs_f64(len as f64 * self.secs_per_byte))?;
-        self.busy_until = Some(done);
-        Some(done)
+        let since = at.saturating_duration_since(self.epoch);
+        let done = self.line.send(since, len)?;
+        self.epoch.checked_add(done)
     }
 
     /// Datagrams dropped so far because the buffer was full.
     pub fn dropped(&self) -> u64 {
-        self.dropped
+        self.line.dropped()
     }
 
     /// The buffer size in bytes.
     pub fn buffer(&self) -> usize {
-        self.buffer
+        self.line.buffer()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn secs(d: Duration) -> f64 {
         d.as_secs_f64()

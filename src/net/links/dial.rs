@@ -102,7 +102,7 @@ impl Links {
                 },
                 Err(error) => on_error(error),
             };
-            let _ = ctx.to_driver.send(input);
+            let _ = ctx.to_driver.send(input).await;
         });
     }
 

@@ -10,16 +10,14 @@ use tokio::sync::mpsc;
 
 /// A node's links on a loopback UDP endpoint that accepts connections, and what its
 /// connection tasks report (the driver's inbox).
-fn links_on_loopback(
-    token: &Arc<JoinToken>,
-) -> (Links, mpsc::UnboundedReceiver<LinkInput>, SocketAddr) {
+fn links_on_loopback(token: &Arc<JoinToken>) -> (Links, mpsc::Receiver<LinkInput>, SocketAddr) {
     let identity = Identity::generate().expect("identity");
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
     let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket).expect("wrap");
     let server = identity.server_config().expect("server config");
     let endpoint = crate::net::endpoint_on(socket, Some(server)).expect("endpoint");
     let addr = endpoint.local_addr().expect("address");
-    let (to_driver, inbox) = mpsc::unbounded_channel();
+    let (to_driver, inbox) = mpsc::channel(link::INBOX);
     let ctx = LinkContext {
         me: identity.id(),
         token: token.clone(),
@@ -34,7 +32,7 @@ fn links_on_loopback(
 }
 
 /// The next report of a connection task, within 10 s.
-async fn next(inbox: &mut mpsc::UnboundedReceiver<LinkInput>) -> LinkInput {
+async fn next(inbox: &mut mpsc::Receiver<LinkInput>) -> LinkInput {
     tokio::time::timeout(Duration::from_secs(10), inbox.recv())
         .await
         .expect("a report within 10 s")
@@ -44,8 +42,8 @@ async fn next(inbox: &mut mpsc::UnboundedReceiver<LinkInput>) -> LinkInput {
 /// `a` sends `b` a frame while unconnected: `a` dials, both take the connection,
 /// and `b` reads the frame.
 async fn connect(
-    (a, a_inbox): (&mut Links, &mut mpsc::UnboundedReceiver<LinkInput>),
-    (b, b_inbox): (&mut Links, &mut mpsc::UnboundedReceiver<LinkInput>),
+    (a, a_inbox): (&mut Links, &mut mpsc::Receiver<LinkInput>),
+    (b, b_inbox): (&mut Links, &mut mpsc::Receiver<LinkInput>),
     b_addr: SocketAddr,
     frame: Outgoing,
 ) {
