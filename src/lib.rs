@@ -53,10 +53,10 @@ pub mod testbed;
 pub mod topology;
 
 pub use crate::api::{
-    AuthError, BroadcastReport, COUNT_KEY, ClusterGroup, ClusterLevel, DecodeError, Delivery,
-    DialError, DialFailure, Forwarding, FrameError, Gathered, INFO_KEY, IoStep, MemberInfo, Node,
-    NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, Reduced, ScatterReport, Transport,
-    TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
+    AuthError, BroadcastReport, COUNT_KEY, ClusterBandwidth, ClusterGroup, ClusterLevel,
+    DecodeError, Delivery, DialError, DialFailure, Forwarding, FrameError, Gathered, INFO_KEY,
+    IoStep, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, Reduced,
+    ScatterReport, Transport, TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
 };
 pub use crate::net::identity::{Identity, IdentityError};
 pub use crate::net::token::{JoinToken, TokenError};

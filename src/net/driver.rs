@@ -378,6 +378,14 @@ impl Driver {
             Event::MemberUp { .. } | Event::MemberDown { .. } | Event::Left => return,
             // Handled by `Ops`.
             Event::Delivered(_) | Event::ContributionNeeded { .. } | Event::Report(_) => return,
+            Event::SendTrain {
+                to,
+                id,
+                packets,
+                size,
+            } => {
+                return self.send_train(to, id, packets, size);
+            }
         };
         let _ = self.events.send(out);
     }
@@ -409,6 +417,18 @@ impl Driver {
             self.pace.sent(to, bytes, sent == Sent::Written);
         }
         sent
+    }
+
+    /// Sends the packet train the core allowed (see [`super::train`]); nothing without a
+    /// connection (the peer asked over one, so it is there unless it just closed).
+    fn send_train(&mut self, to: NodeId, id: u32, packets: u16, size: u16) {
+        match self.links.conn(&to) {
+            Some(conn) => {
+                let sent = super::train::send(&conn, id, packets, size);
+                debug!(peer = %to, id, sent, "packet train sent");
+            }
+            None => debug!(peer = %to, "no connection for a packet train"),
+        }
     }
 
     /// Starts the data streams that waited for a connection to `peer`.

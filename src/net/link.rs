@@ -90,7 +90,17 @@ pub enum LinkInput {
     },
     /// A data-plane receiver finished: the payload of `op` is here and checked (`ok`), or
     /// its stream failed.
-    StreamDone { op: crate::proto::OpId, ok: bool },
+    /// `rate`: from whom, how many bytes, over how long (a passive bandwidth figure).
+    StreamDone {
+        op: crate::proto::OpId,
+        ok: bool,
+        rate: Option<(NodeId, u64, Duration)>,
+    },
+    /// A packet train from `peer` arrived (see [`super::train`]).
+    Train {
+        peer: NodeId,
+        train: super::train::Arrived,
+    },
     /// A peer opened a data-plane stream: the header came; the payload follows on `recv`.
     DataStream {
         peer: NodeId,
@@ -221,6 +231,11 @@ pub async fn dial(
 pub fn start(peer: NodeId, conn: quinn::Connection, ctx: &LinkContext) -> mpsc::Sender<Vec<u8>> {
     let (tx, rx) = mpsc::channel::<Vec<u8>>(WRITER_QUEUE);
     tokio::spawn(writer(conn.clone(), rx, ctx.stats.clone()));
+    tokio::spawn(super::train::receive(
+        peer,
+        conn.clone(),
+        ctx.to_driver.clone(),
+    ));
     tokio::spawn(reader(peer, conn, ctx.clone()));
     tx
 }

@@ -26,6 +26,7 @@ pub mod ops;
 pub mod sockbuf;
 pub mod stream;
 pub mod token;
+pub mod train;
 pub mod view;
 
 /// A quinn endpoint on `socket` (real or emulated, metered or not), a server if

@@ -262,19 +262,23 @@ impl Streams {
         let in_flight = InFlight::new(&self.in_flight);
         tokio::spawn(async move {
             let _in_flight = in_flight;
-            let ok = match receive(&mut recv, &buf).await {
-                Ok(()) => true,
+            let (ok, rate) = match receive(&mut recv, &buf).await {
+                Ok(span) => (true, Some((peer, buf.len, span))),
                 Err(e) => {
                     debug!(%peer, error = %e, "data stream failed");
                     buf.progress.send_replace(Progress::Failed);
                     let mut st = buf.state.lock().expect("not poisoned");
                     st.receiving = false;
                     st.keep_from = Instant::now();
-                    false
+                    (false, None)
                 }
             };
             let _ = to_driver
-                .send(LinkInput::StreamDone { op: header.op, ok })
+                .send(LinkInput::StreamDone {
+                    op: header.op,
+                    ok,
+                    rate,
+                })
                 .await;
         });
     }
@@ -289,8 +293,9 @@ impl Streams {
     }
 }
 
-/// Reads the payload into `buf`, hashing as it comes.
-async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<(), String> {
+/// Reads the payload into `buf`, hashing as it comes; returns the time from the first
+/// bytes to the last (what the transfer's rate is measured over).
+async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<Duration, String> {
     let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
     buf.state
         .lock()
@@ -298,11 +303,13 @@ async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<(), String> 
         .data
         .reserve_exact(buf.len as usize);
     let mut filled = 0u64;
+    let mut first: Option<Instant> = None;
     while let Some(chunk) = recv
         .read_chunk(CHUNK, true)
         .await
         .map_err(|e| e.to_string())?
     {
+        first.get_or_insert_with(Instant::now);
         filled += chunk.bytes.len() as u64;
         if filled > buf.len {
             return Err(format!("more than the announced {} bytes", buf.len));
@@ -328,7 +335,7 @@ async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<(), String> 
     st.keep_from = Instant::now();
     drop(st);
     buf.progress.send_replace(Progress::Done);
-    Ok(())
+    Ok(first.map_or(Duration::ZERO, |t| t.elapsed()))
 }
 
 /// Streams `buf` to a peer as it fills, or once it is complete and checked

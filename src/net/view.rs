@@ -139,6 +139,31 @@ pub struct NodeStatus {
     /// (a peer that takes its adverts or shares a tree link with it).
     #[serde(default)]
     pub resyncs_after_loss: u64,
+    /// Bandwidth between the discovered clusters as this node aggregated it from every
+    /// node's measurements (directed; empty until the first trains are in).
+    #[serde(default)]
+    pub bandwidth: Vec<ClusterBandwidth>,
+    /// What measuring bandwidth cost this node: train bytes sent and received.
+    #[serde(default)]
+    pub probe_bytes_sent: u64,
+    #[serde(default)]
+    pub probe_bytes_received: u64,
+}
+
+/// One directed cluster-to-cluster bandwidth estimate (clusters named by their smallest
+/// member, as in [`ClusterGroup::label`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterBandwidth {
+    /// The sending cluster.
+    pub from: NodeId,
+    /// The receiving cluster (the same as `from`: inside it).
+    pub to: NodeId,
+    /// The estimate, Mbit/s: the median of the figures.
+    pub mbit: f64,
+    /// How many figures (measuring node and peer pairs) it rests on.
+    pub figures: u32,
+    /// Age of the newest figure, seconds.
+    pub age_s: f64,
 }
 
 /// One member's place in a tree, as it answered a tree query.

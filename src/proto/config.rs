@@ -70,6 +70,16 @@ pub struct Config {
     /// Cluster discovery: how often a node compares its table of summaries with a random
     /// member (anti-entropy; new summaries are pushed at once).
     pub cluster_sync: Duration,
+    /// Bandwidth measurement: how many members of each discovered cluster (those with the
+    /// smallest ids) ask the other clusters for packet trains; 0 turns probing off.
+    pub bw_probers: usize,
+    /// How often a prober asks each other cluster for a train once the overlay has settled
+    /// (its first three rounds come every 2 s; trains to one cluster are spaced further if
+    /// they would take more than 1% of its estimated capacity).
+    pub bw_probe_interval: Duration,
+    /// Bytes per second of trains a node sends at most on average when asked (a token
+    /// bucket holding one minute of it).
+    pub bw_budget: u32,
 }
 
 impl Config {
@@ -98,6 +108,9 @@ impl Config {
             cluster_gap: 2.0,
             cluster_floor: Duration::from_micros(500),
             cluster_sync: Duration::from_secs(2),
+            bw_probers: 2,
+            bw_probe_interval: Duration::from_secs(30),
+            bw_budget: 4096,
         }
     }
 
@@ -146,6 +159,7 @@ impl Config {
         c.cluster_rtt *= k;
         c.cluster_floor *= k;
         c.cluster_sync *= k;
+        c.bw_probe_interval *= k;
         c
     }
 

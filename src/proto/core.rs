@@ -29,6 +29,7 @@
 //! | `outputs` | `Outputs` | transmits, events, the outbox |
 //! | `collectives` | `CollectiveBridge` | the engine, send cost |
 //! | `discovery` | `Discovery` | cluster table and its own RNG |
+//! | `bandwidth` | `Bandwidth` | inbound bandwidth estimates, trains asked, probe budget |
 //!
 //! The rest of the code is one concept per file, as [`Core`] methods:
 //! - `inputs`: members coming and going, and the dispatch of received messages;
@@ -53,6 +54,7 @@ use std::time::Duration;
 
 mod adverts;
 mod asks;
+mod bandwidth;
 mod collectives;
 mod discovery;
 mod entries;
@@ -70,6 +72,8 @@ mod trees;
 
 use self::adverts::Adverts;
 use self::asks::Asks;
+use self::bandwidth::Bandwidth;
+pub use self::bandwidth::BandwidthStats;
 use self::collectives::CollectiveBridge;
 use self::discovery::Discovery;
 use self::entries::HeardTable;
@@ -117,6 +121,8 @@ pub struct Core {
     coll: CollectiveBridge,
     /// Clusters discovered from the measured latencies.
     discovery: Discovery,
+    /// Bandwidth estimates, trains asked for, the probe budget.
+    bw: Bandwidth,
 }
 
 impl Core {
@@ -145,6 +151,7 @@ impl Core {
             schedule,
             out: Outputs::default(),
             coll: CollectiveBridge::new(id),
+            bw: Bandwidth::new(now),
             discovery,
         }
     }
@@ -192,6 +199,16 @@ impl Core {
             }
             Input::SendCost { per_send } => self.coll.sample_send_cost(per_send),
             Input::BulkTransfer { active } => self.probing.set_bulk(self.now, active),
+            Input::TrainArrived {
+                from,
+                id,
+                received,
+                size,
+                span,
+            } => self.handle_train(from, id, received, size, span),
+            Input::TransferRate { from, bytes, span } => {
+                self.handle_transfer_rate(from, bytes, span)
+            }
             Input::LinkLost { peer } => {
                 if peer != self.id && self.members.is_alive(&peer) {
                     self.stats.links_lost += 1;

@@ -4,8 +4,11 @@
 use super::id::NodeId;
 use serde::{Deserialize, Serialize};
 
+mod bandwidth;
+pub use self::bandwidth::{BandwidthEdge, MAX_BANDWIDTH_EDGES, MAX_TRAIN_PACKETS};
+
 /// Version byte that starts every frame. Bumped on any incompatible change.
-pub const WIRE_VERSION: u8 = 2;
+pub const WIRE_VERSION: u8 = 3;
 
 /// Largest encoded control message accepted (version byte included).
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -78,6 +81,10 @@ pub enum Message {
     /// spread to every member; handled by [`crate::proto::clusters`]. Added after the
     /// other variants, so older frames still decode.
     Cluster(ClusterMessage),
+    /// Ask the receiver to send `packets` datagrams of `size` bytes back to back (a packet
+    /// train): their spread on arrival measures the path's bandwidth toward the sender.
+    /// The receiver honours it only within its probe budget.
+    TrainRequest { id: u32, packets: u16, size: u16 },
 }
 
 /// At most this many edges in one [`ClusterSummary`]; a longer list is cut on receipt.
@@ -109,6 +116,9 @@ pub struct ClusterSummary {
     pub version: u32,
     /// The latencies it publishes.
     pub edges: Vec<ClusterEdge>,
+    /// Bandwidths it measured arriving from peers in other clusters (at most
+    /// [`MAX_BANDWIDTH_EDGES`]).
+    pub bandwidth: Vec<BandwidthEdge>,
 }
 
 /// How many buckets the cluster summaries are split into (by the first byte of the node

@@ -30,6 +30,7 @@
 // simulator, the harnesses and the tests use would be reported unused.
 #![cfg_attr(not(feature = "sim"), allow(dead_code, unused_imports))]
 
+pub mod bandwidth;
 pub mod candidates;
 pub mod clusters;
 pub mod collective;
@@ -54,9 +55,9 @@ pub use self::core::{Core, CoreStats};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
 pub use self::message::{
-    AdvertEntry, ClusterEdge, ClusterMessage, ClusterSummary, CollectiveMessage, DataHeader,
-    DownBody, GossipMessage, Liveness, MemberRecord, Message, NumKind, OpId, Packet, Purpose,
-    QueryMessage, Reducer, WireError,
+    AdvertEntry, BandwidthEdge, ClusterEdge, ClusterMessage, ClusterSummary, CollectiveMessage,
+    DataHeader, DownBody, GossipMessage, Liveness, MemberRecord, Message, NumKind, OpId, Packet,
+    Purpose, QueryMessage, Reducer, WireError,
 };
 pub use self::node::{Class, Node, NodeInput, NodeOutput};
 pub use self::time::Time;
@@ -95,6 +96,22 @@ pub enum Input {
     /// may lower an estimate but never raise it, and the latency trees of small messages
     /// stay where they are during large ones.
     BulkTransfer { active: bool },
+    /// A packet train this node asked for ([`Message::TrainRequest`]) arrived from `from`:
+    /// `received` datagrams of `size` bytes, `span` from the first to the last.
+    TrainArrived {
+        from: NodeId,
+        id: u32,
+        received: u16,
+        size: u16,
+        span: Duration,
+    },
+    /// A real transfer from `from` (a data-plane stream) moved `bytes` in `span`: a
+    /// passive bandwidth measurement.
+    TransferRate {
+        from: NodeId,
+        bytes: u64,
+        span: Duration,
+    },
     /// A request from the application.
     Command(Command),
 }
@@ -172,6 +189,14 @@ pub enum Event {
     },
     /// An operation this node started is over.
     Report(Box<OpReport>),
+    /// Send `to` a packet train: `packets` datagrams of `size` bytes back to back, tagged
+    /// with `id` (it asked with [`Message::TrainRequest`], and the budget allowed it).
+    SendTrain {
+        to: NodeId,
+        id: u32,
+        packets: u16,
+        size: u16,
+    },
 }
 
 /// A snapshot of this node's state in one tree.

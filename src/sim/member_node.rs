@@ -88,6 +88,7 @@ impl SimNode for MemberNode {
             Input::SendCost { per_send } => NodeInput::SendCost { per_send },
             Input::RttSample { peer, rtt } => NodeInput::RttSample { peer, rtt },
             Input::BulkTransfer { active } => NodeInput::BulkTransfer { active },
+            m @ (Input::TrainArrived { .. } | Input::TransferRate { .. }) => NodeInput::Measured(m),
             // Its own membership tells it of members.
             Input::MemberUp { .. } | Input::MemberDown { .. } => return,
         };

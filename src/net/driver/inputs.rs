@@ -4,7 +4,7 @@
 use super::{ApiCommand, Driver};
 use crate::net::link::LinkInput;
 use crate::net::ops::OpCommand;
-use crate::proto::{Command, NodeInput};
+use crate::proto::{Command, Input, NodeInput};
 use tracing::{debug, info, warn};
 
 impl Driver {
@@ -101,9 +101,23 @@ impl Driver {
                 let from = peer;
                 self.node.handle(now, NodeInput::Received { from, packet });
             }
-            LinkInput::StreamDone { op, ok } => {
+            LinkInput::StreamDone { op, ok, rate } => {
                 let done = Command::StreamDone { op, ok };
                 self.node.handle(now, NodeInput::Command(done));
+                if let Some((from, bytes, span)) = rate {
+                    let m = Input::TransferRate { from, bytes, span };
+                    self.node.handle(now, NodeInput::Measured(m));
+                }
+            }
+            LinkInput::Train { peer, train } => {
+                let m = Input::TrainArrived {
+                    from: peer,
+                    id: train.id,
+                    received: train.received,
+                    size: train.size,
+                    span: train.span,
+                };
+                self.node.handle(now, NodeInput::Measured(m));
             }
             LinkInput::DataStream { peer, header, recv } => {
                 self.streams.accept(peer, header, recv, &self.ctx);

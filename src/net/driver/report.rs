@@ -1,7 +1,9 @@
 //! What the driver shows the API: tree queries, the member view, the status snapshot.
 
 use super::Driver;
-use crate::net::view::{MemberInfo, NodeStatus, TreeInfo, TreeNode, TreeSnapshot, cluster_levels};
+use crate::net::view::{
+    ClusterBandwidth, MemberInfo, NodeStatus, TreeInfo, TreeNode, TreeSnapshot, cluster_levels,
+};
 use crate::proto::{NodeId, NodeInput};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -143,6 +145,9 @@ impl Driver {
             send_cost_measured,
             links_lost: core_stats.links_lost,
             resyncs_after_loss: core_stats.resyncs_after_loss,
+            bandwidth: cluster_bandwidth(&core.bandwidth_view()),
+            probe_bytes_sent: core.bandwidth_stats().train_bytes_sent,
+            probe_bytes_received: core.bandwidth_stats().train_bytes_received,
         }
     }
 }
@@ -155,4 +160,21 @@ pub(super) fn member_info(r: &crate::proto::MemberRecord, rtt: Option<Duration>)
         state: r.state,
         rtt_ms: rtt.map(|d| d.as_secs_f64() * 1e3),
     }
+}
+
+/// The bandwidth view as status shows it.
+fn cluster_bandwidth(view: &crate::proto::bandwidth::BandwidthView) -> Vec<ClusterBandwidth> {
+    let name = |i: usize| view.clusters.get(i).and_then(|c| c.first().copied());
+    view.links
+        .iter()
+        .filter_map(|l| {
+            Some(ClusterBandwidth {
+                from: name(l.from)?,
+                to: name(l.to)?,
+                mbit: l.bps / 1e6,
+                figures: l.figures,
+                age_s: l.age.as_secs_f64(),
+            })
+        })
+        .collect()
 }

@@ -47,7 +47,7 @@ pub use self::hierarchy::compute;
 pub use self::table::ClusterTable;
 
 use super::id::NodeId;
-use super::message::{ClusterEdge, ClusterSummary, MAX_CLUSTER_EDGES};
+use super::message::{ClusterEdge, ClusterSummary, MAX_BANDWIDTH_EDGES, MAX_CLUSTER_EDGES};
 
 /// The two numbers of the grouping rule.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -128,6 +128,8 @@ pub(crate) fn sanitize(mut s: ClusterSummary) -> ClusterSummary {
     let node = s.node;
     s.edges.retain(|e: &ClusterEdge| e.peer != node);
     s.edges.truncate(MAX_CLUSTER_EDGES);
+    s.bandwidth.retain(|e| e.from != node);
+    s.bandwidth.truncate(MAX_BANDWIDTH_EDGES);
     s
 }
 

@@ -16,9 +16,10 @@
 use super::{ClusterParams, ClusterView, hierarchy, sanitize};
 use crate::proto::id::{IdMap, NodeId};
 use crate::proto::message::{
-    CLUSTER_BUCKETS, ClusterEdge, ClusterMessage, ClusterSummary, MAX_CLUSTER_SUMMARIES,
-    MAX_CLUSTER_VERSIONS,
+    BandwidthEdge, CLUSTER_BUCKETS, ClusterEdge, ClusterMessage, ClusterSummary,
+    MAX_CLUSTER_SUMMARIES, MAX_CLUSTER_VERSIONS,
 };
+use crate::proto::time::Time;
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 
@@ -29,6 +30,9 @@ pub struct ClusterTable {
     /// Every summary held, this node's own included: version and edges (shared with the
     /// inputs of the view, see `inputs`).
     entries: IdMap<NodeId, (u32, Arc<[ClusterEdge]>)>,
+    /// The bandwidth figures of every summary held, and when this node got them (their
+    /// freshness: a node publishes again when a figure moves).
+    bandwidth: IdMap<NodeId, (Arc<[BandwidthEdge]>, Time)>,
     /// Summaries to push at the next flush.
     news: BTreeSet<NodeId>,
     /// Whether the entries changed since the view was last recomputed.
@@ -72,6 +76,7 @@ impl ClusterTable {
         ClusterTable {
             me,
             entries: IdMap::default(),
+            bandwidth: IdMap::default(),
             news: BTreeSet::new(),
             changed: false,
             inputs: Arc::new(ViewInputs {
@@ -103,9 +108,28 @@ impl ClusterTable {
         self.entries.get(id).map(|(v, _)| *v)
     }
 
-    /// Replaces this node's own summary by `edges` under a new version, to be pushed.
-    pub fn publish(&mut self, edges: Vec<ClusterEdge>) {
+    /// This node's published bandwidth figures.
+    pub fn own_bandwidth(&self) -> &[BandwidthEdge] {
+        self.bandwidth.get(&self.me).map_or(&[], |(b, _)| &b[..])
+    }
+
+    /// Every bandwidth figure held: the node that measured, what, and when it arrived here.
+    pub fn bandwidth(&self) -> impl Iterator<Item = (NodeId, &[BandwidthEdge], Time)> + '_ {
+        self.bandwidth.iter().map(|(id, (b, t))| (*id, &b[..], *t))
+    }
+
+    /// Every published latency: (who measured, the edge).
+    pub fn edges(&self) -> impl Iterator<Item = (NodeId, &ClusterEdge)> + '_ {
+        self.entries
+            .iter()
+            .flat_map(|(id, (_, es))| es.iter().map(move |e| (*id, e)))
+    }
+
+    /// Replaces this node's own summary by `edges` and `bandwidth` under a new version, to
+    /// be pushed.
+    pub fn publish(&mut self, now: Time, edges: Vec<ClusterEdge>, bandwidth: Vec<BandwidthEdge>) {
         let version = self.version(&self.me).map_or(1, |v| v.saturating_add(1));
+        self.bandwidth.insert(self.me, (bandwidth.into(), now));
         self.entries.insert(self.me, (version, edges.into()));
         self.news.insert(self.me);
         self.changed = true;
@@ -114,6 +138,7 @@ impl ClusterTable {
     /// Drops the summary of a member that left or died.
     pub fn remove(&mut self, id: &NodeId) {
         if *id != self.me && self.entries.remove(id).is_some() {
+            self.bandwidth.remove(id);
             self.news.remove(id);
             self.changed = true;
         }
@@ -150,6 +175,7 @@ impl ClusterTable {
     /// says whether a node is an alive member (summaries of others are refused).
     pub fn handle(
         &mut self,
+        now: Time,
         msg: ClusterMessage,
         is_member: impl Fn(&NodeId) -> bool,
     ) -> Vec<ClusterMessage> {
@@ -201,7 +227,7 @@ impl ClusterTable {
             }
             ClusterMessage::Summaries { summaries } => {
                 for s in summaries.into_iter().take(MAX_CLUSTER_SUMMARIES) {
-                    self.apply(s, &is_member);
+                    self.apply(now, s, &is_member);
                 }
                 Vec::new()
             }
@@ -243,7 +269,7 @@ impl ClusterTable {
         self.view.get_or_init(|| self.inputs.compute())
     }
 
-    fn apply(&mut self, s: ClusterSummary, is_member: &impl Fn(&NodeId) -> bool) {
+    fn apply(&mut self, now: Time, s: ClusterSummary, is_member: &impl Fn(&NodeId) -> bool) {
         if s.node == self.me {
             // Others remember a summary of ours newer than ours, or as new but not the
             // same (from before a restart): ours must outrank it, or it would never spread.
@@ -259,6 +285,7 @@ impl ClusterTable {
             return;
         }
         let s = sanitize(s);
+        self.bandwidth.insert(s.node, (s.bandwidth.into(), now));
         self.entries.insert(s.node, (s.version, s.edges.into()));
         self.news.insert(s.node);
         self.changed = true;
@@ -269,6 +296,10 @@ impl ClusterTable {
             node: *id,
             version: *version,
             edges: edges.to_vec(),
+            bandwidth: self
+                .bandwidth
+                .get(id)
+                .map_or_else(Vec::new, |(b, _)| b.to_vec()),
         })
     }
 
@@ -313,4 +344,12 @@ fn mix(id: &NodeId, version: u32) -> u64 {
     let b = u64::from_le_bytes(id.0[8..].try_into().unwrap_or_default());
     let mut r = crate::proto::rng::SplitMix64::new(a ^ b.rotate_left(29) ^ u64::from(version));
     r.next_u64()
+}
+
+#[cfg(test)]
+impl ClusterTable {
+    /// [`ClusterTable::publish`] with latencies only, at time zero.
+    pub fn publish_edges(&mut self, edges: Vec<ClusterEdge>) {
+        self.publish(Time::from_micros(0), edges, Vec::new());
+    }
 }

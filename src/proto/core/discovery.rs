@@ -63,7 +63,10 @@ impl Core {
     /// A cluster message from `from`.
     pub(super) fn handle_cluster_message(&mut self, from: NodeId, msg: ClusterMessage) {
         let members = &self.members;
-        let replies = self.discovery.table.handle(msg, |id| members.is_alive(id));
+        let replies = self
+            .discovery
+            .table
+            .handle(self.now, msg, |id| members.is_alive(id));
         for m in replies {
             self.send_cluster(from, m);
         }
@@ -80,9 +83,16 @@ impl Core {
             let row: Vec<(NodeId, u32)> = self.nbrs.row(self.members.alive());
             let own = self.discovery.table.own_edges();
             let edges = summary::choose(&row, own, &params);
-            if summary::differs(own, &edges, &params) {
-                tracing::debug!(edges = edges.len(), "cluster summary republished");
-                self.discovery.table.publish(edges);
+            let bandwidth = self.bw.edges();
+            let bw_moved =
+                super::bandwidth::differs(self.discovery.table.own_bandwidth(), &bandwidth);
+            if summary::differs(own, &edges, &params) || bw_moved {
+                tracing::debug!(
+                    edges = edges.len(),
+                    bandwidth = bandwidth.len(),
+                    "cluster summary republished"
+                );
+                self.discovery.table.publish(self.now, edges, bandwidth);
                 self.stats.cluster_publishes += 1;
             }
         }

@@ -62,6 +62,7 @@ impl Core {
         self.out.event(Event::MemberDown { id, reason });
         self.discovery.table.remove(&id);
         self.nbrs.forget(&id);
+        self.bw.forget(&id);
         self.heard.forget(&id);
         self.adverts.forget_peer(&id);
         self.resync.forget(&id);
@@ -179,6 +180,9 @@ impl Core {
                 self.adverts.owe_full(from);
             }
             Message::Cluster(m) => self.handle_cluster_message(from, m),
+            Message::TrainRequest { id, packets, size } => {
+                self.handle_train_request(from, id, packets, size)
+            }
             Message::ParentQuery { roots } => {
                 let parents: Vec<(NodeId, NodeId)> = roots
                     .into_iter()

@@ -172,6 +172,7 @@ impl Core {
         }
         self.refill();
         self.cluster_round();
+        self.bandwidth_round();
         self.schedule.set(Timer::Housekeeping, now + period);
     }
 }

@@ -83,6 +83,7 @@ fn sample() -> Vec<Message> {
                     peer: b,
                     rtt_us: 3_000,
                 }],
+                bandwidth: vec![],
             }],
         }),
     ]
@@ -142,6 +143,7 @@ fn the_largest_cluster_messages_fit_in_a_frame() {
         node: id,
         version: u32::MAX,
         edges: vec![edge; MAX_CLUSTER_EDGES],
+        bandwidth: vec![],
     };
     let summaries = Message::Cluster(ClusterMessage::Summaries {
         summaries: vec![summary.clone(); MAX_CLUSTER_SUMMARIES],

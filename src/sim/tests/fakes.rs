@@ -185,6 +185,8 @@ impl SimNode for Fake {
             Input::RttSample { .. }
             | Input::SendCost { .. }
             | Input::BulkTransfer { .. }
+            | Input::TrainArrived { .. }
+            | Input::TransferRate { .. }
             | Input::Command(_) => {}
         }
     }

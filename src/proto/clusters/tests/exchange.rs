@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::proto::message::{ClusterMessage, MAX_CLUSTER_SUMMARIES};
+use crate::proto::time::Time;
 
 #[test]
 fn a_summary_takes_the_nearest_and_smallest_of_every_shell() {
@@ -60,10 +61,14 @@ fn sync(a: &mut ClusterTable, b: &mut ClusterTable, member: &impl Fn(&NodeId) ->
     let mut messages = 0;
     while !to_a.is_empty() || !to_b.is_empty() {
         messages += to_a.len() + to_b.len();
-        let next_a: Vec<ClusterMessage> =
-            to_b.drain(..).flat_map(|m| b.handle(m, member)).collect();
-        let next_b: Vec<ClusterMessage> =
-            to_a.drain(..).flat_map(|m| a.handle(m, member)).collect();
+        let next_a: Vec<ClusterMessage> = to_b
+            .drain(..)
+            .flat_map(|m| b.handle(Time::from_micros(0), m, member))
+            .collect();
+        let next_b: Vec<ClusterMessage> = to_a
+            .drain(..)
+            .flat_map(|m| a.handle(Time::from_micros(0), m, member))
+            .collect();
         to_a = next_a;
         to_b = next_b;
         assert!(messages < 100, "no end to the exchange");
@@ -81,20 +86,23 @@ fn two_tables_reconcile_and_refuse_strangers() {
     };
     let mut a = ClusterTable::new(ids[0]);
     let mut b = ClusterTable::new(ids[1]);
-    a.publish(vec![edge(1, 100)]);
-    b.publish(vec![edge(0, 100)]);
+    a.publish_edges(vec![edge(1, 100)]);
+    b.publish_edges(vec![edge(0, 100)]);
     // c's summary reaches a; a stranger's is refused.
     let c = ClusterSummary {
         node: ids[2],
         version: 3,
         edges: vec![edge(0, 200)],
+        bandwidth: vec![],
     };
     let stranger = ClusterSummary {
         node: ids[4],
         version: 1,
         edges: vec![edge(0, 1)],
+        bandwidth: vec![],
     };
     a.handle(
+        Time::from_micros(0),
         ClusterMessage::Summaries {
             summaries: vec![c, stranger],
         },
@@ -129,7 +137,7 @@ fn two_tables_reconcile_and_refuse_strangers() {
 fn a_node_outranks_its_own_summary_from_before_a_restart() {
     let ids = ids(2);
     let mut a = ClusterTable::new(ids[0]);
-    a.publish(vec![ClusterEdge {
+    a.publish_edges(vec![ClusterEdge {
         peer: ids[1],
         rtt_us: 100,
     }]);
@@ -138,8 +146,10 @@ fn a_node_outranks_its_own_summary_from_before_a_restart() {
         node: ids[0],
         version: 40,
         edges: Vec::new(),
+        bandwidth: vec![],
     };
     a.handle(
+        Time::from_micros(0),
         ClusterMessage::Summaries {
             summaries: vec![old],
         },
@@ -157,14 +167,14 @@ fn a_node_outranks_its_own_summary_from_before_a_restart() {
     // Its own current summary coming back (the epidemic returns it) changes nothing...
     let back = news[0][0].clone();
     let own = |s: ClusterSummary| ClusterMessage::Summaries { summaries: vec![s] };
-    a.handle(own(back.clone()), |_: &NodeId| true);
+    a.handle(Time::from_micros(0), own(back.clone()), |_: &NodeId| true);
     assert_eq!((a.version(&ids[0]), a.has_news()), (Some(41), false));
     // ...but the same version with other edges (a run before a restart) is outranked.
     let other = ClusterSummary {
         edges: Vec::new(),
         ..back
     };
-    a.handle(own(other), |_: &NodeId| true);
+    a.handle(Time::from_micros(0), own(other), |_: &NodeId| true);
     assert_eq!(a.version(&ids[0]), Some(42));
 }
 
@@ -184,6 +194,7 @@ fn received_summaries_are_bounded() {
             node: NodeId::from_seed(5, i),
             version: 1,
             edges: Vec::new(),
+            bandwidth: vec![],
         })
         .collect();
     many.insert(
@@ -192,9 +203,11 @@ fn received_summaries_are_bounded() {
             node: ids[1],
             version: 1,
             edges,
+            bandwidth: vec![],
         },
     );
     a.handle(
+        Time::from_micros(0),
         ClusterMessage::Summaries { summaries: many },
         |_: &NodeId| true,
     );

@@ -1,0 +1,94 @@
+//! Bandwidth measured at run time over real QUIC: das-4 with its bandwidths enforced by the
+//! emulated socket (the nodes never see the file), two nodes per cluster. Every node must
+//! end up with the whole directed cluster-to-cluster matrix, each entry near what the
+//! emulator enforces, and the trains must stay within their budget.
+//!
+//! `cargo test --release --test integration quic_bandwidth -- --nocapture` prints the figures.
+
+use overlay::local::LocalOverlay;
+use overlay::net::emulated::LatencyMap;
+use overlay::proto::{Config, NodeId};
+use overlay::topology::Topology;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+fn das4() -> Topology {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/das-4.toml");
+    Topology::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_learns_the_cluster_bandwidth_matrix_from_its_own_measurements() {
+    let _net = crate::common::real_network();
+    let mut topo = das4();
+    for c in &mut topo.clusters {
+        c.nodes = 2;
+    }
+    let overlay = LocalOverlay::start_on(LatencyMap::with_bandwidth(topo.clone()), Config::wan())
+        .await
+        .expect("overlay starts");
+    let (_, converged) = overlay
+        .wait_optimal(Duration::from_secs(120), Duration::from_secs(1))
+        .await;
+    assert!(converged.is_some(), "trees never became wide-area optimal");
+    let cluster_of: HashMap<NodeId, usize> = overlay
+        .nodes
+        .iter()
+        .zip(&overlay.clusters)
+        .map(|(n, c)| (n.id(), *c))
+        .collect();
+    let pairs = topo.clusters.len() * (topo.clusters.len() - 1);
+    let start = Instant::now();
+    let statuses = loop {
+        let s = overlay.statuses().await;
+        let complete = s.iter().all(|st| {
+            st.bandwidth
+                .iter()
+                .filter(|b| b.from != b.to)
+                .count()
+                >= pairs
+        });
+        if complete || start.elapsed() > Duration::from_secs(60) {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let took = start.elapsed();
+    let mut worst: f64 = 1.0;
+    for st in &statuses {
+        let inter: Vec<_> = st.bandwidth.iter().filter(|b| b.from != b.to).collect();
+        assert_eq!(inter.len(), pairs, "{} lacks cluster pairs: {:?}", st.name, st.bandwidth);
+        for b in inter {
+            let (a, z) = (cluster_of[&b.from], cluster_of[&b.to]);
+            let want = topo.bandwidth_mbit(a, z).expect("the file gives every link");
+            let ratio = b.mbit / want;
+            worst = if (ratio - 1.0).abs() > (worst - 1.0).abs() { ratio } else { worst };
+            if st.name == statuses[0].name {
+                eprintln!(
+                    "{} -> {}: measured {:.2} Mbit/s, emulated {want} ({:.2}), {} figures",
+                    topo.clusters[a].name, topo.clusters[z].name, b.mbit, ratio, b.figures
+                );
+            }
+            assert!(
+                (0.6..=1.5).contains(&ratio),
+                "{}: {} -> {} measured {:.2} Mbit/s where {want} is emulated",
+                st.name,
+                topo.clusters[a].name,
+                topo.clusters[z].name,
+                b.mbit
+            );
+        }
+    }
+    let elapsed = overlay.nodes[0].status().await.map(|s| s.uptime_ms).unwrap_or(1) as f64 / 1e3;
+    let sent: Vec<u64> = statuses.iter().map(|s| s.probe_bytes_sent).collect();
+    let per_node_s = sent.iter().sum::<u64>() as f64 / sent.len() as f64 / elapsed;
+    eprintln!(
+        "matrix complete everywhere {:.1} s after the trees converged; worst ratio {worst:.2}; \
+         train bytes sent per node {per_node_s:.0} B/s on average over {elapsed:.0} s",
+        took.as_secs_f64()
+    );
+    // The start-up rounds are the busiest; even they stay within the budget.
+    let budget = Config::wan().bw_budget as f64;
+    assert!(per_node_s <= budget, "probes cost {per_node_s:.0} B/s per node, budget {budget}");
+    overlay.shutdown().await;
+}

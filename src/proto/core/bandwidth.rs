@@ -1,0 +1,358 @@
+//! Bandwidth measured at run time: packet trains asked of peers in other clusters, and the
+//! rate of real transfers, turned into per-peer inbound estimates that the cluster summary
+//! publishes (see [`crate::proto::bandwidth`] for the cluster-level view built from them).
+//!
+//! Who measures: the `bw_probers` members of each discovered cluster with the smallest ids
+//! ask one member of every other cluster (rotating) for a train every `bw_probe_interval`,
+//! so the probe traffic on a wide-area link does not grow with the clusters' sizes. The
+//! first three rounds come every couple of seconds, so an overlay that just formed knows
+//! its links before its first large broadcast.
+//!
+//! What it costs, bounded twice: a train is sized to spread over about
+//! [`TRAIN_SPREAD`] at the link's estimated rate (at least [`MIN_TRAIN`] datagrams), and
+//! a prober waits long enough between trains to one cluster that they take at most
+//! [`LINK_SHARE`] of the estimated capacity; the sender of trains honours a request only
+//! within its byte budget (`bw_budget`, a token bucket), and says no otherwise.
+//!
+//! Owns the estimates, the trains asked for, the budget and the counters ([`Bandwidth`]).
+
+use super::Core;
+use crate::proto::Event;
+use crate::proto::id::{IdMap, NodeId};
+use crate::proto::message::{BandwidthEdge, MAX_BANDWIDTH_EDGES, MAX_TRAIN_PACKETS, Message};
+use crate::proto::time::Time;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Datagram size asked for (the driver sends at most what its path allows).
+pub const TRAIN_DATAGRAM: u16 = 1200;
+/// Fewest datagrams in a train: fewer would measure the timer more than the link.
+pub const MIN_TRAIN: u16 = 8;
+/// A train is sized to take about this long to cross the link at its estimated rate.
+pub const TRAIN_SPREAD: Duration = Duration::from_millis(8);
+/// Share of a link's estimated capacity one prober's trains may take on average.
+pub const LINK_SHARE: f64 = 0.01;
+/// How many train results an estimate keeps (their median is the estimate).
+const KEEP_SAMPLES: usize = 5;
+/// A train not arrived after this long is forgotten.
+const TRAIN_WAIT: Duration = Duration::from_secs(5);
+/// Rounds of the start-up phase, and their period.
+const QUICK_ROUNDS: u32 = 3;
+const QUICK_PERIOD: Duration = Duration::from_secs(2);
+
+/// What measuring bandwidth cost and found, for status and the overhead figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BandwidthStats {
+    /// Trains this node asked for.
+    pub trains_asked: u64,
+    /// Trains this node sent (asked by others), and their bytes.
+    pub trains_sent: u64,
+    pub train_bytes_sent: u64,
+    /// Requests refused because the budget was spent.
+    pub trains_refused: u64,
+    /// Trains that arrived here, and their bytes.
+    pub trains_received: u64,
+    pub train_bytes_received: u64,
+    /// Transfers whose rate was recorded (passive measurements).
+    pub transfers_measured: u64,
+}
+
+/// One peer's inbound estimate.
+#[derive(Clone, Debug, Default)]
+struct PeerRate {
+    /// Recent train results, bits per second.
+    trains: VecDeque<f64>,
+    /// The best rate a real transfer from this peer reached, and when.
+    transfer: Option<(f64, Time)>,
+    /// When last measured either way.
+    updated: Option<Time>,
+    samples: u32,
+}
+
+impl PeerRate {
+    /// The estimate: the median train result, or a faster real transfer (a transfer's
+    /// rate is what the path carried, so the capacity is at least that).
+    fn estimate(&self) -> Option<f64> {
+        let mut t: Vec<f64> = self.trains.iter().copied().collect();
+        t.sort_by(f64::total_cmp);
+        let median = t.get(t.len() / 2).copied();
+        match (median, self.transfer.map(|(r, _)| r)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Bandwidth measurement state of one core.
+pub(super) struct Bandwidth {
+    peers: IdMap<NodeId, PeerRate>,
+    /// Trains asked for: id, peer, when.
+    asked: Vec<(u32, NodeId, Time)>,
+    next_id: u32,
+    next_round: Option<Time>,
+    rounds: u32,
+    /// Per target cluster (named by its smallest member): earliest next train.
+    next_to_cluster: IdMap<NodeId, Time>,
+    /// Token bucket of train bytes this node may still send, and when it was refilled.
+    tokens: f64,
+    refilled: Time,
+    pub(super) stats: BandwidthStats,
+}
+
+impl Bandwidth {
+    pub(super) fn new(now: Time) -> Self {
+        Bandwidth {
+            peers: IdMap::default(),
+            asked: Vec::new(),
+            next_id: 1,
+            next_round: None,
+            rounds: 0,
+            next_to_cluster: IdMap::default(),
+            tokens: 0.0,
+            refilled: now,
+            stats: BandwidthStats::default(),
+        }
+    }
+
+    /// The inbound estimate from `peer`, bits per second.
+    pub(super) fn estimate(&self, peer: &NodeId) -> Option<f64> {
+        self.peers.get(peer).and_then(PeerRate::estimate)
+    }
+
+    /// What to publish: the freshest estimates, at most [`MAX_BANDWIDTH_EDGES`].
+    pub(super) fn edges(&self) -> Vec<BandwidthEdge> {
+        let mut v: Vec<(Time, BandwidthEdge)> = self
+            .peers
+            .iter()
+            .filter_map(|(p, r)| {
+                let bps = r.estimate()?;
+                Some((
+                    r.updated?,
+                    BandwidthEdge {
+                        from: *p,
+                        kbps: (bps / 1e3).clamp(1.0, u32::MAX as f64) as u32,
+                        samples: r.samples.min(255) as u8,
+                    },
+                ))
+            })
+            .collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.from.cmp(&b.1.from)));
+        v.truncate(MAX_BANDWIDTH_EDGES);
+        let mut out: Vec<BandwidthEdge> = v.into_iter().map(|(_, e)| e).collect();
+        out.sort_by_key(|e| e.from);
+        out
+    }
+
+    pub(super) fn forget(&mut self, peer: &NodeId) {
+        self.peers.remove(peer);
+        self.asked.retain(|(_, p, _)| p != peer);
+    }
+
+    /// Records a train result.
+    fn train(&mut self, now: Time, peer: NodeId, bps: f64) {
+        let r = self.peers.entry(peer).or_default();
+        r.trains.push_back(bps);
+        while r.trains.len() > KEEP_SAMPLES {
+            r.trains.pop_front();
+        }
+        r.updated = Some(now);
+        r.samples = r.samples.saturating_add(1);
+    }
+
+    /// Takes `bytes` from the budget refilled at `rate` bytes per second (one minute of
+    /// budget at most is saved up); false if there is not enough.
+    fn spend(&mut self, now: Time, rate: f64, bytes: f64) -> bool {
+        let dt = now.saturating_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.tokens = (self.tokens + dt * rate).min(rate * 60.0);
+        if self.tokens < bytes {
+            return false;
+        }
+        self.tokens -= bytes;
+        true
+    }
+}
+
+/// Whether two lists of published figures differ enough to publish again: another set of
+/// peers, or a rate that moved by more than an eighth.
+pub(super) fn differs(old: &[BandwidthEdge], new: &[BandwidthEdge]) -> bool {
+    old.len() != new.len()
+        || old.iter().zip(new).any(|(a, b)| {
+            a.from != b.from || (a.kbps as f64 - b.kbps as f64).abs() > a.kbps as f64 / 8.0
+        })
+}
+
+impl Core {
+    /// Once per housekeeping round: forget trains that never came, and if this node is one
+    /// of its cluster's probers and a round is due, ask one member of each other cluster
+    /// for a train.
+    pub(super) fn bandwidth_round(&mut self) {
+        let now = self.now;
+        self.bw
+            .asked
+            .retain(|(_, _, at)| now.saturating_since(*at) < TRAIN_WAIT);
+        let view = self.clusters();
+        let groups = view.partition(1);
+        if groups.len() < 2 || self.config.bw_probers == 0 {
+            return;
+        }
+        let Some(mine) = groups.iter().position(|g| g.contains(&self.id)) else {
+            return;
+        };
+        let mut own: Vec<NodeId> = groups[mine].clone();
+        own.sort_unstable();
+        if !own
+            .iter()
+            .take(self.config.bw_probers)
+            .any(|p| *p == self.id)
+        {
+            return;
+        }
+        let due = self.bw.next_round.get_or_insert(now);
+        if now < *due {
+            return;
+        }
+        self.bw.rounds += 1;
+        let period = if self.bw.rounds <= QUICK_ROUNDS {
+            QUICK_PERIOD
+        } else {
+            self.config.bw_probe_interval
+        };
+        self.bw.next_round = Some(now + period.mul_f64(0.75 + 0.5 * self.rng.unit()));
+        for (gi, g) in groups.iter().enumerate() {
+            if gi == mine || g.is_empty() {
+                continue;
+            }
+            let mut g = g.clone();
+            g.sort_unstable();
+            let name = g[0];
+            if self.bw.next_to_cluster.get(&name).is_some_and(|t| now < *t) {
+                continue;
+            }
+            let target = g[self.bw.rounds as usize % g.len()];
+            if !self.members.is_alive(&target) {
+                continue;
+            }
+            // Sized from the best figure held for this cluster (any of its members).
+            let est = g
+                .iter()
+                .filter_map(|p| self.bw.estimate(p))
+                .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
+            let bits = est.map_or(0.0, |e| e * TRAIN_SPREAD.as_secs_f64());
+            let packets = ((bits / (TRAIN_DATAGRAM as f64 * 8.0)).ceil() as u16 + 1)
+                .clamp(MIN_TRAIN, MAX_TRAIN_PACKETS);
+            let bytes = packets as f64 * TRAIN_DATAGRAM as f64;
+            // At most LINK_SHARE of the link on average, whatever the configured interval.
+            if let Some(e) = est {
+                let gap = Duration::from_secs_f64((bytes * 8.0 / (LINK_SHARE * e)).min(3600.0));
+                self.bw.next_to_cluster.insert(name, now + gap);
+            }
+            let id = self.bw.next_id;
+            self.bw.next_id = self.bw.next_id.wrapping_add(1);
+            self.bw.asked.push((id, target, now));
+            self.bw.stats.trains_asked += 1;
+            self.send(
+                target,
+                Message::TrainRequest {
+                    id,
+                    packets,
+                    size: TRAIN_DATAGRAM,
+                },
+            );
+        }
+    }
+
+    /// A peer asks for a train: sent (by the driver, on [`Event::SendTrain`]) if the
+    /// budget allows.
+    pub(super) fn handle_train_request(&mut self, from: NodeId, id: u32, packets: u16, size: u16) {
+        let packets = packets.min(MAX_TRAIN_PACKETS);
+        let size = size.min(TRAIN_DATAGRAM);
+        let bytes = packets as f64 * size as f64;
+        let rate = self.config.bw_budget as f64;
+        if packets == 0 || !self.bw.spend(self.now, rate, bytes) {
+            self.bw.stats.trains_refused += 1;
+            return;
+        }
+        self.bw.stats.trains_sent += 1;
+        self.bw.stats.train_bytes_sent += bytes as u64;
+        self.out.event(Event::SendTrain {
+            to: from,
+            id,
+            packets,
+            size,
+        });
+    }
+
+    /// The driver saw a train arrive: `received` datagrams of `size` bytes, the first to
+    /// the last `span` apart. Only trains this node asked for count.
+    pub(super) fn handle_train(
+        &mut self,
+        from: NodeId,
+        id: u32,
+        received: u16,
+        size: u16,
+        span: Duration,
+    ) {
+        let Some(i) = self
+            .bw
+            .asked
+            .iter()
+            .position(|(a, p, _)| *a == id && *p == from)
+        else {
+            return;
+        };
+        self.bw.asked.swap_remove(i);
+        self.bw.stats.trains_received += 1;
+        self.bw.stats.train_bytes_received += received as u64 * size as u64;
+        // The spread of n datagrams is n - 1 gaps; too short a spread measures the clock.
+        if received < 3 || span < Duration::from_micros(200) {
+            return;
+        }
+        let bps = (received - 1) as f64 * size as f64 * 8.0 / span.as_secs_f64();
+        self.bw.train(self.now, from, bps);
+    }
+
+    /// The driver measured a real transfer from `from`: `bytes` in `span`.
+    pub(super) fn handle_transfer_rate(&mut self, from: NodeId, bytes: u64, span: Duration) {
+        // Short transfers say more about latency and slow start than about the path.
+        if bytes < 256 * 1024 || span.is_zero() || !self.members.is_alive(&from) {
+            return;
+        }
+        let bps = bytes as f64 * 8.0 / span.as_secs_f64();
+        let now = self.now;
+        let r = self.bw.peers.entry(from).or_default();
+        let keep = r.transfer.is_none_or(|(old, at)| {
+            bps >= old || now.saturating_since(at) > self.config.bw_probe_interval * 4
+        });
+        if keep {
+            r.transfer = Some((bps, now));
+        }
+        r.updated = Some(now);
+        r.samples = r.samples.saturating_add(1);
+        self.bw.stats.transfers_measured += 1;
+    }
+
+    /// What measuring bandwidth cost and found so far.
+    pub fn bandwidth_stats(&self) -> BandwidthStats {
+        self.bw.stats
+    }
+
+    /// This node's inbound estimate from `peer`, bits per second.
+    pub fn bandwidth_from(&self, peer: &NodeId) -> Option<f64> {
+        self.bw.estimate(peer)
+    }
+}
+
+impl Core {
+    /// The discovered clusters with the bandwidth and latency between them, aggregated
+    /// from every node's published figures (see [`crate::proto::bandwidth`]).
+    pub fn bandwidth_view(&self) -> crate::proto::bandwidth::BandwidthView {
+        let table = &self.discovery.table;
+        crate::proto::bandwidth::BandwidthView::build(
+            self.clusters(),
+            table.bandwidth(),
+            table.edges(),
+            self.now,
+        )
+    }
+}
