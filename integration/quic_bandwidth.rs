@@ -41,13 +41,9 @@ async fn every_node_learns_the_cluster_bandwidth_matrix_from_its_own_measurement
     let start = Instant::now();
     let statuses = loop {
         let s = overlay.statuses().await;
-        let complete = s.iter().all(|st| {
-            st.bandwidth
-                .iter()
-                .filter(|b| b.from != b.to)
-                .count()
-                >= pairs
-        });
+        let complete = s
+            .iter()
+            .all(|st| st.bandwidth.iter().filter(|b| b.from != b.to).count() >= pairs);
         if complete || start.elapsed() > Duration::from_secs(60) {
             break s;
         }
@@ -57,12 +53,24 @@ async fn every_node_learns_the_cluster_bandwidth_matrix_from_its_own_measurement
     let mut worst: f64 = 1.0;
     for st in &statuses {
         let inter: Vec<_> = st.bandwidth.iter().filter(|b| b.from != b.to).collect();
-        assert_eq!(inter.len(), pairs, "{} lacks cluster pairs: {:?}", st.name, st.bandwidth);
+        assert_eq!(
+            inter.len(),
+            pairs,
+            "{} lacks cluster pairs: {:?}",
+            st.name,
+            st.bandwidth
+        );
         for b in inter {
             let (a, z) = (cluster_of[&b.from], cluster_of[&b.to]);
-            let want = topo.bandwidth_mbit(a, z).expect("the file gives every link");
+            let want = topo
+                .bandwidth_mbit(a, z)
+                .expect("the file gives every link");
             let ratio = b.mbit / want;
-            worst = if (ratio - 1.0).abs() > (worst - 1.0).abs() { ratio } else { worst };
+            worst = if (ratio - 1.0).abs() > (worst - 1.0).abs() {
+                ratio
+            } else {
+                worst
+            };
             if st.name == statuses[0].name {
                 eprintln!(
                     "{} -> {}: measured {:.2} Mbit/s, emulated {want} ({:.2}), {} figures",
@@ -79,7 +87,12 @@ async fn every_node_learns_the_cluster_bandwidth_matrix_from_its_own_measurement
             );
         }
     }
-    let elapsed = overlay.nodes[0].status().await.map(|s| s.uptime_ms).unwrap_or(1) as f64 / 1e3;
+    let elapsed = overlay.nodes[0]
+        .status()
+        .await
+        .map(|s| s.uptime_ms)
+        .unwrap_or(1) as f64
+        / 1e3;
     let sent: Vec<u64> = statuses.iter().map(|s| s.probe_bytes_sent).collect();
     let per_node_s = sent.iter().sum::<u64>() as f64 / sent.len() as f64 / elapsed;
     eprintln!(
@@ -89,6 +102,89 @@ async fn every_node_learns_the_cluster_bandwidth_matrix_from_its_own_measurement
     );
     // The start-up rounds are the busiest; even they stay within the budget.
     let budget = Config::wan().bw_budget as f64;
-    assert!(per_node_s <= budget, "probes cost {per_node_s:.0} B/s per node, budget {budget}");
+    assert!(
+        per_node_s <= budget,
+        "probes cost {per_node_s:.0} B/s per node, budget {budget}"
+    );
+    overlay.shutdown().await;
+}
+
+/// Waits until `node` holds an estimate for every directed pair of distinct clusters.
+async fn wait_matrix(node: &overlay::api::Node, pairs: usize) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if let Ok(s) = node.status().await
+            && s.bandwidth.iter().filter(|b| b.from != b.to).count() >= pairs
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("{} never measured every cluster pair", node.id());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_broadcast_is_striped_over_several_trees_and_delivered_whole_exactly_once() {
+    use futures::StreamExt;
+    let _net = crate::common::real_network();
+    let mut topo = das4();
+    for c in &mut topo.clusters {
+        c.nodes = 2;
+    }
+    let overlay = LocalOverlay::start_on(LatencyMap::with_bandwidth(topo.clone()), Config::wan())
+        .await
+        .expect("overlay starts");
+    let (_, converged) = overlay
+        .wait_optimal(Duration::from_secs(120), Duration::from_secs(1))
+        .await;
+    assert!(converged.is_some(), "trees never became wide-area optimal");
+    let root = &overlay.nodes[0];
+    let pairs = topo.clusters.len() * (topo.clusters.len() - 1);
+    wait_matrix(root, pairs).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for (i, n) in overlay.nodes.iter().enumerate() {
+        let mut s = Box::pin(n.deliveries());
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(d) = s.next().await {
+                let _ = tx.send((i, d));
+            }
+        });
+    }
+    let payload: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 + i / 4099) as u8).collect();
+    let started = Instant::now();
+    let report = root
+        .clone()
+        .with_op_timeout(Duration::from_secs(120))
+        .broadcast(payload.clone())
+        .await
+        .expect("broadcast");
+    let took = started.elapsed();
+    assert!(report.missing.is_empty(), "missing: {:?}", report.missing);
+    assert_eq!(report.delivered.len(), overlay.nodes.len());
+    // Every node delivers the whole payload, once, under the broadcast's number.
+    let mut got: HashMap<usize, usize> = HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while got.len() < overlay.nodes.len() {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some((i, d))) if d.root == root.id() => {
+                assert_eq!(d.op, report.op, "delivered under the whole's number");
+                assert!(d.payload[..] == payload[..], "node {i} got other bytes");
+                *got.entry(i).or_default() += 1;
+            }
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while let Ok((i, d)) = rx.try_recv() {
+        if d.root == root.id() {
+            *got.entry(i).or_default() += 1;
+        }
+    }
+    assert_eq!(got.len(), overlay.nodes.len(), "deliveries: {got:?}");
+    assert!(got.values().all(|&c| c == 1), "exactly once: {got:?}");
+    let mbit = payload.len() as f64 * 8.0 / took.as_secs_f64() / 1e6;
+    eprintln!("4 MiB striped broadcast from {}: {:.2} s, {mbit:.2} Mbit/s", root.id(), took.as_secs_f64());
     overlay.shutdown().await;
 }

@@ -40,6 +40,7 @@ pub use crate::net::view::{
 
 use crate::net::driver::ApiCommand;
 pub use crate::net::stream::Forwarding;
+pub use crate::net::stripes::Spread;
 use crate::net::token::JoinToken;
 use crate::net::view::MemberView;
 use crate::proto::NodeId;
@@ -154,6 +155,15 @@ impl Node {
     pub async fn set_forwarding(&self, forwarding: Forwarding) -> Result<(), NodeError> {
         self.commands
             .send(ApiCommand::SetForwarding(forwarding))
+            .await
+            .map_err(|_| NodeError::Stopped)
+    }
+
+    /// How the large broadcasts this node starts spread from now on (see [`Spread`]; the
+    /// default plans from the measured bandwidths).
+    pub async fn set_spread(&self, spread: Spread) -> Result<(), NodeError> {
+        self.commands
+            .send(ApiCommand::SetSpread(spread))
             .await
             .map_err(|_| NodeError::Stopped)
     }

@@ -56,7 +56,7 @@ pub use crate::api::{
     AuthError, BroadcastReport, COUNT_KEY, ClusterBandwidth, ClusterGroup, ClusterLevel,
     DecodeError, Delivery, DialError, DialFailure, Forwarding, FrameError, Gathered, INFO_KEY,
     IoStep, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, Reduced,
-    ScatterReport, Transport, TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
+    ScatterReport, Spread, Transport, TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
 };
 pub use crate::net::identity::{Identity, IdentityError};
 pub use crate::net::token::{JoinToken, TokenError};

@@ -14,6 +14,7 @@ use super::links::{Links, Outgoing, Priority, Sent};
 use super::meter::{BurstPace, SendMeter};
 use super::ops::{Handled, OpCommand, Ops};
 use super::stream::{Forwarding, Streams};
+use super::stripes::{self, Spread, Stripes};
 use super::view::{Delivery, MemberView, NodeEvent, NodeStatus, TreeSnapshot};
 use crate::proto::{Class, Command, Event, Node, NodeId, NodeInput, NodeOutput, Packet, Time};
 use std::collections::HashMap;
@@ -45,6 +46,8 @@ pub enum ApiCommand {
     Op(OpCommand),
     /// How this node forwards streamed payloads from now on.
     SetForwarding(Forwarding),
+    /// How this node spreads the large broadcasts it starts from now on.
+    SetSpread(Spread),
 }
 
 /// The member that admitted this node, or why the join failed.
@@ -80,6 +83,10 @@ pub struct Driver {
     pace: BurstPace,
     /// Whether the node was last told it is moving bulk data.
     moving_bulk: bool,
+    /// Striped broadcasts: parts being put together, part reports being merged.
+    stripes: Stripes,
+    /// How the large broadcasts this node starts spread.
+    spread: Spread,
 }
 
 /// What [`Driver::new`] needs.
@@ -136,6 +143,8 @@ impl Driver {
             input_at: None,
             pace: BurstPace::new(parts.meter),
             moving_bulk: false,
+            stripes: Stripes::default(),
+            spread: Spread::default(),
         };
         // The view is full before the first handle reads it, not when the task first runs.
         driver.refresh_members();
@@ -193,6 +202,7 @@ impl Driver {
                     self.links.retry_due(|p| gossip.record(&p).map(|r| r.addr));
                     self.finish_queries(false);
                     self.streams.prune();
+                    self.stripes.prune();
                     if Instant::now() >= self.next_idle_check {
                         self.next_idle_check = Instant::now() + IDLE_CHECK;
                         self.links.close_idle();
@@ -342,6 +352,32 @@ impl Driver {
     /// A core event: a delivery or report for the API's collectives, else a tree event.
     fn core_event(&mut self, event: Event) {
         let received = self.input_at.unwrap_or_else(Instant::now);
+        if let Event::Delivered(d) = &event
+            && d.payload.is_empty()
+            && stripes::parse(d.op.nonce).is_some()
+        {
+            // A part of a striped broadcast: the whole is delivered once all are in.
+            if let Some(payload) = self.streams.payload(d.op)
+                && let Some((whole, payload)) = self.stripes.part(d.op, payload)
+            {
+                self.ops.deliver(Delivery {
+                    root: d.op.root,
+                    op: whole,
+                    kind: d.kind,
+                    payload,
+                    received,
+                });
+            }
+            return;
+        }
+        if let Event::Report(r) = &event
+            && r.op.is_some_and(|op| stripes::parse(op.nonce).is_some())
+        {
+            if let Some(merged) = self.stripes.report(r) {
+                self.ops.event(received, &Event::Report(Box::new(merged)));
+            }
+            return;
+        }
         if let Event::Delivered(d) = &event
             && d.payload.is_empty()
             && let Some(payload) = self.streams.payload(d.op)

@@ -25,6 +25,7 @@ pub mod meter;
 pub mod ops;
 pub mod sockbuf;
 pub mod stream;
+pub mod stripes;
 pub mod token;
 pub mod train;
 pub mod view;

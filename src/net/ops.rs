@@ -75,13 +75,14 @@ impl Ops {
             handlers: HashMap::new(),
             subscribers: Vec::new(),
             barriers: HashMap::new(),
-            // The top bit is left clear: composite operations use it for their second half.
-            next_nonce: (seed & 0x7fff_ffff) << 32,
+            // The top bit is left clear: composite operations use it for their second half;
+            // so are bits 48-62: the parts of a striped broadcast use them (`stripes`).
+            next_nonce: (seed & 0xffff) << 32,
         }
     }
 
     fn nonce(&mut self) -> u64 {
-        self.next_nonce = (self.next_nonce + 1) & !(1 << 63);
+        self.next_nonce = (self.next_nonce + 1) & ((1 << 48) - 1);
         self.next_nonce
     }
 

@@ -68,6 +68,7 @@ mod resync;
 mod rootset;
 mod rounds;
 mod stats;
+mod striping;
 mod trees;
 
 use self::adverts::Adverts;
@@ -84,6 +85,7 @@ use self::probing::Probing;
 use self::resync::Resync;
 use self::rounds::Schedule;
 pub use self::stats::CoreStats;
+pub use self::striping::StripePlan;
 use self::trees::Trees;
 
 /// The protocol core of one node.

@@ -271,6 +271,9 @@ pub enum CollectiveMessage {
     /// the cluster the plan reaches, so the receiver passes the operation on along the tree
     /// only to those of its children in the cluster that the plan does not reach (nodes
     /// new below it since the plan was learned). Empty when the sender followed the tree.
+    /// `route`, when not empty, replaces all of that: the operation follows an explicit
+    /// tree chosen by its root (a stripe of a large broadcast), and these are the
+    /// (sender, receiver) edges of the receiver's subtree in it.
     Down {
         op: OpId,
         budget_us: u32,
@@ -280,6 +283,7 @@ pub enum CollectiveMessage {
         hoisted: Vec<NodeId>,
         covered: Vec<u16>,
         body: DownBody,
+        route: Vec<(NodeId, NodeId)>,
     },
     /// The answer of the sender's subtree (or of the sender alone after a direct request);
     /// `last` is false when further parts follow.

@@ -44,6 +44,7 @@ pub mod node;
 pub mod outbox;
 pub mod rng;
 pub mod rtt;
+pub mod stripe;
 pub mod time;
 pub mod timers;
 pub mod tree;
@@ -51,7 +52,7 @@ pub mod tree;
 pub use self::clusters::{ClusterView, Group};
 pub use self::collective::{Delivered, DeliveryKind, OpKind, OpReport, ReduceFn, Start, StartKind};
 pub use self::config::Config;
-pub use self::core::{Core, CoreStats};
+pub use self::core::{Core, CoreStats, StripePlan};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
 pub use self::message::{

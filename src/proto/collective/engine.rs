@@ -172,6 +172,7 @@ impl Collectives {
         let mut members: Vec<NodeId> = ov.alive_members().to_vec();
         members.push(self.me);
         members.sort_unstable();
+        let mut route = Vec::new();
         let (kind, purpose, body, barrier) = match s.what {
             StartKind::Broadcast { payload } => (
                 OpKind::Broadcast,
@@ -182,12 +183,19 @@ impl Collectives {
                 },
                 None,
             ),
-            StartKind::Stream { len, digest } => (
-                OpKind::Broadcast,
-                Purpose::Data,
-                DownBody::Stream { len, digest },
-                None,
-            ),
+            StartKind::Stream {
+                len,
+                digest,
+                route: r,
+            } => {
+                route = r;
+                (
+                    OpKind::Broadcast,
+                    Purpose::Data,
+                    DownBody::Stream { len, digest },
+                    None,
+                )
+            }
             StartKind::Scatter { items } => (
                 OpKind::Scatter,
                 Purpose::Data,
@@ -302,7 +310,10 @@ impl Collectives {
         );
         self.wake(now + timeout, op, Slot::Origin);
         let budget = tree_budget.as_micros().min(u32::MAX as u128) as u32;
-        let plan = Plan::default();
+        let plan = Plan {
+            route,
+            ..Plan::default()
+        };
         self.accept_down(now, ov, self.me, op, budget, false, false, plan, body);
     }
 
@@ -326,6 +337,7 @@ impl Collectives {
                 hoisted,
                 covered,
                 body,
+                route,
             } => {
                 if op.root == self.me && !self.relays.contains_key(&op) {
                     return; // Not an operation of ours (forged or from a previous run).
@@ -334,6 +346,7 @@ impl Collectives {
                     delegation: plan,
                     hoisted,
                     covered,
+                    route,
                 };
                 self.accept_down(now, ov, from, op, budget_us, direct, more, plan, body)
             }

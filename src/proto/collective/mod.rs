@@ -69,7 +69,15 @@ pub enum StartKind {
     Broadcast { payload: Vec<u8> },
     /// Every member delivers a large payload the driver streams beside the control
     /// messages (pipelined, hop by hop); `digest` is its SHA-256.
-    Stream { len: u64, digest: [u8; 32] },
+    ///
+    /// `route`, when not empty, is the tree the payload follows instead of the overlay's:
+    /// (sender, receiver) edges spanning every member from the root (a stripe of a large
+    /// broadcast, see [`crate::proto::stripe`]).
+    Stream {
+        len: u64,
+        digest: [u8; 32],
+        route: Vec<(NodeId, NodeId)>,
+    },
     /// Each destination delivers its own item.
     Scatter { items: Vec<(NodeId, Vec<u8>)> },
     /// Every member contributes its value for `key`; the root gets them all.

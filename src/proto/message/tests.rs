@@ -53,7 +53,13 @@ fn sample() -> Vec<Message> {
                 reducer: Reducer::Sum(NumKind::U64),
                 purpose: Purpose::AllReduce { of: 3 },
             },
+            route: vec![(a, b)],
         }),
+        Message::TrainRequest {
+            id: 4,
+            packets: 16,
+            size: 1200,
+        },
         Message::Collective(CollectiveMessage::Up {
             op: OpId { root: b, nonce: 1 },
             last: true,

@@ -118,6 +118,11 @@ impl Collectives {
         let Some(body) = forward else {
             return self.finish_accept(now, ov, op);
         };
+        if !plan.route.is_empty() {
+            let targets = routed_targets(ov, self.me, &plan.route);
+            self.send_targets(ov, op, budget_us, targets, &body);
+            return self.finish_accept(now, ov, op);
+        }
         // The sends across the wide area go first, and leave before the in-cluster part is
         // worked out: that part is deferred until they are drained (see `Deferred`).
         let far = self.far_targets(ov, op, from, &plan);
@@ -404,4 +409,54 @@ impl Collectives {
             self.send_up(op.root, op, part);
         }
     }
+}
+
+/// The sends of a routed operation at `me`: each child of `me` in `route` with the edges of
+/// its own subtree. A child that is not alive is stepped over: its children are sent to
+/// directly (with their subtrees), so one dead relay does not cut off the nodes below it.
+fn routed_targets(ov: &dyn Overlay, me: NodeId, route: &[(NodeId, NodeId)]) -> Vec<Target> {
+    let mut out = Vec::new();
+    let mut stack: Vec<NodeId> = children_in(route, me).rev().collect();
+    let mut seen: HashSet<NodeId> = HashSet::new();
+    while let Some(c) = stack.pop() {
+        if !seen.insert(c) || c == me {
+            continue;
+        }
+        if ov.is_alive(&c) {
+            out.push(Target {
+                to: c,
+                plan: Plan {
+                    route: subtree(route, c),
+                    ..Plan::default()
+                },
+            });
+        } else {
+            stack.extend(children_in(route, c).rev().collect::<Vec<_>>());
+        }
+    }
+    out
+}
+
+/// The receivers of `n` in `route`, in route order.
+fn children_in(
+    route: &[(NodeId, NodeId)],
+    n: NodeId,
+) -> impl DoubleEndedIterator<Item = NodeId> + '_ {
+    route.iter().filter(move |(s, _)| *s == n).map(|(_, r)| *r)
+}
+
+/// The edges of `route` below `n` (a bounded walk: a route with a cycle ends).
+fn subtree(route: &[(NodeId, NodeId)], n: NodeId) -> Vec<(NodeId, NodeId)> {
+    let mut out = Vec::new();
+    let mut seen: HashSet<NodeId> = HashSet::from([n]);
+    let mut frontier = vec![n];
+    while let Some(x) = frontier.pop() {
+        for (s, r) in route.iter().filter(|(s, _)| *s == x) {
+            if seen.insert(*r) {
+                out.push((*s, *r));
+                frontier.push(*r);
+            }
+        }
+    }
+    out
 }

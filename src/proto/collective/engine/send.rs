@@ -74,6 +74,7 @@ impl Collectives {
                 hoisted: plan.hoisted,
                 covered: plan.covered,
                 body,
+                route: plan.route,
             }),
         });
     }
@@ -213,6 +214,7 @@ impl Collectives {
                     delegation,
                     hoisted: told,
                     covered: covered.clone(),
+                    route: Vec::new(),
                 },
             });
         }
@@ -238,6 +240,7 @@ impl Collectives {
                         delegation: Vec::new(),
                         hoisted: told.clone(),
                         covered: covered.clone(),
+                        route: Vec::new(),
                     },
                 }),
         );

@@ -94,6 +94,9 @@ pub(in crate::proto::collective) struct Plan {
     /// Tags of the cluster's nodes the entry's plan reaches (empty: no plan; see
     /// [`CollectiveMessage::Down`]).
     pub(super) covered: Vec<u16>,
+    /// The explicit tree the operation follows below the receiver, as (sender, receiver)
+    /// edges (empty: the overlay's tree; see [`CollectiveMessage::Down`]).
+    pub(super) route: Vec<(NodeId, NodeId)>,
 }
 
 /// One send of a relay: to whom, and what that node is told (see [`Plan`]).

@@ -1,0 +1,107 @@
+//! Planning a large broadcast from this node: one tree or stripes over several, as the
+//! measured model says ([`crate::proto::stripe`] does the packing and the predictions;
+//! this file feeds it what the node measured).
+//!
+//! Owns no fields: the plan is computed when asked, from the bandwidth view of the moment,
+//! so a link that changed is planned around at the next broadcast.
+
+use super::Core;
+use crate::proto::id::NodeId;
+use crate::proto::stripe::{self, Arborescence, ClusterGraph};
+
+/// Most trees one broadcast is striped over.
+pub const MAX_TREES: usize = 8;
+/// The data plane's chunk: the segment of the pipeline in the model.
+pub const SEGMENT: u64 = 256 * 1024;
+/// Fixed cost per message in the model: a control message and a stream opened per tree.
+const OVERHEAD_S: f64 = 0.002;
+
+/// What the node decided for one broadcast size, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StripePlan {
+    /// One route per tree, (sender, receiver) edges from this node over every member the
+    /// view holds; a single route when one tree is predicted faster.
+    pub routes: Vec<Vec<(NodeId, NodeId)>>,
+    /// Each route's share of the payload (its rate in the packing), bits per second.
+    pub rates_bps: Vec<f64>,
+    /// The cluster trees behind the routes (parent cluster of each cluster).
+    pub trees: Vec<Arborescence>,
+    /// Predicted completion with the stripes and with the widest single tree, seconds.
+    pub striped_s: f64,
+    pub single_s: f64,
+    /// From which size striping is predicted faster (None: never, up to 1 GiB).
+    pub crossover_bytes: Option<u64>,
+    /// The max-flow bound from this node's cluster as measured, bits per second.
+    pub bound_bps: f64,
+}
+
+impl StripePlan {
+    /// Whether the plan stripes (more than one tree).
+    pub fn striped(&self) -> bool {
+        self.routes.len() > 1
+    }
+}
+
+impl Core {
+    /// The plan for a broadcast of `len` bytes from this node, if the measured model is
+    /// complete enough to plan with (every discovered cluster pair has an estimate): the
+    /// stripes when they are predicted faster than the widest single tree, else that tree.
+    pub fn stripe_plan(&self, len: u64) -> Option<StripePlan> {
+        let view = self.bandwidth_view();
+        if view.clusters.len() < 2 || !view.complete() {
+            return None;
+        }
+        let members = &self.members;
+        let clusters: Vec<Vec<NodeId>> = view
+            .clusters
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .copied()
+                    .filter(|n| *n == self.id || members.is_alive(n))
+                    .collect()
+            })
+            .collect();
+        let rc = view.cluster_of(&self.id)?;
+        let graph = ClusterGraph {
+            cap_bps: view.capacities(),
+            latency_us: view.latency_us.clone(),
+        };
+        let trees = stripe::pack(&graph, rc, MAX_TREES);
+        let widest = stripe::widest_tree(&graph, rc)?;
+        if trees.is_empty() {
+            return None;
+        }
+        let single = |m: u64| stripe::predict_tree_s(&graph, &widest, m, SEGMENT, OVERHEAD_S);
+        let multi = |m: u64| {
+            // Every extra tree costs its own control message and streams.
+            stripe::predict_striped_s(&graph, &trees, m, SEGMENT, OVERHEAD_S)
+                + OVERHEAD_S * (trees.len() - 1) as f64
+        };
+        let (single_s, striped_s) = (single(len), multi(len));
+        let crossover_bytes = stripe::crossover_bytes(single, multi, 1024, 1 << 30);
+        let chosen = if striped_s < single_s {
+            trees.clone()
+        } else {
+            vec![widest]
+        };
+        // Inside a cluster: as many children per node as its rate carries stripes.
+        let fastest = chosen.iter().map(|t| t.rate_bps).fold(0.0, f64::max);
+        let fanout = view
+            .bps(rc, rc)
+            .map_or(2, |intra| ((intra / fastest.max(1.0)) as usize).clamp(1, 4));
+        let routes = stripe::node_routes(self.id, &clusters, rc, &chosen, fanout)
+            .into_iter()
+            .map(|r| r.edges)
+            .collect();
+        Some(StripePlan {
+            routes,
+            rates_bps: chosen.iter().map(|t| t.rate_bps).collect(),
+            trees: chosen,
+            striped_s,
+            single_s,
+            crossover_bytes,
+            bound_bps: stripe::max_flow_bound(&graph, rc),
+        })
+    }
+}

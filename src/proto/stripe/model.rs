@@ -1,0 +1,123 @@
+//! A P-LogP-style cost model (Kielmann et al.): per cluster pair a latency L and a gap
+//! g(m) = overhead + m / bandwidth per message of m bytes. Enough to tell when striping
+//! over several trees beats the widest single tree: striping divides the streaming time
+//! but its trees may be deeper (more latency, longer pipeline fill), so small messages
+//! keep one tree and large ones stripe.
+
+use super::{Arborescence, ClusterGraph};
+
+/// Gap of one message of `bytes` at `bps` plus a fixed per-message overhead: the time a
+/// sender is busy per message. Infinite if `bps` is not positive (no link).
+pub fn gap_s(bytes: f64, bps: f64, overhead_s: f64) -> f64 {
+    if !(bps > 0.0) {
+        return f64::INFINITY;
+    }
+    overhead(overhead_s) + bytes.max(0.0) * 8.0 / bps
+}
+
+/// The overhead, with nonsense (negative, NaN, infinite) read as none.
+fn overhead(overhead_s: f64) -> f64 {
+    if overhead_s.is_finite() && overhead_s > 0.0 {
+        overhead_s
+    } else {
+        0.0
+    }
+}
+
+/// Predicted time of a pipelined transfer of `bytes` over one tree in segments of
+/// `segment` bytes (0: one segment): the depth latency, plus the bottleneck streaming the
+/// whole payload (one gap per segment at the tree's rate), plus one segment's gap per extra
+/// hop to fill the pipeline. Infinite if the tree has no positive rate.
+pub fn predict_tree_s(
+    g: &ClusterGraph,
+    tree: &Arborescence,
+    bytes: u64,
+    segment: u64,
+    overhead_s: f64,
+) -> f64 {
+    predict_share(g, tree, bytes as f64, segment, overhead_s)
+}
+
+/// [`predict_tree_s`] for a fractional share of the payload.
+fn predict_share(
+    g: &ClusterGraph,
+    tree: &Arborescence,
+    bytes: f64,
+    segment: u64,
+    overhead_s: f64,
+) -> f64 {
+    let rate = tree.rate_bps;
+    if !(rate > 0.0) {
+        return f64::INFINITY;
+    }
+    let latency = tree.depth_latency_us(g) as f64 * 1e-6;
+    if !(bytes > 0.0) {
+        return latency;
+    }
+    let seg = if segment == 0 {
+        bytes
+    } else {
+        (segment as f64).min(bytes)
+    };
+    let segments = (bytes / seg).ceil();
+    let stream = segments * overhead(overhead_s) + bytes * 8.0 / rate;
+    let fill = tree.hops().saturating_sub(1) as f64 * gap_s(seg, rate, overhead_s);
+    latency + stream + fill
+}
+
+/// Predicted time of a striped transfer: the payload split in proportion to the trees'
+/// rates, each share sent over its tree as in [`predict_tree_s`]; the slowest tree decides.
+/// Trees without a positive rate get nothing; infinite if none has one.
+pub fn predict_striped_s(
+    g: &ClusterGraph,
+    trees: &[Arborescence],
+    bytes: u64,
+    segment: u64,
+    overhead_s: f64,
+) -> f64 {
+    let usable: Vec<&Arborescence> = trees.iter().filter(|t| t.rate_bps > 0.0).collect();
+    if let Some(t) = usable.iter().find(|t| t.rate_bps.is_infinite()) {
+        // An infinite rate (nothing crosses the wide area) takes the whole payload.
+        return predict_share(g, t, bytes as f64, segment, overhead_s);
+    }
+    let total: f64 = usable.iter().map(|t| t.rate_bps).sum();
+    usable
+        .iter()
+        .map(|t| {
+            let share = bytes as f64 * t.rate_bps / total;
+            predict_share(g, t, share, segment, overhead_s)
+        })
+        .fold(None, |acc: Option<f64>, x| {
+            Some(acc.map_or(x, |a| a.max(x)))
+        })
+        .unwrap_or(f64::INFINITY)
+}
+
+/// The smallest size in `[lo, hi]` from which `striped` is predicted faster than `single`,
+/// by bisection (the difference is taken as monotone in the size); `None` if striping is
+/// not faster at `hi` (or `lo > hi`). Derived from the model, so it moves with the
+/// measured latencies and rates instead of being a tuned constant.
+pub fn crossover_bytes(
+    single: impl Fn(u64) -> f64,
+    striped: impl Fn(u64) -> f64,
+    lo: u64,
+    hi: u64,
+) -> Option<u64> {
+    let faster = |x: u64| striped(x) < single(x);
+    if lo > hi || !faster(hi) {
+        return None;
+    }
+    if faster(lo) {
+        return Some(lo);
+    }
+    let (mut slow, mut fast) = (lo, hi);
+    while fast - slow > 1 {
+        let mid = slow + (fast - slow) / 2;
+        if faster(mid) {
+            fast = mid;
+        } else {
+            slow = mid;
+        }
+    }
+    Some(fast)
+}

@@ -1,0 +1,197 @@
+//! Packing spanning arborescences: the bound, the widest single tree and the packing.
+//!
+//! All functions read capacities through [`ClusterGraph::cap`], so NaN, negative, infinite
+//! or missing entries count as "no link", and none of them panics on any input.
+
+use super::algo::max_flow;
+use super::lp;
+use super::{Arborescence, ClusterGraph};
+
+pub use super::algo::min_arborescence;
+
+/// A top-up tree must add at least this fraction of the current total to be worth a stripe.
+const MIN_GAIN: f64 = 0.005;
+
+/// The best rate a broadcast from `root` can reach (Edmonds): the minimum over clusters
+/// `j != root` of the maximum flow from `root` to `j`.
+///
+/// A single cluster has no receiver: `f64::INFINITY`. An unreachable cluster, or a `root`
+/// that is not a cluster, gives 0.
+pub fn max_flow_bound(g: &ClusterGraph, root: usize) -> f64 {
+    let n = g.n();
+    if root >= n {
+        return 0.0;
+    }
+    let caps = g.cap_matrix();
+    (0..n)
+        .filter(|&j| j != root)
+        .map(|j| max_flow(&caps, root, j))
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The single arborescence with the largest bottleneck, its rate being that bottleneck:
+/// the best one tree can do, what striping is measured against.
+///
+/// `None` if some cluster is unreachable (or `root` is not a cluster). A single cluster
+/// gives the trivial tree with rate `f64::INFINITY` (nothing crosses the wide area).
+pub fn widest_tree(g: &ClusterGraph, root: usize) -> Option<Arborescence> {
+    widest_on(&g.cap_matrix(), root)
+}
+
+/// Prim-like maximum-bottleneck arborescence on a sanitized capacity matrix: grow from the
+/// root, always adding the widest arc from the tree to a cluster outside it.
+fn widest_on(caps: &[Vec<f64>], root: usize) -> Option<Arborescence> {
+    let n = caps.len();
+    if root >= n {
+        return None;
+    }
+    let mut parent = vec![None; n];
+    let mut inside = vec![false; n];
+    let mut best: Vec<(f64, usize)> = vec![(0.0, usize::MAX); n];
+    let mut rate = f64::INFINITY;
+    let mut at = root;
+    inside[root] = true;
+    for _ in 1..n {
+        for v in 0..n {
+            if !inside[v] && caps[at][v] > best[v].0 {
+                best[v] = (caps[at][v], at);
+            }
+        }
+        let (v, &(w, p)) = best
+            .iter()
+            .enumerate()
+            .filter(|&(v, &(w, _))| !inside[v] && w > 0.0)
+            .max_by(|a, b| a.1.0.total_cmp(&b.1.0).then(b.0.cmp(&a.0)))?;
+        inside[v] = true;
+        parent[v] = Some(p);
+        rate = rate.min(w);
+        at = v;
+    }
+    Some(Arborescence {
+        parent,
+        rate_bps: rate,
+    })
+}
+
+/// A fractional packing of at most `max_trees` spanning arborescences rooted at `root`,
+/// close to [`max_flow_bound`]: every arc carries at most its capacity in total, every rate
+/// is positive. Empty if some cluster is unreachable, `root` is not a cluster or
+/// `max_trees` is 0; a single cluster gives its trivial tree at `f64::INFINITY`.
+///
+/// The packing LP solved by column generation (Chu-Liu/Edmonds prices the next tree; an
+/// optimal basis holds at most one tree per arc, so no merging is needed), the `max_trees`
+/// largest kept and re-optimized if there were more, rescaled so that no arc is over its
+/// capacity whatever the rounding, then topped up with widest trees on what is left.
+pub fn pack(g: &ClusterGraph, root: usize, max_trees: usize) -> Vec<Arborescence> {
+    let n = g.n();
+    let caps = g.cap_matrix();
+    if max_trees == 0 {
+        return Vec::new();
+    }
+    let Some(widest) = widest_on(&caps, root) else {
+        return Vec::new();
+    };
+    if n == 1 {
+        return vec![widest];
+    }
+    let arcs: Vec<(usize, usize)> = (0..n)
+        .flat_map(|u| (0..n).map(move |v| (u, v)))
+        .filter(|&(u, v)| caps[u][v] > 0.0)
+        .collect();
+    let mut trees = to_trees(lp::solve(
+        &caps,
+        &arcs,
+        root,
+        &[widest.parent.clone()],
+        true,
+    ));
+    if trees.len() > max_trees {
+        // Keep the largest and re-optimize their rates without the others.
+        trees.truncate(max_trees);
+        let kept: Vec<Vec<Option<usize>>> = trees.iter().map(|t| t.parent.clone()).collect();
+        trees = to_trees(lp::solve(&caps, &arcs, root, &kept, false));
+        trees.truncate(max_trees);
+    }
+    if trees.is_empty() {
+        trees.push(widest);
+    }
+    rescale(&caps, &mut trees);
+    top_up(&caps, root, max_trees, &mut trees);
+    trees.retain(|t| t.rate_bps > 0.0 && t.rate_bps.is_finite());
+    trees
+}
+
+/// Solver output as trees, largest rate first (ties by tree, for determinism).
+fn to_trees(columns: Vec<(Vec<Option<usize>>, f64)>) -> Vec<Arborescence> {
+    let mut trees: Vec<Arborescence> = columns
+        .into_iter()
+        .map(|(parent, rate_bps)| Arborescence { parent, rate_bps })
+        .collect();
+    trees.sort_by(|a, b| {
+        b.rate_bps
+            .total_cmp(&a.rate_bps)
+            .then(a.parent.cmp(&b.parent))
+    });
+    trees
+}
+
+/// Total rate on every arc.
+fn loads(n: usize, trees: &[Arborescence]) -> Vec<Vec<f64>> {
+    let mut load = vec![vec![0.0; n]; n];
+    for t in trees {
+        for (p, c) in t.arcs() {
+            if p < n && c < n {
+                load[p][c] += t.rate_bps;
+            }
+        }
+    }
+    load
+}
+
+/// Scales every rate by one factor so that the most loaded arc is exactly full: feasible
+/// whatever the phase before did, and no capacity left idle by a uniform slack.
+fn rescale(caps: &[Vec<f64>], trees: &mut [Arborescence]) {
+    let n = caps.len();
+    let load = loads(n, trees);
+    let mut factor = f64::INFINITY;
+    for u in 0..n {
+        for v in 0..n {
+            if load[u][v] > 0.0 {
+                factor = factor.min(caps[u][v] / load[u][v]);
+            }
+        }
+    }
+    if !factor.is_finite() {
+        factor = 0.0;
+    }
+    for t in trees {
+        t.rate_bps *= factor;
+    }
+}
+
+/// Greedy top-up: widest trees on the residual capacities, merged into an identical tree
+/// when there is one, while each adds more than [`MIN_GAIN`] of the total and the count
+/// stays within `max_trees`. Each step empties an arc, so it ends after at most n^2 steps.
+fn top_up(caps: &[Vec<f64>], root: usize, max_trees: usize, trees: &mut Vec<Arborescence>) {
+    let n = caps.len();
+    for _ in 0..n * n {
+        let load = loads(n, trees);
+        let residual: Vec<Vec<f64>> = (0..n)
+            .map(|u| (0..n).map(|v| (caps[u][v] - load[u][v]).max(0.0)).collect())
+            .collect();
+        let Some(extra) = widest_on(&residual, root) else {
+            return;
+        };
+        let total: f64 = trees.iter().map(|t| t.rate_bps).sum();
+        if !(extra.rate_bps > MIN_GAIN * total) {
+            return;
+        }
+        if let Some(same) = trees.iter_mut().find(|t| t.parent == extra.parent) {
+            same.rate_bps += extra.rate_bps;
+        } else if trees.len() < max_trees {
+            trees.push(extra);
+        } else {
+            return;
+        }
+    }
+}
