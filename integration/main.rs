@@ -23,6 +23,7 @@ mod sim_clusters;
 mod sim_collectives;
 mod sim_membership;
 mod sim_topologies;
+mod stripe_plan;
 
 /// Every file of this directory is a module above: a file added without its `mod` line
 /// would silently never run.

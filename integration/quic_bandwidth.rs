@@ -185,6 +185,10 @@ async fn a_large_broadcast_is_striped_over_several_trees_and_delivered_whole_exa
     assert_eq!(got.len(), overlay.nodes.len(), "deliveries: {got:?}");
     assert!(got.values().all(|&c| c == 1), "exactly once: {got:?}");
     let mbit = payload.len() as f64 * 8.0 / took.as_secs_f64() / 1e6;
-    eprintln!("4 MiB striped broadcast from {}: {:.2} s, {mbit:.2} Mbit/s", root.id(), took.as_secs_f64());
+    eprintln!(
+        "4 MiB striped broadcast from {}: {:.2} s, {mbit:.2} Mbit/s",
+        root.id(),
+        took.as_secs_f64()
+    );
     overlay.shutdown().await;
 }

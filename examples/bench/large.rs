@@ -1,5 +1,6 @@
-//! large: 1, 16 and 64 MiB broadcasts on das-4 with emulated bandwidth over real QUIC,
-//! pipelined against store-and-forward (the measurement lives in `overlay::bench::large`).
+//! large: 1, 16 and 64 MiB broadcasts with emulated bandwidth over real QUIC (das-4 from
+//! VU unless told otherwise): default, single-tree and store-and-forward side by side (the
+//! measurement lives in `overlay::bench::large`).
 
 use super::{Cli, progress, topology};
 
@@ -7,12 +8,14 @@ pub(crate) fn large(
     cli: &Cli,
     nodes_per_cluster: usize,
     max_mib: usize,
+    topology_name: &str,
+    root: &str,
 ) -> anyhow::Result<serde_json::Value> {
     use overlay::bench::{large, large_report};
     let opts = large::Options {
-        topology: topology("das-4")?,
+        topology: topology(topology_name)?,
         nodes_per_cluster,
-        root_cluster: "VU".into(),
+        root_cluster: root.into(),
         sizes_mib: large::SIZES_MIB
             .into_iter()
             .filter(|&m| m <= max_mib)

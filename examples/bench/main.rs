@@ -7,7 +7,7 @@
 //! cargo run --release --example bench -- convergence [--json] [--threads N]
 //! cargo run --release --example bench -- overhead [--json] [--threads N] [--with-2000]
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
-//! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M]
+//! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
 //!
@@ -95,7 +95,7 @@ struct Cli {
     with_2000: bool,
 }
 
-#[derive(Subcommand, Debug, Clone, Copy)]
+#[derive(Subcommand, Debug, Clone)]
 enum What {
     /// Per-node completion times of 1 KB broadcasts on phoenix-168 (the paper's Fig. 5).
     Fig5,
@@ -108,24 +108,36 @@ enum What {
     /// Fig. 5, convergence and repair over real QUIC: every node in this process over the
     /// emulated-latency socket; the static trees run over the same QUIC stack.
     Quic,
-    /// 1, 16 and 64 MiB broadcasts on das-4 with emulated bandwidth over real QUIC,
-    /// pipelined against store-and-forward (see overlay::bench::large).
+    /// 1, 16 and 64 MiB broadcasts with emulated bandwidth over real QUIC: the default
+    /// (planned from measured bandwidths), the latency tree, store-and-forward (see
+    /// overlay::bench::large).
     Large {
-        /// Nodes started in every das-4 cluster.
+        /// Nodes started in every cluster.
         #[arg(long, default_value_t = overlay::bench::large::DEFAULT_NODES_PER_CLUSTER)]
         nodes_per_cluster: usize,
         /// Skip payloads larger than this many MiB (for a quick look).
         #[arg(long, default_value_t = usize::MAX)]
         max_mib: usize,
+        /// The topology: a name under topologies/ or a file.
+        #[arg(long, default_value = "das-4")]
+        topology: String,
+        /// The cluster whose first node broadcasts.
+        #[arg(long, default_value = "VU")]
+        root: String,
     },
     /// Everything above; writes docs/BENCHMARKS.md and the plots.
     All,
 }
 
 fn topology(name: &str) -> anyhow::Result<Topology> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("topologies")
-        .join(format!("{name}.toml"));
+    let file = PathBuf::from(name);
+    let path = if file.extension().is_some_and(|e| e == "toml") {
+        file
+    } else {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("topologies")
+            .join(format!("{name}.toml"))
+    };
     Topology::load(&path).with_context(|| format!("loading {}", path.display()))
 }
 
@@ -239,7 +251,7 @@ pub(crate) fn send_order_row(o: &serde_json::Value) -> [f64; 6] {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let wall = Instant::now();
-    let results = match cli.what {
+    let results = match cli.what.clone() {
         What::Fig5 => vec![fig5(&cli)?],
         What::Collectives => vec![collectives(&cli)?],
         What::Convergence => vec![convergence(&cli)?],
@@ -248,7 +260,9 @@ fn main() -> anyhow::Result<()> {
         What::Large {
             nodes_per_cluster,
             max_mib,
-        } => vec![large(&cli, nodes_per_cluster, max_mib)?],
+            topology,
+            root,
+        } => vec![large(&cli, nodes_per_cluster, max_mib, &topology, &root)?],
         What::All => {
             // The real-QUIC Fig. 5 first and alone: it times sub-millisecond hops, which
             // anything else running beside it would disturb.
@@ -267,6 +281,8 @@ fn main() -> anyhow::Result<()> {
                         &cli,
                         overlay::bench::large::DEFAULT_NODES_PER_CLUSTER,
                         usize::MAX,
+                        "das-4",
+                        "VU",
                     )
                 });
                 let first = fig5(&cli).and_then(|f| Ok(vec![f, collectives(&cli)?]));

@@ -17,7 +17,7 @@
 //! when their trees are the same; the tables say when they are not.
 
 use super::bandwidth::{self, Bound};
-use crate::api::{Forwarding, Node};
+use crate::api::{Forwarding, Node, Spread};
 use crate::local::LocalOverlay;
 use crate::net::emulated::LatencyMap;
 use crate::proto::{Config, DeliveryKind, NodeId};
@@ -42,6 +42,52 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// How often a running broadcast reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(15);
 
+/// The ways a large broadcast is run, side by side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Contender {
+    /// What `Node::broadcast` does with no option: planned from the measured bandwidths
+    /// (striped over several trees when predicted faster), pipelined.
+    Default,
+    /// The overlay's latency tree, pipelined (every broadcast before bandwidth was
+    /// measured).
+    SingleTree,
+    /// The latency tree, each relay passing the payload on only once it has all of it.
+    StoreAndForward,
+}
+
+impl Contender {
+    /// Every contender, in run order.
+    pub const ALL: [Contender; 3] = [
+        Contender::Default,
+        Contender::SingleTree,
+        Contender::StoreAndForward,
+    ];
+
+    /// The name in tables and in `--json` (`mode`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Default => "default",
+            Contender::SingleTree => "single-tree",
+            Contender::StoreAndForward => "store-and-forward",
+        }
+    }
+
+    fn forwarding(self) -> Forwarding {
+        match self {
+            Contender::StoreAndForward => Forwarding::StoreAndForward,
+            _ => Forwarding::Pipelined,
+        }
+    }
+
+    fn spread(self) -> Spread {
+        match self {
+            Contender::Default => Spread::Auto,
+            _ => Spread::LatencyTree,
+        }
+    }
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -60,8 +106,8 @@ pub struct Options {
 pub struct Run {
     /// Payload size, MiB.
     pub size_mib: usize,
-    /// How relays forwarded it.
-    pub mode: Forwarding,
+    /// How it was spread and forwarded.
+    pub mode: Contender,
     /// From the call to the last node's delivery, s (`None`: not every node delivered).
     pub completion_s: Option<f64>,
     /// Nodes that delivered it (the root included).
@@ -70,6 +116,10 @@ pub struct Run {
     pub throughput_mbit: Option<f64>,
     /// Throughput over the best single tree's rate.
     pub share_of_bound: Option<f64>,
+    /// The max-flow bound from the root's cluster (computed from the file, for reporting
+    /// only; the nodes measure), Mbit/s, and the throughput's share of it.
+    pub max_flow_mbit: f64,
+    pub share_of_max_flow: Option<f64>,
     /// Throughput over the rate of the root's tree as it was when the run started.
     pub share_of_tree: Option<f64>,
     /// That tree's rate and where it binds.
@@ -97,6 +147,13 @@ pub struct Outcome {
     pub root: String,
     /// The best single tree's rate from the root.
     pub bound: Bound,
+    /// The max-flow bound from the root's cluster, Mbit/s (from the file).
+    #[serde(default)]
+    pub max_flow_mbit: f64,
+    /// When the root held a bandwidth estimate for every cluster pair, s after the trees
+    /// were optimal (`None`: not within a minute; `default` then ran on the latency tree).
+    #[serde(default)]
+    pub measured_s: Option<f64>,
     /// When every tree was wide-area optimal, s after the first node started.
     pub converged_s: f64,
     /// Every broadcast, by size, pipelined first.
@@ -156,11 +213,22 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         .position(|&c| c == root_cluster)
         .context("the root cluster has no node")?;
     let ids: Vec<NodeId> = overlay.nodes.iter().map(Node::id).collect();
+    let max_flow_mbit = max_flow(&topo, root_cluster);
+    let measured_s = wait_measured(&overlay.nodes[root], topo.clusters.len()).await;
+    progress(&format!(
+        "large: the root {} every cluster pair's bandwidth{}",
+        if measured_s.is_some() {
+            "measured"
+        } else {
+            "did not measure"
+        },
+        measured_s.map_or(String::new(), |s| format!(" {s:.1} s later")),
+    ));
     let mut rx = tap(&overlay.nodes);
     let mut runs = Vec::new();
     for &mib in &opts.sizes_mib {
         let payload = payload(mib << 20);
-        for mode in [Forwarding::Pipelined, Forwarding::StoreAndForward] {
+        for mode in Contender::ALL {
             let (check, _) = overlay.wait_optimal(Duration::from_secs(60), SETTLE).await;
             let hops = tree_hops(&overlay, ids[root]).await;
             let broadcast = Broadcast {
@@ -171,6 +239,8 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
                 tree: bandwidth::tree_rate(&topo, root_cluster, &hops),
             };
             let mut r = broadcast.run(&mut rx, bound.mbit, progress).await;
+            r.max_flow_mbit = max_flow_mbit;
+            r.share_of_max_flow = r.throughput_mbit.map(|t| t / max_flow_mbit);
             r.tree_hops = hops;
             r.optimal = check.all_optimal();
             runs.push(r);
@@ -185,6 +255,8 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         clusters: topo.clusters.iter().map(|c| c.name.clone()).collect(),
         root: format!("{}-1", topo.clusters[root_cluster].name),
         bound,
+        max_flow_mbit,
+        measured_s,
         converged_s: converged.as_secs_f64(),
         runs,
         wall_s: wall.elapsed().as_secs_f64(),
@@ -217,6 +289,47 @@ async fn tree_hops(overlay: &LocalOverlay, root: NodeId) -> Vec<(usize, usize)> 
     edges.sort_unstable();
     edges.dedup();
     edges
+}
+
+/// The max-flow bound from `root` over the file's cluster bandwidths, Mbit/s: what a
+/// broadcast striped over packed trees can reach at most (for reporting only).
+pub fn max_flow(topo: &Topology, root: usize) -> f64 {
+    let n = topo.clusters.len();
+    let cap_bps = (0..n)
+        .map(|a| {
+            (0..n)
+                .map(|b| topo.bandwidth_mbit(a, b).unwrap_or(0.0) * 1e6)
+                .collect()
+        })
+        .collect();
+    let latency_us = (0..n)
+        .map(|a| {
+            (0..n)
+                .map(|b| topo.latency(a, b).as_micros() as u32)
+                .collect()
+        })
+        .collect();
+    let g = crate::proto::stripe::ClusterGraph {
+        cap_bps,
+        latency_us,
+    };
+    crate::proto::stripe::max_flow_bound(&g, root) / 1e6
+}
+
+/// Waits (up to a minute) until `root` holds an estimate of every directed pair of its
+/// `clusters` discovered clusters; how long that took.
+async fn wait_measured(root: &Node, clusters: usize) -> Option<f64> {
+    let t0 = Instant::now();
+    let pairs = clusters * clusters.saturating_sub(1);
+    while t0.elapsed() < Duration::from_secs(60) {
+        if let Ok(s) = root.status().await
+            && s.bandwidth.iter().filter(|b| b.from != b.to).count() >= pairs
+        {
+            return Some(t0.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
 }
 
 /// One delivery seen by the benchmark: receiver, root, kind, length, when.
@@ -259,7 +372,7 @@ struct Broadcast<'a> {
     nodes: &'a [Node],
     root: usize,
     payload: &'a [u8],
-    mode: Forwarding,
+    mode: Contender,
     /// The tree's rate: the share of it is reported, and it sets the deadline.
     tree: Bound,
 }
@@ -278,7 +391,8 @@ impl Broadcast<'_> {
         let label = format!("{mib} MiB {}", self.mode.name());
         for node in self.nodes {
             // A node that stopped shows up as a missing delivery below.
-            let _ = node.set_forwarding(self.mode).await;
+            let _ = node.set_forwarding(self.mode.forwarding()).await;
+            let _ = node.set_spread(self.mode.spread()).await;
         }
         while rx.try_recv().is_ok() {}
         let ideal = len as f64 * 8.0 / (self.tree.mbit * 1e6);
@@ -336,6 +450,8 @@ impl Broadcast<'_> {
             delivered: got.len(),
             throughput_mbit: throughput,
             share_of_bound: throughput.map(|t| t / bound_mbit),
+            max_flow_mbit: 0.0,
+            share_of_max_flow: None,
             share_of_tree: throughput.map(|t| t / self.tree.mbit),
             tree: self.tree.clone(),
             tree_hops: Vec::new(),

@@ -1,9 +1,8 @@
 //! How `bench large` shows its [`Outcome`]: a text table, a BENCHMARKS.md section and an
 //! SVG plot of the share of the bottleneck bandwidth against the payload size.
 
-use super::large::{Outcome, Run};
+use super::large::{Contender, Outcome, Run};
 use super::plot::{Series, line_chart};
-use crate::api::Forwarding;
 use std::fmt::Write as _;
 
 /// The command that reproduces the benchmark's defaults.
@@ -21,7 +20,7 @@ fn num(x: Option<f64>, digits: usize) -> String {
 }
 
 /// The run of `size` in `mode`, if there was one.
-fn find(o: &Outcome, size: usize, mode: Forwarding) -> Option<&Run> {
+fn find(o: &Outcome, size: usize, mode: Contender) -> Option<&Run> {
     o.runs.iter().find(|r| r.size_mib == size && r.mode == mode)
 }
 
@@ -36,17 +35,17 @@ fn sizes(o: &Outcome) -> Vec<usize> {
     s
 }
 
-/// Store-and-forward's completion time over pipelined's, for `size`.
-pub fn ratio(o: &Outcome, size: usize) -> Option<f64> {
-    let p = find(o, size, Forwarding::Pipelined)?.completion_s?;
-    let s = find(o, size, Forwarding::StoreAndForward)?.completion_s?;
-    Some(s / p)
+/// `mode`'s completion time over `than`'s, for `size` (below 1: `mode` is faster).
+pub fn ratio(o: &Outcome, size: usize, mode: Contender, than: Contender) -> Option<f64> {
+    let a = find(o, size, mode)?.completion_s?;
+    let b = find(o, size, than)?.completion_s?;
+    Some(a / b)
 }
 
-/// Whether both runs of `size` started on the same tree (like for like).
+/// Whether the latency-tree runs of `size` started on the same tree (like for like).
 fn same_tree(o: &Outcome, size: usize) -> bool {
     let hops = |m| find(o, size, m).map(|r| &r.tree_hops);
-    hops(Forwarding::Pipelined) == hops(Forwarding::StoreAndForward)
+    hops(Contender::SingleTree) == hops(Contender::StoreAndForward)
 }
 
 /// The setup, in one line.
@@ -59,13 +58,19 @@ fn setup(o: &Outcome) -> String {
     )
 }
 
-/// The best tree's rate, in one line.
+/// The bounds, in one line.
 fn bottleneck(o: &Outcome) -> String {
     format!(
-        "bottleneck: the best single tree from the root reaches {:.1} Mbit/s (widest path \
-         to {})",
+        "bounds: the max flow from the root's cluster is {:.1} Mbit/s (trees packed and \
+         striped can reach it); the best single tree reaches {:.1} Mbit/s (widest path to \
+         {}); the root had measured every cluster pair {}",
+        o.max_flow_mbit,
         o.bound.mbit,
         name(o, o.bound.cluster),
+        o.measured_s
+            .map_or("only after a minute or never".to_string(), |s| format!(
+                "{s:.1} s after the trees converged"
+            )),
     )
 }
 
@@ -84,9 +89,12 @@ fn hops(o: &Outcome, r: &Run) -> String {
     s
 }
 
-/// The ratio of `size`, marked when the two runs' trees differ.
+/// Store-and-forward over single-tree for `size`, marked when the two runs' trees differ.
 fn ratio_text(o: &Outcome, size: usize) -> String {
-    let mut s = num(ratio(o, size), 3);
+    let mut s = num(
+        ratio(o, size, Contender::StoreAndForward, Contender::SingleTree),
+        3,
+    );
     if !same_tree(o, size) {
         s.push_str(" (on different trees: not like for like)");
     }
@@ -102,27 +110,27 @@ pub fn text(o: &Outcome, out_dir: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "  {:>8} {:<18} {:>12} {:>8} {:>8} {:>11} {:>8}  the tree's hops between clusters",
-        "size", "mode", "completion s", "Mbit/s", "of bound", "tree Mbit/s", "of tree"
+        "  {:>8} {:<18} {:>12} {:>8} {:>11} {:>11}  the latency tree's hops between clusters",
+        "size", "mode", "completion s", "Mbit/s", "of max flow", "of 1 tree"
     );
     for r in &o.runs {
         let _ = writeln!(
             s,
-            "  {:>4} MiB {:<18} {:>12} {:>8} {:>8} {:>11.1} {:>8}  {}",
+            "  {:>4} MiB {:<18} {:>12} {:>8} {:>11} {:>11}  {}",
             r.size_mib,
             r.mode.name(),
             num(r.completion_s, 2),
             num(r.throughput_mbit, 2),
+            num(r.share_of_max_flow, 3),
             num(r.share_of_bound, 3),
-            r.tree.mbit,
-            num(r.share_of_tree, 3),
             hops(o, r)
         );
     }
     for size in sizes(o) {
         let _ = writeln!(
             s,
-            "  {size:>4} MiB: store-and-forward / pipelined completion time {}",
+            "  {size:>4} MiB: completion time default / single-tree {}, store-and-forward / single-tree {}",
+            num(ratio(o, size, Contender::Default, Contender::SingleTree), 3),
             ratio_text(o, size)
         );
     }
@@ -136,7 +144,9 @@ pub fn text(o: &Outcome, out_dir: &str) -> String {
 
 /// The BENCHMARKS.md section.
 pub fn markdown(o: &Outcome) -> String {
-    let mut md = String::from("## Large broadcasts: pipelined against store-and-forward\n\n");
+    let mut md = String::from(
+        "## Large broadcasts: striped over measured trees, one latency tree, store-and-forward\n\n",
+    );
     let _ = writeln!(
         md,
         "Made by `{COMMAND}` (also part of `all`): {}. The {}. A hop from cluster A to \
@@ -146,34 +156,44 @@ pub fn markdown(o: &Outcome) -> String {
          several children (das-4's NICs, 400 Mbit/s, are far from binding). Completion: from \
          the broadcast call (the root hashes the payload first) to the last node's delivery, \
          every node having checked the SHA-256. Throughput: payload bits over that time. \
-         Share: throughput over the best tree's rate (\"of bound\") and over the rate of the \
-         tree the root had when the run started (\"of tree\"; it is read before every run \
-         because it can change between runs). Ratio: store-and-forward's completion time over pipelined's. \
+         Contenders: `default` is `Node::broadcast` with no option (planned from the \
+         bandwidths the nodes measured: striped over several packed trees when predicted \
+         faster); `single-tree` the overlay's latency tree, pipelined; `store-and-forward` \
+         the latency tree with whole payloads per hop. Share: throughput over the max-flow \
+         bound (\"of max flow\", from the file, for reporting only) and over the best single \
+         tree's rate (\"of 1 tree\"). Ratios: completion time over single-tree's (below 1: \
+         faster). \
          Absolute times depend on the machine (QUIC on 2 shared cores). Plot: `{SVG}`.\n",
         setup(o),
         bottleneck(o),
     );
     md.push_str(
-        "| size | mode | completion s | throughput Mbit/s | share of bound | tree Mbit/s | share of tree | tree between clusters |\n\
-         |---|---|---|---|---|---|---|---|\n",
+        "| size | mode | completion s | throughput Mbit/s | share of max flow | share of best single tree | latency tree between clusters |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     for r in &o.runs {
         let _ = writeln!(
             md,
-            "| {} MiB | {} | {} | {} | {} | {:.1} | {} | {} |",
+            "| {} MiB | {} | {} | {} | {} | {} | {} |",
             r.size_mib,
             r.mode.name(),
             num(r.completion_s, 2),
             num(r.throughput_mbit, 2),
+            num(r.share_of_max_flow, 3),
             num(r.share_of_bound, 3),
-            r.tree.mbit,
-            num(r.share_of_tree, 3),
             hops(o, r)
         );
     }
-    md.push_str("\n| size | store-and-forward / pipelined |\n|---|---|\n");
+    md.push_str(
+        "\n| size | default / single-tree | store-and-forward / single-tree |\n|---|---|---|\n",
+    );
     for size in sizes(o) {
-        let _ = writeln!(md, "| {size} MiB | {} |", ratio_text(o, size));
+        let _ = writeln!(
+            md,
+            "| {size} MiB | {} | {} |",
+            num(ratio(o, size, Contender::Default, Contender::SingleTree), 3),
+            ratio_text(o, size)
+        );
     }
     md.push('\n');
     if sizes(o).iter().any(|&size| !same_tree(o, size)) {
@@ -191,7 +211,7 @@ pub fn markdown(o: &Outcome) -> String {
 /// The plot: share of the best tree's rate against payload size, one line per mode, and
 /// the bound itself at 1 for reference.
 pub fn svg(o: &Outcome) -> String {
-    let mut series: Vec<Series> = [Forwarding::Pipelined, Forwarding::StoreAndForward]
+    let mut series: Vec<Series> = Contender::ALL
         .into_iter()
         .map(|mode| Series {
             name: mode.name().to_string(),
@@ -199,24 +219,25 @@ pub fn svg(o: &Outcome) -> String {
                 .runs
                 .iter()
                 .filter(|r| r.mode == mode)
-                .filter_map(|r| Some((r.size_mib as f64, r.share_of_bound?)))
+                .filter_map(|r| Some((r.size_mib as f64, r.share_of_max_flow?)))
                 .collect(),
         })
         .collect();
     let sizes = sizes(o);
     if let (Some(lo), Some(hi)) = (sizes.iter().min(), sizes.iter().max()) {
+        let single = o.bound.mbit / o.max_flow_mbit.max(1e-9);
         series.push(Series {
             name: "best single tree".into(),
-            points: vec![(*lo as f64, 1.0), (*hi as f64, 1.0)],
+            points: vec![(*lo as f64, single), (*hi as f64, single)],
         });
     }
     line_chart(
         &format!(
-            "{}, {} nodes: broadcast throughput / bottleneck ({:.1} Mbit/s)",
-            o.topology, o.nodes, o.bound.mbit
+            "{}, {} nodes: broadcast throughput / max flow ({:.1} Mbit/s)",
+            o.topology, o.nodes, o.max_flow_mbit
         ),
         "payload (MiB, log scale)",
-        "share of the bottleneck bandwidth",
+        "share of the max-flow bound",
         &series,
         true,
     )
@@ -237,6 +258,8 @@ mod tests {
             throughput_mbit: s.map(|s| 8.0 / s),
             share_of_bound: s.map(|s| 1.0 / s),
             share_of_tree: s.map(|s| 2.0 / s),
+            max_flow_mbit: 16.0,
+            share_of_max_flow: s.map(|s| 0.5 / s),
             tree: Bound {
                 mbit: 4.0,
                 cluster: 1,
@@ -257,12 +280,15 @@ mod tests {
                 mbit: 6.0,
                 cluster: 1,
             },
+            max_flow_mbit: 16.0,
+            measured_s: Some(1.0),
             converged_s: 12.0,
             runs: vec![
-                run(1, Forwarding::Pipelined, Some(2.0), direct.clone()),
-                run(1, Forwarding::StoreAndForward, Some(4.0), direct.clone()),
-                run(16, Forwarding::Pipelined, Some(32.0), direct),
-                run(16, Forwarding::StoreAndForward, None, chain),
+                run(1, Contender::Default, Some(1.0), direct.clone()),
+                run(1, Contender::SingleTree, Some(2.0), direct.clone()),
+                run(1, Contender::StoreAndForward, Some(4.0), direct.clone()),
+                run(16, Contender::SingleTree, Some(32.0), direct),
+                run(16, Contender::StoreAndForward, None, chain),
             ],
             wall_s: 100.0,
         }
@@ -271,11 +297,21 @@ mod tests {
     #[test]
     fn tables_show_ratios_and_missing_runs_without_panicking() {
         let o = outcome();
-        assert_eq!(ratio(&o, 1), Some(2.0));
-        assert_eq!(ratio(&o, 16), None, "an incomplete run has no ratio");
+        let (d, st, sf) = (
+            Contender::Default,
+            Contender::SingleTree,
+            Contender::StoreAndForward,
+        );
+        assert_eq!(ratio(&o, 1, sf, st), Some(2.0));
+        assert_eq!(ratio(&o, 1, d, st), Some(0.5));
+        assert_eq!(
+            ratio(&o, 16, sf, st),
+            None,
+            "an incomplete run has no ratio"
+        );
         let t = text(&o, "docs");
         assert!(
-            t.contains("store-and-forward / pipelined completion time 2.000\n"),
+            t.contains("default / single-tree 0.500, store-and-forward / single-tree 2.000\n"),
             "{t}"
         );
         assert!(t.contains("widest path to Leiden"), "{t}");

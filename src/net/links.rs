@@ -70,6 +70,8 @@ impl IdleLimits {
 
 /// A frame waiting for its connection.
 #[derive(Debug)]
+// Transmits dominate and are moved once; boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 pub enum Outgoing {
     /// Encoded, sent as is.
     Frame(Vec<u8>),

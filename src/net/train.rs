@@ -100,10 +100,9 @@ pub async fn receive(peer: NodeId, conn: quinn::Connection, to_driver: mpsc::Sen
     let mut current: Option<Current> = None;
     loop {
         let next = if current.is_some() {
-            match tokio::time::timeout(TRAIN_IDLE, conn.read_datagram()).await {
-                Ok(r) => Some(r),
-                Err(_) => None,
-            }
+            tokio::time::timeout(TRAIN_IDLE, conn.read_datagram())
+                .await
+                .ok()
         } else {
             Some(conn.read_datagram().await)
         };

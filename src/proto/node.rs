@@ -80,6 +80,8 @@ pub enum Class {
 
 /// What a [`Node`] asks of its driver and tells its application.
 #[derive(Clone, Debug)]
+// Transmits dominate and are moved once; boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 pub enum NodeOutput {
     /// Send `packet` to `to`.
     Transmit {

@@ -21,11 +21,12 @@ pub(super) fn solve(
     root: usize,
     start: &[Vec<Option<usize>>],
     generate: bool,
+    target: f64,
 ) -> Vec<(Vec<Option<usize>>, f64)> {
     let n = caps.len();
     let m = arcs.len();
     let scale = arcs.iter().map(|&(u, v)| caps[u][v]).fold(0.0f64, f64::max);
-    if m == 0 || !(scale > 0.0) || !scale.is_finite() {
+    if m == 0 || scale.is_nan() || scale <= 0.0 || !scale.is_finite() {
         return Vec::new();
     }
     let mut row_of = vec![vec![usize::MAX; n]; n];
@@ -50,7 +51,12 @@ pub(super) fn solve(
     }
     t.optimize(50 * m + 100);
     // Each round adds a column; the cap only bounds the work on pathological input.
+    // Stops early once the total is within the caller's target (the known optimum, less a
+    // little): column generation has a long tail of tiny improvements.
     for _ in 0..if generate { 20 * m + 20 } else { 0 } {
+        if t.obj * scale >= target {
+            break;
+        }
         let list: Vec<(usize, usize, f64)> = arcs
             .iter()
             .enumerate()
@@ -94,6 +100,8 @@ struct Tableau {
     z: Vec<f64>,
     /// The basic column of every row.
     basis: Vec<usize>,
+    /// Current objective value (normalized).
+    obj: f64,
 }
 
 impl Tableau {
@@ -107,6 +115,7 @@ impl Tableau {
             rhs: b,
             z: vec![0.0; m],
             basis: (0..m).collect(),
+            obj: 0.0,
         }
     }
 
@@ -163,6 +172,7 @@ impl Tableau {
             }
         }
         let f = self.z[j];
+        self.obj -= f * pivot_rhs;
         for (v, &pv) in self.z.iter_mut().zip(&pivot_row) {
             *v -= f * pv;
         }

@@ -9,7 +9,7 @@ use super::{Arborescence, ClusterGraph};
 /// Gap of one message of `bytes` at `bps` plus a fixed per-message overhead: the time a
 /// sender is busy per message. Infinite if `bps` is not positive (no link).
 pub fn gap_s(bytes: f64, bps: f64, overhead_s: f64) -> f64 {
-    if !(bps > 0.0) {
+    if bps.is_nan() || bps <= 0.0 {
         return f64::INFINITY;
     }
     overhead(overhead_s) + bytes.max(0.0) * 8.0 / bps
@@ -47,11 +47,11 @@ fn predict_share(
     overhead_s: f64,
 ) -> f64 {
     let rate = tree.rate_bps;
-    if !(rate > 0.0) {
+    if rate.is_nan() || rate <= 0.0 {
         return f64::INFINITY;
     }
     let latency = tree.depth_latency_us(g) as f64 * 1e-6;
-    if !(bytes > 0.0) {
+    if bytes.is_nan() || bytes <= 0.0 {
         return latency;
     }
     let seg = if segment == 0 {

@@ -9,6 +9,8 @@ use super::{Arborescence, ClusterGraph};
 
 pub use super::algo::min_arborescence;
 
+/// How far below the bound the packing may stop looking for better trees.
+const TARGET_GAP: f64 = 0.002;
 /// A top-up tree must add at least this fraction of the current total to be worth a stripe.
 const MIN_GAIN: f64 = 0.005;
 
@@ -98,18 +100,15 @@ pub fn pack(g: &ClusterGraph, root: usize, max_trees: usize) -> Vec<Arborescence
         .flat_map(|u| (0..n).map(move |v| (u, v)))
         .filter(|&(u, v)| caps[u][v] > 0.0)
         .collect();
-    let mut trees = to_trees(lp::solve(
-        &caps,
-        &arcs,
-        root,
-        &[widest.parent.clone()],
-        true,
-    ));
+    // Edmonds: the optimum is the bound, so the solver may stop a hair below it.
+    let target = (1.0 - TARGET_GAP) * max_flow_bound(g, root);
+    let start = [widest.parent.clone()];
+    let mut trees = to_trees(lp::solve(&caps, &arcs, root, &start, true, target));
     if trees.len() > max_trees {
         // Keep the largest and re-optimize their rates without the others.
         trees.truncate(max_trees);
         let kept: Vec<Vec<Option<usize>>> = trees.iter().map(|t| t.parent.clone()).collect();
-        trees = to_trees(lp::solve(&caps, &arcs, root, &kept, false));
+        trees = to_trees(lp::solve(&caps, &arcs, root, &kept, false, target));
         trees.truncate(max_trees);
     }
     if trees.is_empty() {
@@ -183,7 +182,7 @@ fn top_up(caps: &[Vec<f64>], root: usize, max_trees: usize, trees: &mut Vec<Arbo
             return;
         };
         let total: f64 = trees.iter().map(|t| t.rate_bps).sum();
-        if !(extra.rate_bps > MIN_GAIN * total) {
+        if extra.rate_bps.is_nan() || extra.rate_bps <= MIN_GAIN * total {
             return;
         }
         if let Some(same) = trees.iter_mut().find(|t| t.parent == extra.parent) {

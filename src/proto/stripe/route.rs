@@ -102,10 +102,12 @@ fn member_lists(
 fn cluster_order(tree: &Arborescence, k: usize, rc: usize) -> (Vec<usize>, Vec<usize>) {
     let mut kids = vec![Vec::new(); k];
     for c in (0..k).filter(|&c| c != rc) {
-        if let Some(Some(p)) = tree.parent.get(c) {
-            if *p < k && *p != c {
-                kids[*p].push(c);
-            }
+        if let Some(&Some(p)) = tree
+            .parent
+            .get(c)
+            .filter(|p| p.is_some_and(|p| p < k && p != c))
+        {
+            kids[p].push(c);
         }
     }
     let mut parent = vec![usize::MAX; k];
