@@ -322,7 +322,7 @@ mod tests {
         );
         let md = markdown(&o);
         assert!(
-            md.contains(COMMAND) && md.contains("| 16 MiB | - (on different"),
+            md.contains(COMMAND) && md.contains("| 16 MiB | - | - (on different"),
             "{md}"
         );
         let svg = svg(&o);

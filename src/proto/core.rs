@@ -153,7 +153,7 @@ impl Core {
             schedule,
             out: Outputs::default(),
             coll: CollectiveBridge::new(id),
-            bw: Bandwidth::new(now),
+            bw: Bandwidth::new(seed, now),
             discovery,
         }
     }

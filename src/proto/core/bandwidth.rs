@@ -20,6 +20,7 @@ use super::Core;
 use crate::proto::Event;
 use crate::proto::id::{IdMap, NodeId};
 use crate::proto::message::{BandwidthEdge, MAX_BANDWIDTH_EDGES, MAX_TRAIN_PACKETS, Message};
+use crate::proto::rng::SplitMix64;
 use crate::proto::time::Time;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -96,11 +97,13 @@ pub(super) struct Bandwidth {
     /// Token bucket of train bytes this node may still send, and when it was refilled.
     tokens: f64,
     refilled: Time,
+    /// Its own generator: the tree protocol's draws stay what they were without it.
+    rng: SplitMix64,
     pub(super) stats: BandwidthStats,
 }
 
 impl Bandwidth {
-    pub(super) fn new(now: Time) -> Self {
+    pub(super) fn new(seed: u64, now: Time) -> Self {
         Bandwidth {
             peers: IdMap::default(),
             asked: Vec::new(),
@@ -110,6 +113,7 @@ impl Bandwidth {
             next_to_cluster: IdMap::default(),
             tokens: 0.0,
             refilled: now,
+            rng: SplitMix64::new(seed ^ 0xB4D0_1D7E_5EED_0B5E),
             stats: BandwidthStats::default(),
         }
     }
@@ -218,7 +222,8 @@ impl Core {
         } else {
             self.config.bw_probe_interval
         };
-        self.bw.next_round = Some(now + period.mul_f64(0.75 + 0.5 * self.rng.unit()));
+        let jitter = 0.75 + 0.5 * self.bw.rng.unit();
+        self.bw.next_round = Some(now + period.mul_f64(jitter));
         for (gi, g) in groups.iter().enumerate() {
             if gi == mine || g.is_empty() {
                 continue;
