@@ -12,15 +12,11 @@ use overlay::topology::Topology;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-fn das4() -> Topology {
+/// das-4 with two nodes per cluster, its bandwidths emulated, once every tree is
+/// wide-area optimal.
+async fn start_das4() -> (Topology, LocalOverlay) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/das-4.toml");
-    Topology::load(&path).unwrap_or_else(|e| panic!("{e}"))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_node_learns_the_cluster_bandwidth_matrix_from_its_own_measurements() {
-    let _net = crate::common::real_network();
-    let mut topo = das4();
+    let mut topo = Topology::load(&path).unwrap_or_else(|e| panic!("{e}"));
     for c in &mut topo.clusters {
         c.nodes = 2;
     }
@@ -31,6 +27,13 @@ async fn every_node_learns_the_cluster_bandwidth_matrix_from_its_own_measurement
         .wait_optimal(Duration::from_secs(120), Duration::from_secs(1))
         .await;
     assert!(converged.is_some(), "trees never became wide-area optimal");
+    (topo, overlay)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_learns_the_cluster_bandwidth_matrix_from_its_own_measurements() {
+    let _net = crate::common::real_network();
+    let (topo, overlay) = start_das4().await;
     let cluster_of: HashMap<NodeId, usize> = overlay
         .nodes
         .iter()
@@ -127,17 +130,7 @@ async fn wait_matrix(node: &overlay::api::Node, pairs: usize) {
 async fn a_large_broadcast_is_striped_over_several_trees_and_delivered_whole_exactly_once() {
     use futures::StreamExt;
     let _net = crate::common::real_network();
-    let mut topo = das4();
-    for c in &mut topo.clusters {
-        c.nodes = 2;
-    }
-    let overlay = LocalOverlay::start_on(LatencyMap::with_bandwidth(topo.clone()), Config::wan())
-        .await
-        .expect("overlay starts");
-    let (_, converged) = overlay
-        .wait_optimal(Duration::from_secs(120), Duration::from_secs(1))
-        .await;
-    assert!(converged.is_some(), "trees never became wide-area optimal");
+    let (topo, overlay) = start_das4().await;
     let root = &overlay.nodes[0];
     let pairs = topo.clusters.len() * (topo.clusters.len() - 1);
     wait_matrix(root, pairs).await;

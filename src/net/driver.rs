@@ -25,6 +25,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 /// How often connections are checked for idleness.
+mod data;
 mod inputs;
 mod report;
 
@@ -453,31 +454,6 @@ impl Driver {
             self.pace.sent(to, bytes, sent == Sent::Written);
         }
         sent
-    }
-
-    /// Sends the packet train the core allowed (see [`super::train`]); nothing without a
-    /// connection (the peer asked over one, so it is there unless it just closed).
-    fn send_train(&mut self, to: NodeId, id: u32, packets: u16, size: u16) {
-        match self.links.conn(&to) {
-            Some(conn) => {
-                let sent = super::train::send(&conn, id, packets, size);
-                debug!(peer = %to, id, sent, "packet train sent");
-            }
-            None => debug!(peer = %to, "no connection for a packet train"),
-        }
-    }
-
-    /// Starts the data streams that waited for a connection to `peer`.
-    fn start_waiting_streams(&mut self, peer: NodeId) {
-        let Some(waiting) = self.waiting_streams.remove(&peer) else {
-            return;
-        };
-        let Some(conn) = self.links.conn(&peer) else {
-            return;
-        };
-        for (op, len, digest) in waiting {
-            self.streams.forward(conn.clone(), peer, op, len, digest);
-        }
     }
 
     /// Graceful leave: detach from every tree, tell every member, flush, close.

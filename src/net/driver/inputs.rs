@@ -4,7 +4,7 @@
 use super::{ApiCommand, Driver};
 use crate::net::link::LinkInput;
 use crate::net::ops::OpCommand;
-use crate::net::stripes::{self, Spread};
+use crate::net::stripes::Spread;
 use crate::proto::{Command, Input, NodeInput};
 use tracing::{debug, info, warn};
 
@@ -46,28 +46,8 @@ impl Driver {
                 if let Some(plan) = plan {
                     return self.start_striped(payload, timeout, reply, plan);
                 }
-                let now = self.now();
                 let nonce = self.ops.register(reply);
-                let op = crate::proto::OpId {
-                    root: self.me,
-                    nonce,
-                };
-                let len = payload.len() as u64;
-                self.streams.insert_complete(op, payload, digest, timeout);
-                // The root has the payload: it counts as reached from the start.
-                let done = Command::StreamDone { op, ok: true };
-                self.node.handle(now, NodeInput::Command(done));
-                let start = crate::proto::Start {
-                    nonce,
-                    timeout,
-                    what: crate::proto::StartKind::Stream {
-                        len,
-                        digest,
-                        route: Vec::new(),
-                    },
-                };
-                self.node
-                    .handle(now, NodeInput::Command(Command::Start(start)));
+                self.start_stream(nonce, payload, digest, timeout, Vec::new());
             }
             ApiCommand::Op(cmd) => {
                 let now = self.now();
@@ -143,68 +123,6 @@ impl Driver {
                     debug!(peer = %peer, %reason, "connection closed");
                 }
             }
-        }
-    }
-}
-
-impl Driver {
-    /// Starts a broadcast over the routes of `plan`: one streamed operation per route,
-    /// each with its share of the payload (see [`crate::net::stripes`]).
-    fn start_striped(
-        &mut self,
-        payload: bytes::Bytes,
-        timeout: std::time::Duration,
-        reply: tokio::sync::oneshot::Sender<crate::proto::OpReport>,
-        plan: crate::proto::StripePlan,
-    ) {
-        let now = self.now();
-        let len = payload.len() as u64;
-        let mut parts: Vec<(u64, Vec<(crate::proto::NodeId, crate::proto::NodeId)>)> =
-            stripes::cut(len, &plan.rates_bps)
-                .into_iter()
-                .zip(plan.routes)
-                .filter(|(l, _)| *l > 0)
-                .collect();
-        parts.truncate(stripes::MAX_STRIPES);
-        if parts.is_empty() {
-            parts.push((len, Vec::new()));
-        }
-        let whole = self.ops.register(reply);
-        let count = parts.len();
-        self.stripes.expect(whole, count);
-        info!(
-            whole,
-            trees = count,
-            predicted_s = plan.striped_s.min(plan.single_s),
-            bound_mbit = plan.bound_bps / 1e6,
-            "large broadcast planned from the measured bandwidths"
-        );
-        let mut offset = 0usize;
-        for (i, (part_len, route)) in parts.into_iter().enumerate() {
-            let end = offset + part_len as usize;
-            let bytes = payload.slice(offset..end);
-            offset = end;
-            let mut digest = [0u8; 32];
-            digest.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref());
-            let nonce = stripes::stripe_nonce(whole, i, count);
-            let op = crate::proto::OpId {
-                root: self.me,
-                nonce,
-            };
-            self.streams.insert_complete(op, bytes, digest, timeout);
-            let done = Command::StreamDone { op, ok: true };
-            self.node.handle(now, NodeInput::Command(done));
-            let start = crate::proto::Start {
-                nonce,
-                timeout,
-                what: crate::proto::StartKind::Stream {
-                    len: part_len,
-                    digest,
-                    route,
-                },
-            };
-            self.node
-                .handle(now, NodeInput::Command(Command::Start(start)));
         }
     }
 }

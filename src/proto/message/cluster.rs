@@ -1,0 +1,67 @@
+//! Wire types of cluster discovery: the summaries every node publishes of its measured
+//! latencies and bandwidths, and the messages that spread them ([`crate::proto::clusters`]).
+
+use super::BandwidthEdge;
+use crate::proto::id::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// At most this many edges in one [`ClusterSummary`]; a longer list is cut on receipt.
+pub const MAX_CLUSTER_EDGES: usize = 32;
+
+/// At most this many summaries in one [`ClusterMessage::Summaries`]; more go in several.
+pub const MAX_CLUSTER_SUMMARIES: usize = 64;
+
+/// At most this many entries in one [`ClusterMessage::Versions`] (about 180 KB).
+pub const MAX_CLUSTER_VERSIONS: usize = 8192;
+
+/// One measured latency a node publishes: its filtered RTT to `peer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterEdge {
+    /// The peer measured.
+    pub peer: NodeId,
+    /// The filtered RTT, in microseconds.
+    pub rtt_us: u32,
+}
+
+/// What one node publishes for cluster discovery: a few of its measured latencies, chosen
+/// so that the union over all nodes holds the links that join groups (see
+/// [`crate::proto::clusters`]). About 21 bytes per edge, at most [`MAX_CLUSTER_EDGES`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSummary {
+    /// The node that measured.
+    pub node: NodeId,
+    /// Bumped by `node` whenever its summary changes; the higher version wins.
+    pub version: u32,
+    /// The latencies it publishes.
+    pub edges: Vec<ClusterEdge>,
+    /// Bandwidths it measured arriving from peers in other clusters (at most
+    /// [`MAX_BANDWIDTH_EDGES`](super::MAX_BANDWIDTH_EDGES)).
+    pub bandwidth: Vec<BandwidthEdge>,
+}
+
+/// How many buckets the cluster summaries are split into (by the first byte of the node
+/// id) when two nodes find out where their tables differ.
+pub const CLUSTER_BUCKETS: usize = 32;
+
+/// Messages that spread the cluster summaries (news pushed, then push-pull anti-entropy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClusterMessage {
+    /// A fingerprint of the summaries the sender holds (`count` of them); a receiver whose
+    /// own differs answers with [`ClusterMessage::Buckets`].
+    Digest { hash: u64, count: u32 },
+    /// The fingerprints of the sender's summaries bucket by bucket ([`CLUSTER_BUCKETS`] of
+    /// them): the receiver answers with its versions of the buckets that differ, so one
+    /// new summary costs a list of a few versions, not of all.
+    Buckets { hashes: Vec<u64> },
+    /// The version of every summary the sender holds in the buckets set in `buckets` (bit
+    /// `i`: bucket `i`). The receiver pushes the summaries of those buckets it holds in a
+    /// newer version (or that the list lacks), and answers with its own list of the same
+    /// buckets when `reply` is set, so both sides end up with the newer of each.
+    Versions {
+        versions: Vec<(NodeId, u32)>,
+        buckets: u32,
+        reply: bool,
+    },
+    /// Summaries, new ones or ones the receiver lacks.
+    Summaries { summaries: Vec<ClusterSummary> },
+}
