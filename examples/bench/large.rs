@@ -10,6 +10,7 @@ pub(crate) fn large(
     max_mib: usize,
     topology_name: &str,
     root: &str,
+    contenders: &[overlay::bench::large::Contender],
 ) -> anyhow::Result<serde_json::Value> {
     use overlay::bench::{large, large_report};
     let opts = large::Options {
@@ -20,6 +21,11 @@ pub(crate) fn large(
             .into_iter()
             .filter(|&m| m <= max_mib)
             .collect(),
+        contenders: if contenders.is_empty() {
+            large::Contender::ALL.to_vec()
+        } else {
+            contenders.to_vec()
+        },
     };
     let outcome = large::run(&opts, &progress)?;
     std::fs::create_dir_all(&cli.out)?;

@@ -7,7 +7,7 @@
 //! cargo run --release --example bench -- convergence [--json] [--threads N]
 //! cargo run --release --example bench -- overhead [--json] [--threads N] [--with-2000]
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
-//! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER]
+//! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--contenders default,single-tree,store-and-forward]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
 //!
@@ -124,9 +124,21 @@ enum What {
         /// The cluster whose first node broadcasts.
         #[arg(long, default_value = "VU")]
         root: String,
+        /// The contenders to run, comma-separated (default, single-tree,
+        /// store-and-forward); all of them unless told.
+        #[arg(long, value_delimiter = ',', value_parser = contender)]
+        contenders: Vec<overlay::bench::large::Contender>,
     },
     /// Everything above; writes docs/BENCHMARKS.md and the plots.
     All,
+}
+
+fn contender(name: &str) -> Result<overlay::bench::large::Contender, String> {
+    use overlay::bench::large::Contender;
+    Contender::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = Contender::ALL.iter().map(|c| c.name()).collect();
+        format!("no contender {name:?}; there are {}", names.join(", "))
+    })
 }
 
 fn topology(name: &str) -> anyhow::Result<Topology> {
@@ -250,6 +262,13 @@ pub(crate) fn send_order_row(o: &serde_json::Value) -> [f64; 6] {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // Logs only when asked (RUST_LOG=overlay=debug, say), on stderr beside the progress.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let wall = Instant::now();
     let results = match cli.what.clone() {
         What::Fig5 => vec![fig5(&cli)?],
@@ -262,7 +281,15 @@ fn main() -> anyhow::Result<()> {
             max_mib,
             topology,
             root,
-        } => vec![large(&cli, nodes_per_cluster, max_mib, &topology, &root)?],
+            contenders,
+        } => vec![large(
+            &cli,
+            nodes_per_cluster,
+            max_mib,
+            &topology,
+            &root,
+            &contenders,
+        )?],
         What::All => {
             // The real-QUIC Fig. 5 first and alone: it times sub-millisecond hops, which
             // anything else running beside it would disturb.
@@ -283,6 +310,7 @@ fn main() -> anyhow::Result<()> {
                         usize::MAX,
                         "das-4",
                         "VU",
+                        &[],
                     )
                 });
                 let first = fig5(&cli).and_then(|f| Ok(vec![f, collectives(&cli)?]));

@@ -17,6 +17,7 @@
 //! when their trees are the same; the tables say when they are not.
 
 use super::bandwidth::{self, Bound};
+use super::large_magpie::Magpie;
 use crate::api::{Forwarding, Node, Spread};
 use crate::local::LocalOverlay;
 use crate::net::emulated::LatencyMap;
@@ -52,23 +53,33 @@ pub enum Contender {
     /// The overlay's latency tree, pipelined (every broadcast before bandwidth was
     /// measured).
     SingleTree,
+    /// The static MagPIe scheme configured from the file: a coordinator per cluster, the
+    /// root sending to every coordinator, segmented ([`super::large_magpie`]).
+    Magpie,
     /// The latency tree, each relay passing the payload on only once it has all of it.
     StoreAndForward,
 }
 
 impl Contender {
     /// Every contender, in run order.
-    pub const ALL: [Contender; 3] = [
+    pub const ALL: [Contender; 4] = [
         Contender::Default,
         Contender::SingleTree,
+        Contender::Magpie,
         Contender::StoreAndForward,
     ];
+
+    /// The contender named `name` (as in [`Contender::name`]).
+    pub fn from_name(name: &str) -> Option<Contender> {
+        Contender::ALL.into_iter().find(|c| c.name() == name)
+    }
 
     /// The name in tables and in `--json` (`mode`).
     pub fn name(self) -> &'static str {
         match self {
             Contender::Default => "default",
             Contender::SingleTree => "single-tree",
+            Contender::Magpie => "magpie",
             Contender::StoreAndForward => "store-and-forward",
         }
     }
@@ -99,6 +110,8 @@ pub struct Options {
     pub root_cluster: String,
     /// Payload sizes, MiB.
     pub sizes_mib: Vec<usize>,
+    /// The contenders run for every size, in this order (all of them: [`Contender::ALL`]).
+    pub contenders: Vec<Contender>,
 }
 
 /// One broadcast.
@@ -213,7 +226,7 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         .position(|&c| c == root_cluster)
         .context("the root cluster has no node")?;
     let ids: Vec<NodeId> = overlay.nodes.iter().map(Node::id).collect();
-    let max_flow_mbit = max_flow(&topo, root_cluster);
+    let max_flow_mbit = bandwidth::max_flow(&topo, root_cluster);
     let measured_s = wait_measured(&overlay.nodes[root], topo.clusters.len()).await;
     progress(&format!(
         "large: the root {} every cluster pair's bandwidth{}",
@@ -225,10 +238,14 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         measured_s.map_or(String::new(), |s| format!(" {s:.1} s later")),
     ));
     let mut rx = tap(&overlay.nodes);
+    let mut magpie = match opts.contenders.contains(&Contender::Magpie) {
+        true => Some(Magpie::start(&overlay, &topo, root).context("starting the MagPIe nodes")?),
+        false => None,
+    };
     let mut runs = Vec::new();
     for &mib in &opts.sizes_mib {
         let payload = payload(mib << 20);
-        for mode in Contender::ALL {
+        for &mode in &opts.contenders {
             let (check, _) = overlay.wait_optimal(Duration::from_secs(60), SETTLE).await;
             let hops = tree_hops(&overlay, ids[root]).await;
             let broadcast = Broadcast {
@@ -238,13 +255,31 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
                 mode,
                 tree: bandwidth::tree_rate(&topo, root_cluster, &hops),
             };
-            let mut r = broadcast.run(&mut rx, bound.mbit, progress).await;
+            let mut r = match (&mut magpie, mode) {
+                (Some(m), Contender::Magpie) => {
+                    // The flat wide-area tree: the root's cluster to every other.
+                    let flat: Vec<(usize, usize)> = (0..topo.clusters.len())
+                        .filter(|&c| c != root_cluster)
+                        .map(|c| (root_cluster, c))
+                        .collect();
+                    let tree = bandwidth::tree_rate(&topo, root_cluster, &flat);
+                    let mut r = m.run(&payload, tree, bound.mbit, progress).await;
+                    r.tree_hops = flat;
+                    r
+                }
+                _ => broadcast.run(&mut rx, bound.mbit, progress).await,
+            };
             r.max_flow_mbit = max_flow_mbit;
             r.share_of_max_flow = r.throughput_mbit.map(|t| t / max_flow_mbit);
-            r.tree_hops = hops;
+            if r.tree_hops.is_empty() {
+                r.tree_hops = hops;
+            }
             r.optimal = check.all_optimal();
             runs.push(r);
         }
+    }
+    if let Some(m) = &magpie {
+        m.close();
     }
     overlay.shutdown().await;
     Ok(Outcome {
@@ -289,31 +324,6 @@ async fn tree_hops(overlay: &LocalOverlay, root: NodeId) -> Vec<(usize, usize)> 
     edges.sort_unstable();
     edges.dedup();
     edges
-}
-
-/// The max-flow bound from `root` over the file's cluster bandwidths, Mbit/s: what a
-/// broadcast striped over packed trees can reach at most (for reporting only).
-pub fn max_flow(topo: &Topology, root: usize) -> f64 {
-    let n = topo.clusters.len();
-    let cap_bps = (0..n)
-        .map(|a| {
-            (0..n)
-                .map(|b| topo.bandwidth_mbit(a, b).unwrap_or(0.0) * 1e6)
-                .collect()
-        })
-        .collect();
-    let latency_us = (0..n)
-        .map(|a| {
-            (0..n)
-                .map(|b| topo.latency(a, b).as_micros() as u32)
-                .collect()
-        })
-        .collect();
-    let g = crate::proto::stripe::ClusterGraph {
-        cap_bps,
-        latency_us,
-    };
-    crate::proto::stripe::max_flow_bound(&g, root) / 1e6
 }
 
 /// Waits (up to a minute) until `root` holds an estimate of every directed pair of its

@@ -7,6 +7,7 @@
 
 pub mod bandwidth;
 pub mod large;
+pub mod large_magpie;
 pub mod large_report;
 pub mod plot;
 pub mod quic_run;

@@ -19,6 +19,8 @@ use tokio::sync::mpsc;
 
 /// Largest frame a static node accepts.
 const MAX_FRAME: usize = 64 * 1024;
+/// Largest segment of a segmented broadcast (a frame holds it and its 8-byte header).
+pub const MAX_SEGMENT: usize = MAX_FRAME - 8;
 
 /// When each node received message `(tree, seq)`.
 type Receipts = HashMap<(u32, u32), Vec<Option<Instant>>>;
@@ -93,49 +95,84 @@ impl StaticNet {
         payload: &[u8],
         timeout: Duration,
     ) -> Vec<Option<Duration>> {
+        self.broadcast_segments(id, seq, payload, payload.len().max(1), timeout)
+            .await
+    }
+
+    /// Sends `payload` down tree `id` cut into segments of `segment` bytes (at most
+    /// [`MAX_SEGMENT`]), as messages `first_seq`, `first_seq + 1`, ..., all queued at once
+    /// and forwarded by every node as each arrives (MagPIe's segmented broadcast); returns,
+    /// per node, the time from the start to its last segment (`None`: not every segment
+    /// within `timeout`).
+    pub async fn broadcast_segments(
+        &self,
+        id: u32,
+        first_seq: u32,
+        payload: &[u8],
+        segment: usize,
+        timeout: Duration,
+    ) -> Vec<Option<Duration>> {
         let n = self.shared.addrs.len();
         let root = match self.tree(id) {
             Some(t) => t.root,
             None => return vec![None; n],
         };
+        let segment = segment.clamp(1, MAX_SEGMENT);
+        let pieces: Vec<&[u8]> = if payload.is_empty() {
+            vec![payload]
+        } else {
+            payload.chunks(segment).collect()
+        };
+        let seqs: Vec<u32> = (0..pieces.len() as u32)
+            .map(|k| first_seq.wrapping_add(k))
+            .collect();
         let start = Instant::now();
         {
-            let mut r = self
-                .shared
-                .receipts
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let mut row = vec![None; n];
-            row[root] = Some(start);
-            r.insert((id, seq), row);
+            let mut r = self.receipts();
+            for &seq in &seqs {
+                let mut row = vec![None; n];
+                row[root] = Some(start);
+                r.insert((id, seq), row);
+            }
         }
-        let frame = Arc::new(encode(id, seq, payload));
-        forward(&self.shared, root, id, frame);
+        for (piece, &seq) in pieces.iter().zip(&seqs) {
+            forward(&self.shared, root, id, Arc::new(encode(id, seq, piece)));
+        }
         let deadline = start + timeout;
         loop {
             let done = {
-                let r = self
-                    .shared
-                    .receipts
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                r.get(&(id, seq))
-                    .is_some_and(|row| row.iter().all(Option::is_some))
+                let r = self.receipts();
+                seqs.iter().all(|seq| {
+                    r.get(&(id, *seq))
+                        .is_some_and(|row| row.iter().all(Option::is_some))
+                })
             };
             if done || Instant::now() >= deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let mut r = self
-            .shared
-            .receipts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let row = r.remove(&(id, seq)).unwrap_or_default();
-        row.into_iter()
+        let mut r = self.receipts();
+        let mut last: Vec<Option<Instant>> = vec![Some(start); n];
+        for seq in &seqs {
+            let row = r.remove(&(id, *seq)).unwrap_or_else(|| vec![None; n]);
+            for (l, t) in last.iter_mut().zip(row) {
+                *l = match (*l, t) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                };
+            }
+        }
+        last.into_iter()
             .map(|t| t.map(|t| t.saturating_duration_since(start)))
             .collect()
+    }
+
+    fn receipts(&self) -> std::sync::MutexGuard<'_, Receipts> {
+        self.shared
+            .receipts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     fn tree(&self, id: u32) -> Option<Arc<Tree>> {

@@ -374,7 +374,17 @@ impl Driver {
         if let Event::Report(r) = &event
             && r.op.is_some_and(|op| stripes::parse(op.nonce).is_some())
         {
-            if let Some(merged) = self.stripes.report(r) {
+            let (starts, merged) = self.stripes.report(r, Instant::now());
+            if let Some((whole, index, _)) = r.op.and_then(|op| stripes::parse(op.nonce)) {
+                debug!(
+                    whole,
+                    index,
+                    elapsed_ms = r.elapsed.as_millis() as u64,
+                    "stripe part reported"
+                );
+                self.start_parts(whole, starts);
+            }
+            if let Some(merged) = merged {
                 self.ops.event(received, &Event::Report(Box::new(merged)));
             }
             return;

@@ -23,6 +23,7 @@ pub mod link;
 pub mod links;
 pub mod meter;
 pub mod ops;
+pub mod pace;
 pub mod sockbuf;
 pub mod stream;
 pub mod stripes;

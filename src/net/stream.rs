@@ -21,6 +21,7 @@
 
 use super::frame::write_frame;
 use super::link::{LinkContext, LinkInput};
+use super::pace::{PACED_CHUNK, Pace};
 use crate::proto::collective::MAX_STREAM_PAYLOAD;
 use crate::proto::{DataHeader, NodeId, OpId, Packet};
 use bytes::Bytes;
@@ -88,6 +89,8 @@ struct State {
 struct Buf {
     len: u64,
     digest: [u8; 32],
+    /// The pace of its streams to children (a tree of a striped broadcast at its root).
+    pace: Option<Arc<Pace>>,
     state: Mutex<State>,
     progress: watch::Sender<Progress>,
 }
@@ -98,6 +101,7 @@ impl Buf {
         Arc::new(Buf {
             len,
             digest,
+            pace: None,
             state: Mutex::new(State {
                 data: Vec::new(),
                 complete,
@@ -176,16 +180,19 @@ impl Streams {
     }
 
     /// The root's own payload, complete from the start; kept until `KEEP` after
-    /// `timeout`, the operation's deadline, since the root may retry until then.
+    /// `timeout`, the operation's deadline, since the root may retry until then. Its
+    /// streams to children go at `pace` if given.
     pub fn insert_complete(
         &mut self,
         op: OpId,
         payload: Bytes,
         digest: [u8; 32],
         timeout: Duration,
+        pace: Option<Arc<Pace>>,
     ) {
         let len = payload.len() as u64;
-        let buf = Buf::new(len, digest, Some(payload));
+        let mut buf = Buf::new(len, digest, Some(payload));
+        Arc::get_mut(&mut buf).expect("just made").pace = pace;
         if let Some(deadline) = Instant::now().checked_add(timeout) {
             buf.state.lock().expect("not poisoned").keep_from = deadline;
         }
@@ -217,7 +224,7 @@ impl Streams {
         let in_flight = InFlight::new(&self.in_flight);
         tokio::spawn(async move {
             let _in_flight = in_flight;
-            if let Err(e) = send(conn, header, buf, forwarding).await {
+            if let Err(e) = send(conn, to, header, buf, forwarding).await {
                 debug!(peer = %to, error = %e, "data stream stopped");
             }
         });
@@ -342,6 +349,7 @@ async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<Duration, St
 /// ([`Forwarding::StoreAndForward`]).
 async fn send(
     conn: quinn::Connection,
+    to: NodeId,
     header: DataHeader,
     buf: Arc<Buf>,
     forwarding: Forwarding,
@@ -370,7 +378,15 @@ async fn send(
     while sent < buf.len {
         // Marked seen before reading, so an update after the read wakes the wait below.
         let seen = *progress.borrow_and_update();
-        if let Some(chunk) = buf.read(sent, CHUNK) {
+        let most = if buf.pace.is_some() {
+            PACED_CHUNK
+        } else {
+            CHUNK
+        };
+        if let Some(chunk) = buf.read(sent, most) {
+            if let Some(pace) = &buf.pace {
+                pace.wait(to, chunk.len()).await;
+            }
             sent += chunk.len() as u64;
             out.write_chunk(chunk).await.map_err(|e| e.to_string())?;
             continue;
@@ -428,7 +444,8 @@ mod tests {
         streams.bufs.insert(op(2), old);
         // The root's own payload of an operation with ten minutes to go.
         let ten_minutes = Duration::from_secs(600);
-        streams.insert_complete(op(3), Bytes::from_static(b"y"), [0; 32], ten_minutes);
+        let y = Bytes::from_static(b"y");
+        streams.insert_complete(op(3), y, [0; 32], ten_minutes, None);
         streams.prune();
         assert!(
             streams.bufs.contains_key(&op(1)),

@@ -1,20 +1,27 @@
 //! A large broadcast striped over several trees, on the driver's side: numbering the
-//! stripes, putting the payload together again at every receiver, and merging the
-//! stripes' reports into one at the root.
+//! parts, handing them to the trees as they complete ([`schedule`]), putting the payload
+//! together again at every receiver, and merging the parts' reports into one at the root.
 //!
-//! The root cuts the payload into `count` consecutive parts, one per tree of the plan
-//! (`crate::proto::Core::stripe_plan`), and broadcasts each as a streamed operation of its
-//! own that follows its tree (`StartKind::Stream::route`). Every part is checked against
-//! its own SHA-256 as it arrives, like any streamed payload. The parts' operation numbers
-//! say what they are part of: the whole's number in the low 48 bits, the part count in
-//! bits 48-53 and the part's index plus one in bits 54-59 (plain operations leave bits
-//! 48-62 clear, see `super::ops`). So a receiver needs no other message to know when it
-//! has every part, and delivers the whole, once, under the whole's number.
+//! The root cuts the payload into equal consecutive parts (at most [`MAX_STRIPES`]) and
+//! broadcasts each as a streamed operation of its own that follows one tree of the plan
+//! (`crate::proto::Core::stripe_plan`, `StartKind::Stream::route`); which tree carries
+//! which part is decided as earlier parts report, from the rates the trees are measured to
+//! reach. Every part is checked against its own SHA-256 as it arrives, like any streamed
+//! payload. The parts' operation numbers say what they are part of: the whole's number in
+//! the low 48 bits, the part count in bits 48-54 and the part's index plus one in bits
+//! 55-61 (plain operations leave bits 48-62 clear, see `super::ops`). So a receiver needs
+//! no other message to know when it has every part, and delivers the whole, once, under
+//! the whole's number.
+
+mod schedule;
+
+pub use schedule::{MIN_CUT, MIN_PART, PartStart, Schedule, WINDOW, part_sizes};
 
 use crate::proto::{NodeId, OpId, OpReport};
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
+use tracing::debug;
 
 /// How the large broadcasts a node starts spread.
 #[derive(
@@ -42,14 +49,14 @@ impl Spread {
 }
 
 /// Most parts one broadcast is cut into.
-pub const MAX_STRIPES: usize = 63;
+pub const MAX_STRIPES: usize = 127;
 /// Parts of a whole that never completed are dropped after this long.
 const KEEP: Duration = Duration::from_secs(300);
 const LOW: u64 = (1 << 48) - 1;
 
 /// The number of part `index` of `count` of the broadcast numbered `whole`.
 pub fn stripe_nonce(whole: u64, index: usize, count: usize) -> u64 {
-    (whole & LOW) | ((count as u64 & 63) << 48) | (((index as u64 + 1) & 63) << 54)
+    (whole & LOW) | ((count as u64 & 127) << 48) | (((index as u64 + 1) & 127) << 55)
 }
 
 /// (whole, index, count) if `nonce` numbers a part.
@@ -57,30 +64,9 @@ pub fn parse(nonce: u64) -> Option<(u64, usize, usize)> {
     if nonce & (1 << 63) != 0 {
         return None;
     }
-    let count = ((nonce >> 48) & 63) as usize;
-    let index = ((nonce >> 54) & 63) as usize;
+    let count = ((nonce >> 48) & 127) as usize;
+    let index = ((nonce >> 55) & 127) as usize;
     (index >= 1 && count >= 1 && index <= count).then_some((nonce & LOW, index - 1, count))
-}
-
-/// Cuts `len` bytes into parts proportional to `shares` (all > 0), in order; the parts
-/// add up to `len` exactly.
-pub fn cut(len: u64, shares: &[f64]) -> Vec<u64> {
-    let total: f64 = shares.iter().sum();
-    if shares.is_empty() || total <= 0.0 || total.is_nan() {
-        return vec![len];
-    }
-    let mut out = Vec::with_capacity(shares.len());
-    let mut given = 0u64;
-    for (i, s) in shares.iter().enumerate() {
-        let part = if i + 1 == shares.len() {
-            len - given
-        } else {
-            ((len as f64 * s / total) as u64).min(len - given)
-        };
-        out.push(part);
-        given += part;
-    }
-    out
 }
 
 struct Assembly {
@@ -90,7 +76,7 @@ struct Assembly {
 }
 
 struct Merge {
-    count: usize,
+    schedule: Schedule,
     reports: Vec<OpReport>,
 }
 
@@ -131,29 +117,45 @@ impl Stripes {
         Some((whole, whole_bytes.freeze()))
     }
 
-    /// Expects `count` part reports for the whole numbered `whole`.
-    pub fn expect(&mut self, whole: u64, count: usize) {
+    /// Starts the striped broadcast numbered `whole`: the parts to start now.
+    pub fn start(&mut self, whole: u64, mut schedule: Schedule, now: Instant) -> Vec<PartStart> {
+        let starts = schedule.start(now);
         self.merges.insert(
             whole,
             Merge {
-                count,
+                schedule,
                 reports: Vec::new(),
             },
         );
+        starts
     }
 
-    /// A part's report: the whole's, once every part reported. Reached: the members
-    /// every part reached; missing: the others expected.
-    pub fn report(&mut self, r: &OpReport) -> Option<OpReport> {
-        let op = r.op?;
-        let (whole, _, _) = parse(op.nonce)?;
-        let m = self.merges.get_mut(&whole)?;
+    /// A part's report: the parts to start now, and the whole's report once every part
+    /// reported. Reached: the members every part reached; missing: the others expected.
+    pub fn report(&mut self, r: &OpReport, now: Instant) -> (Vec<PartStart>, Option<OpReport>) {
+        let Some((whole, index, _)) = r.op.and_then(|op| parse(op.nonce)) else {
+            return (Vec::new(), None);
+        };
+        let Some(m) = self.merges.get_mut(&whole) else {
+            return (Vec::new(), None);
+        };
         m.reports.push(r.clone());
-        if m.reports.len() < m.count {
-            return None;
+        let starts = m.schedule.done(index, now);
+        if m.reports.len() < m.schedule.count() {
+            return (starts, None);
         }
-        let m = self.merges.remove(&whole)?;
-        Some(merge(whole, m.reports))
+        let Some(m) = self.merges.remove(&whole) else {
+            return (starts, None);
+        };
+        let mut merged = merge(whole, m.reports);
+        merged.elapsed = now.saturating_duration_since(m.schedule.started());
+        debug!(
+            whole,
+            parts_per_tree = ?m.schedule.carried(),
+            planned_and_measured_mbit = ?m.schedule.rates_mbit(),
+            "striped broadcast reported"
+        );
+        (starts, Some(merged))
     }
 
     /// Drops what is too old to complete.
@@ -198,14 +200,6 @@ mod tests {
     }
 
     #[test]
-    fn cut_adds_up_and_follows_the_shares() {
-        let parts = cut(1000, &[1.0, 3.0]);
-        assert_eq!(parts, vec![250, 750]);
-        assert_eq!(cut(7, &[1.0, 1.0, 1.0]).iter().sum::<u64>(), 7);
-        assert_eq!(cut(5, &[]), vec![5]);
-    }
-
-    #[test]
     fn the_whole_is_delivered_once_all_parts_are_in_in_order() {
         let root = NodeId([1; 16]);
         let mut s = Stripes::default();
@@ -224,7 +218,20 @@ mod tests {
     fn reports_merge_into_one_naming_who_missed_any_part() {
         let (a, b) = (NodeId([1; 16]), NodeId([2; 16]));
         let mut s = Stripes::default();
-        s.expect(9, 2);
+        let now = Instant::now();
+        let payload = Bytes::from(vec![0u8; 2 * MIN_CUT as usize]);
+        let routes = vec![vec![(a, b)]];
+        let schedule = Schedule::new(
+            payload,
+            routes,
+            &[1e6],
+            2,
+            false,
+            now,
+            Duration::from_secs(9),
+        );
+        let starts = s.start(9, schedule, now);
+        assert_eq!(starts.len(), 2, "two parts, both in the window");
         let r = |i, reached: Vec<NodeId>| OpReport {
             op: Some(OpId {
                 root: a,
@@ -234,8 +241,10 @@ mod tests {
             reached,
             ..OpReport::default()
         };
-        assert!(s.report(&r(0, vec![a, b])).is_none());
-        let m = s.report(&r(1, vec![a])).unwrap();
+        assert!(s.report(&r(0, vec![a, b]), now).1.is_none());
+        let later = now + Duration::from_secs(3);
+        let m = s.report(&r(1, vec![a]), later).1.unwrap();
+        assert_eq!(m.elapsed, Duration::from_secs(3), "from the whole's start");
         assert_eq!(m.op.unwrap().nonce, 9);
         assert_eq!((m.reached, m.missing), (vec![a], vec![b]));
     }

@@ -3,10 +3,12 @@
 //! the packet trains the core allows ([`crate::net::train`]).
 
 use super::Driver;
+use crate::net::pace::Pace;
 use crate::net::stripes;
 use crate::proto::{Command, NodeId, NodeInput, OpId, OpReport, Start, StartKind, StripePlan};
 use bytes::Bytes;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tracing::{debug, info};
 
@@ -21,6 +23,7 @@ impl Driver {
         digest: [u8; 32],
         timeout: Duration,
         route: Vec<(NodeId, NodeId)>,
+        pace: Option<Arc<Pace>>,
     ) {
         let now = self.now();
         let op = OpId {
@@ -28,7 +31,8 @@ impl Driver {
             nonce,
         };
         let len = payload.len() as u64;
-        self.streams.insert_complete(op, payload, digest, timeout);
+        self.streams
+            .insert_complete(op, payload, digest, timeout, pace);
         let done = Command::StreamDone { op, ok: true };
         self.node.handle(now, NodeInput::Command(done));
         let start = Start {
@@ -40,8 +44,9 @@ impl Driver {
             .handle(now, NodeInput::Command(Command::Start(start)));
     }
 
-    /// Starts a broadcast over the routes of `plan`: one streamed operation per route,
-    /// each with its share of the payload.
+    /// Starts a broadcast over the routes of `plan`: the payload cut into equal parts, each
+    /// a streamed operation down one route, handed to the routes as earlier parts complete
+    /// (see [`stripes::Schedule`]).
     pub(super) fn start_striped(
         &mut self,
         payload: Bytes,
@@ -49,35 +54,55 @@ impl Driver {
         reply: oneshot::Sender<OpReport>,
         plan: StripePlan,
     ) {
-        let len = payload.len() as u64;
-        let mut parts: Vec<(u64, Vec<(NodeId, NodeId)>)> = stripes::cut(len, &plan.rates_bps)
-            .into_iter()
-            .zip(plan.routes)
-            .filter(|(l, _)| *l > 0)
+        let now = Instant::now();
+        // One tree: one part, as a plain streamed broadcast would be.
+        let max_parts = if plan.striped() {
+            stripes::MAX_STRIPES
+        } else {
+            1
+        };
+        let trees = plan.routes.len();
+        let view = self.node.core().bandwidth_view();
+        let links: Vec<String> = view
+            .links
+            .iter()
+            .map(|l| format!("{}->{}:{:.2}", l.from, l.to, l.bps / 1e6))
             .collect();
-        parts.truncate(stripes::MAX_STRIPES);
-        if parts.is_empty() {
-            parts.push((len, Vec::new()));
+        debug!(?links, "measured cluster links");
+        for t in &plan.trees {
+            debug!(parents = ?t.parent, mbit = t.rate_bps / 1e6, "planned tree");
         }
+        let paced = plan.striped();
+        let schedule = stripes::Schedule::new(
+            payload,
+            plan.routes,
+            &plan.rates_bps,
+            max_parts,
+            paced,
+            now,
+            timeout,
+        );
         let whole = self.ops.register(reply);
-        let count = parts.len();
-        self.stripes.expect(whole, count);
         info!(
             whole,
-            trees = count,
+            trees,
+            parts = schedule.count(),
             predicted_s = plan.striped_s.min(plan.single_s),
             bound_mbit = plan.bound_bps / 1e6,
             "large broadcast planned from the measured bandwidths"
         );
-        let mut offset = 0usize;
-        for (i, (part_len, route)) in parts.into_iter().enumerate() {
-            let end = offset + part_len as usize;
-            let bytes = payload.slice(offset..end);
-            offset = end;
+        let starts = self.stripes.start(whole, schedule, now);
+        self.start_parts(whole, starts);
+    }
+
+    /// Starts parts of the striped broadcast numbered `whole`.
+    pub(super) fn start_parts(&mut self, whole: u64, starts: Vec<stripes::PartStart>) {
+        for p in starts {
             let mut digest = [0u8; 32];
-            digest.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref());
-            let nonce = stripes::stripe_nonce(whole, i, count);
-            self.start_stream(nonce, bytes, digest, timeout, route);
+            digest.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &p.bytes).as_ref());
+            let nonce = stripes::stripe_nonce(whole, p.index, p.count);
+            debug!(whole, part = p.index, tree = p.lane, "stripe part started");
+            self.start_stream(nonce, p.bytes, digest, p.timeout, p.route, p.pace);
         }
     }
 

@@ -47,7 +47,7 @@ impl Driver {
                     return self.start_striped(payload, timeout, reply, plan);
                 }
                 let nonce = self.ops.register(reply);
-                self.start_stream(nonce, payload, digest, timeout, Vec::new());
+                self.start_stream(nonce, payload, digest, timeout, Vec::new(), None);
             }
             ApiCommand::Op(cmd) => {
                 let now = self.now();

@@ -14,6 +14,13 @@
 //! [`LINK_SHARE`] of the estimated capacity; the sender of trains honours a request only
 //! within its byte budget (`bw_budget`, a token bucket), and says no otherwise.
 //!
+//! Never during bulk transfers: a node moving data-plane streams (or that just stopped,
+//! see [`crate::proto::Input::BulkTransfer`]) neither asks for trains nor sends them. A
+//! train is a burst of back-to-back datagrams; on a link a striped broadcast keeps at
+//! capacity it overflows the queue and makes the data streams back off, and what it
+//! measured would be the capacity left over, not the link's. The transfers themselves
+//! are measured instead (`handle_transfer_rate`).
+//!
 //! Owns the estimates, the trains asked for, the budget and the counters ([`Bandwidth`]).
 
 use super::Core;
@@ -213,7 +220,7 @@ impl Core {
             return;
         }
         let due = self.bw.next_round.get_or_insert(now);
-        if now < *due {
+        if now < *due || self.probing.loaded(now) {
             return;
         }
         self.bw.rounds += 1;
@@ -274,7 +281,7 @@ impl Core {
         let size = size.min(TRAIN_DATAGRAM);
         let bytes = packets as f64 * size as f64;
         let rate = self.config.bw_budget as f64;
-        if packets == 0 || !self.bw.spend(self.now, rate, bytes) {
+        if packets == 0 || self.probing.loaded(self.now) || !self.bw.spend(self.now, rate, bytes) {
             self.bw.stats.trains_refused += 1;
             return;
         }

@@ -1,0 +1,486 @@
+//! Which tree carries which part of a striped broadcast, decided as the parts complete.
+//!
+//! A split fixed up front in proportion to the planned rates leaves the whole waiting for
+//! its slowest tree: trees that share a link get the shares QUIC's congestion control
+//! gives them, not the ones the packing planned, and one tree running 30% late makes the
+//! whole 30% late (measured on das-4: parts of one 16 MiB broadcast completed between 5.3
+//! and 11.4 s). So the payload is cut into many parts, each tree ("lane") keeps at most
+//! [`WINDOW`] of them in flight, and whenever a part's report comes back the lane's rate
+//! is measured again and more parts are handed out:
+//!
+//! - a lane takes the next part if it would finish it no later than the projected end of
+//!   the whole: the time at which every lane, working at its measured rate from when its
+//!   parts in flight are done, would have carried all parts not yet handed out (water
+//!   filling). Far from the end every lane stays busy; near it a slow lane is left idle
+//!   rather than given a part it would deliver last;
+//! - the lane that would finish the next part first always may take it, so the last part
+//!   goes somewhere.
+//!
+//! Owns the payload (parts are slices of it) and the lanes; time comes in as arguments.
+
+use crate::net::pace::{HEADROOM, Pace};
+use crate::proto::NodeId;
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Parts a lane has in flight at most: two, so that a lane's link stays busy while the
+/// report of its older part travels back to the root.
+pub const WINDOW: usize = 2;
+/// The smallest part: below this, a part's fixed costs (a control message, a stream per
+/// hop, a report) grow against its transfer time.
+pub const MIN_PART: u64 = 32 * 1024;
+/// Payloads below this are not cut: one part per tree at most would be smaller than
+/// the data plane's chunk.
+pub const MIN_CUT: u64 = 256 * 1024;
+/// How long the planned rate counts as measured for, seconds: a lane's first reports move
+/// its estimate only as much as that much time at the planned rate would.
+const PRIOR_S: f64 = 0.25;
+/// The shortest timeout a late part gets, even when the whole's deadline is closer.
+const MIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A part to start now: broadcast `bytes` as part `index` of `count` along `route`.
+#[derive(Clone, Debug)]
+pub struct PartStart {
+    /// The part's place in the payload, and how many parts there are.
+    pub index: usize,
+    pub count: usize,
+    /// The tree (the plan's route) that carries it.
+    pub lane: usize,
+    /// Its bytes (a slice of the payload).
+    pub bytes: Bytes,
+    /// The route: (sender, receiver) edges.
+    pub route: Vec<(NodeId, NodeId)>,
+    /// Until the whole's deadline, at least a second.
+    pub timeout: Duration,
+    /// The lane's pace at this node (see [`crate::net::pace`]).
+    pub pace: Option<Arc<Pace>>,
+}
+
+struct InFlight {
+    index: usize,
+    started: Instant,
+    /// Bits of it already counted as carried (estimated when a sibling completed).
+    credited: f64,
+}
+
+/// One tree and what it carries.
+struct Lane {
+    route: Vec<(NodeId, NodeId)>,
+    planned_bps: f64,
+    pace: Option<Arc<Pace>>,
+    /// Estimated rate, bits per second: bits carried over the time the lane had parts in
+    /// flight, with the planned rate as a prior. Per-part samples would not do: parts in
+    /// flight together share the tree, so one completes late and the next just after it;
+    /// so when one completes, the others are credited with what they carried beside it
+    /// (at its average rate over their common time).
+    rate_bps: f64,
+    in_flight: Vec<InFlight>,
+    /// Since when it has had parts in flight, if it has.
+    busy_from: Option<Instant>,
+    /// Time it had parts in flight before `busy_from`, seconds, and the bits it completed.
+    busy_s: f64,
+    done_bits: f64,
+    /// Parts completed on it.
+    carried: usize,
+}
+
+/// The parts of one striped broadcast and the lanes they go down.
+pub struct Schedule {
+    payload: Bytes,
+    /// Offset and length of every part, in order.
+    parts: Vec<(u64, u64)>,
+    next: usize,
+    deadline: Instant,
+    lanes: Vec<Lane>,
+    started: Instant,
+}
+
+impl Schedule {
+    /// The schedule for `payload` over `routes` with planned rates `rates_bps` (one per
+    /// route), cut into at most `max_parts` parts ([`part_sizes`]); each route's streams
+    /// paced at its rate if `paced`.
+    pub fn new(
+        payload: Bytes,
+        routes: Vec<Vec<(NodeId, NodeId)>>,
+        rates_bps: &[f64],
+        max_parts: usize,
+        paced: bool,
+        now: Instant,
+        timeout: Duration,
+    ) -> Schedule {
+        // No route at all: one lane down the overlay's own tree (an empty route).
+        let routes = if routes.is_empty() {
+            vec![Vec::new()]
+        } else {
+            routes
+        };
+        let sizes = part_sizes(payload.len() as u64, routes.len(), max_parts);
+        let parts = sizes
+            .iter()
+            .scan(0u64, |at, &len| {
+                let part = (*at, len);
+                *at += len;
+                Some(part)
+            })
+            .collect();
+        let lanes = routes
+            .into_iter()
+            .zip(rates_bps.iter().chain(std::iter::repeat(&1e6)))
+            .map(|(route, &rate)| {
+                let rate = if rate.is_finite() && rate > 0.0 {
+                    rate
+                } else {
+                    1e6
+                };
+                Lane {
+                    route,
+                    planned_bps: rate,
+                    pace: paced
+                        .then(|| Pace::new(rate * HEADROOM).map(Arc::new))
+                        .flatten(),
+                    rate_bps: rate,
+                    in_flight: Vec::new(),
+                    busy_from: None,
+                    busy_s: 0.0,
+                    done_bits: 0.0,
+                    carried: 0,
+                }
+            })
+            .collect();
+        Schedule {
+            payload,
+            parts,
+            next: 0,
+            deadline: now + timeout,
+            lanes,
+            started: now,
+        }
+    }
+
+    /// How many parts the payload is cut into.
+    pub fn count(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// When the broadcast started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Parts completed per lane so far.
+    pub fn carried(&self) -> Vec<usize> {
+        self.lanes.iter().map(|l| l.carried).collect()
+    }
+
+    /// Planned and estimated rate per lane, Mbit/s.
+    pub fn rates_mbit(&self) -> Vec<(f64, f64)> {
+        self.lanes
+            .iter()
+            .map(|l| (l.planned_bps / 1e6, l.rate_bps / 1e6))
+            .collect()
+    }
+
+    /// The parts to start at the beginning.
+    pub fn start(&mut self, now: Instant) -> Vec<PartStart> {
+        self.hand_out(now)
+    }
+
+    /// Part `index` reported (reached everyone or not): the parts to start now.
+    pub fn done(&mut self, index: usize, now: Instant) -> Vec<PartStart> {
+        let part_len = self.part_len(index);
+        if let Some(lane) = self
+            .lanes
+            .iter_mut()
+            .find(|l| l.in_flight.iter().any(|p| p.index == index))
+        {
+            let at = lane.in_flight.iter().position(|p| p.index == index);
+            let part = lane.in_flight.remove(at.expect("found above"));
+            let bits = part_len as f64 * 8.0;
+            lane.done_bits += bits - part.credited;
+            let life = now.saturating_duration_since(part.started).as_secs_f64();
+            if life > 0.0 {
+                for other in &mut lane.in_flight {
+                    let len = self.parts.get(other.index).map_or(0, |p| p.1) as f64 * 8.0;
+                    let common = now
+                        .saturating_duration_since(other.started.max(part.started))
+                        .as_secs_f64();
+                    let carried = (common * bits / life).min(len).max(other.credited);
+                    lane.done_bits += carried - other.credited;
+                    other.credited = carried;
+                }
+            }
+            let since = lane.busy_from.unwrap_or(now);
+            let busy = lane.busy_s + now.saturating_duration_since(since).as_secs_f64();
+            lane.rate_bps = (lane.done_bits + lane.planned_bps * PRIOR_S) / (busy + PRIOR_S);
+            if lane.in_flight.is_empty() {
+                lane.busy_s = busy;
+                lane.busy_from = None;
+            }
+            lane.carried += 1;
+        }
+        self.hand_out(now)
+    }
+
+    fn part_len(&self, index: usize) -> u64 {
+        self.parts.get(index).map_or(0, |p| p.1)
+    }
+
+    /// Seconds from `now` until lane `i` is done with what it has in flight: the older
+    /// part's rest, and the newer ones' full length less what they got beside it.
+    fn busy_s(&self, i: usize, now: Instant) -> f64 {
+        let lane = &self.lanes[i];
+        let bits: f64 = lane
+            .in_flight
+            .iter()
+            .map(|p| {
+                let len = self.part_len(p.index) as f64 * 8.0;
+                let share = lane.rate_bps / lane.in_flight.len() as f64;
+                let got = now.saturating_duration_since(p.started).as_secs_f64() * share;
+                (len - got).max(0.0)
+            })
+            .sum();
+        bits / lane.rate_bps
+    }
+
+    /// When every part not handed out would be done if the lanes carried them at their
+    /// rates from when each is free (seconds from now).
+    fn projected_end_s(&self, now: Instant) -> f64 {
+        let work: f64 = (self.next..self.count())
+            .map(|i| self.part_len(i) as f64 * 8.0)
+            .sum();
+        let mut free: Vec<(f64, f64)> = (0..self.lanes.len())
+            .map(|i| (self.busy_s(i, now), self.lanes[i].rate_bps))
+            .collect();
+        free.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Raise the water level lane by lane until the work fits under it.
+        let (mut rate, mut left, mut level) = (0.0, work, 0.0);
+        for (k, &(at, r)) in free.iter().enumerate() {
+            let filled = rate * (at - level);
+            if rate > 0.0 && filled >= left {
+                return level + left / rate;
+            }
+            left -= filled.max(0.0);
+            level = at;
+            rate += r;
+            if k + 1 == free.len() {
+                return level + left / rate;
+            }
+        }
+        level
+    }
+
+    fn hand_out(&mut self, now: Instant) -> Vec<PartStart> {
+        let mut out = Vec::new();
+        while self.next < self.count() {
+            let len = self.part_len(self.next) as f64 * 8.0;
+            let finish: Vec<f64> = (0..self.lanes.len())
+                .map(|i| self.busy_s(i, now) + len / self.lanes[i].rate_bps)
+                .collect();
+            let earliest = finish.iter().copied().fold(f64::INFINITY, f64::min);
+            let end = self.projected_end_s(now).max(earliest);
+            let taker = (0..self.lanes.len())
+                .filter(|&i| self.lanes[i].in_flight.len() < WINDOW && finish[i] <= end)
+                .min_by(|&a, &b| finish[a].total_cmp(&finish[b]));
+            let Some(lane) = taker else { break };
+            out.push(self.assign(lane, now));
+        }
+        out
+    }
+
+    fn assign(&mut self, lane: usize, now: Instant) -> PartStart {
+        let index = self.next;
+        self.next += 1;
+        let (from, len) = self.parts[index];
+        let to = from + len;
+        let l = &mut self.lanes[lane];
+        l.busy_from.get_or_insert(now);
+        l.in_flight.push(InFlight {
+            index,
+            started: now,
+            credited: 0.0,
+        });
+        PartStart {
+            index,
+            count: self.count(),
+            lane,
+            bytes: self.payload.slice(from as usize..to as usize),
+            route: self.lanes[lane].route.clone(),
+            timeout: self
+                .deadline
+                .saturating_duration_since(now)
+                .max(MIN_TIMEOUT),
+            pace: self.lanes[lane].pace.clone(),
+        }
+    }
+}
+
+/// The sizes `len` bytes are cut into for `lanes` trees, at most `max_parts` of them:
+/// equal parts of `len / 48` while much is left, then each a `2 * lanes`-th of what is
+/// left (so the parts handed out in one round of the lanes' windows never hold more than
+/// about half of it), down to [`MIN_PART`]; the floor is raised until the count fits.
+/// Nothing below [`MIN_CUT`] is cut.
+pub fn part_sizes(len: u64, lanes: usize, max_parts: usize) -> Vec<u64> {
+    if len < MIN_CUT || max_parts <= 1 {
+        return vec![len];
+    }
+    let share = 2 * lanes.max(1) as u64;
+    let mut floor = MIN_PART;
+    loop {
+        let cap = (len / 48).max(floor);
+        let mut sizes = Vec::new();
+        let mut left = len;
+        while left > 0 && sizes.len() <= max_parts {
+            let size = (left / share).clamp(floor, cap).min(left);
+            // A last sliver joins the part before it.
+            let size = if left - size < floor / 2 { left } else { size };
+            sizes.push(size);
+            left -= size;
+        }
+        if sizes.len() <= max_parts {
+            return sizes;
+        }
+        floor *= 2;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(n: u8) -> Vec<(NodeId, NodeId)> {
+        vec![(NodeId([0; 16]), NodeId([n; 16]))]
+    }
+
+    /// Runs a schedule where lane i really carries `true_bps[i]` (its parts in flight
+    /// sharing it) and reports come back `feedback` after a part is in; returns when the
+    /// last part completed and the parts per lane.
+    fn simulate(planned: &[f64], true_bps: &[f64], mib: u64) -> (f64, Vec<usize>) {
+        let t0 = Instant::now();
+        let routes = (0..planned.len()).map(|i| route(i as u8 + 1)).collect();
+        let payload = Bytes::from(vec![7u8; (mib << 20) as usize]);
+        let mut s = Schedule::new(
+            payload,
+            routes,
+            planned,
+            127,
+            false,
+            t0,
+            Duration::from_secs(600),
+        );
+        // (lane, index, bits left)
+        let mut flying: Vec<(usize, usize, f64)> = Vec::new();
+        let add = |flying: &mut Vec<(usize, usize, f64)>, starts: Vec<PartStart>| {
+            for p in starts {
+                flying.push((p.lane, p.index, p.bytes.len() as f64 * 8.0));
+            }
+        };
+        add(&mut flying, s.start(t0));
+        let dt = 0.001;
+        let mut t = 0.0;
+        let mut delivered = 0;
+        while delivered < s.count() {
+            t += dt;
+            for (lane, &bps) in true_bps.iter().enumerate() {
+                let n = flying.iter().filter(|f| f.0 == lane).count();
+                for f in flying.iter_mut().filter(|f| f.0 == lane) {
+                    f.2 -= bps / n as f64 * dt;
+                }
+            }
+            let now = t0 + Duration::from_secs_f64(t);
+            let done: Vec<usize> = flying.iter().filter(|f| f.2 <= 0.0).map(|f| f.1).collect();
+            flying.retain(|f| f.2 > 0.0);
+            for index in done {
+                delivered += 1;
+                add(&mut flying, s.done(index, now));
+            }
+            assert!(t < 1000.0, "the schedule stalled");
+        }
+        (t, s.carried())
+    }
+
+    #[test]
+    fn parts_shrink_towards_the_end_add_up_and_are_bounded_in_number() {
+        for (len, lanes) in [(1u64 << 20, 7), (16 << 20, 7), (64 << 20, 8), (1 << 30, 8)] {
+            let sizes = part_sizes(len, lanes, 127);
+            assert_eq!(sizes.iter().sum::<u64>(), len);
+            assert!(sizes.len() <= 127, "{len}: {} parts", sizes.len());
+            assert!(
+                sizes
+                    .windows(2)
+                    .all(|w| w[0] >= w[1] || w[1] - w[0] < MIN_PART)
+            );
+            let last = *sizes.last().unwrap();
+            assert!(
+                last <= MIN_PART.max(len / 64),
+                "{len}: the last part is {last}"
+            );
+        }
+        assert_eq!(
+            part_sizes(100_000, 4, 127),
+            vec![100_000],
+            "small payloads stay whole"
+        );
+        assert_eq!(part_sizes(16 << 20, 4, 1), vec![16 << 20]);
+        let now = Instant::now();
+        let payload = Bytes::from(vec![1u8; 10 << 20]);
+        let mut s = Schedule::new(
+            payload,
+            vec![route(1)],
+            &[1e7],
+            127,
+            false,
+            now,
+            Duration::from_secs(9),
+        );
+        assert!(s.count() > 40, "{}", s.count());
+        let mut total = 0;
+        let mut starts = s.start(now);
+        assert_eq!(starts.len(), WINDOW, "one lane, a window of parts");
+        while let Some(p) = starts.pop() {
+            total += p.bytes.len();
+            starts.extend(s.done(p.index, now + Duration::from_millis(10)));
+        }
+        assert_eq!(total, 10 << 20);
+    }
+
+    #[test]
+    fn lanes_slower_than_planned_get_fewer_parts_and_the_whole_ends_near_the_sum_of_rates() {
+        // Planned 10+5, but QUIC shares the common link evenly: 7.5 each, plus a slow 2.
+        let (t, carried) = simulate(&[10e6, 5e6, 2e6], &[7.5e6, 7.5e6, 2e6], 16);
+        let ideal = (16u64 << 20) as f64 * 8.0 / 17e6;
+        assert!(t < ideal * 1.08, "{t:.2} s against {ideal:.2} s");
+        assert!(carried[2] < carried[0], "{carried:?}");
+        // A static split by the planned rates would take the 5e6 lane's share at 7.5 and
+        // the 10e6 lane's at 7.5: 16 MiB * 10/17 / 7.5 Mbit/s.
+        let fixed = (16u64 << 20) as f64 * 8.0 * (10.0 / 17.0) / 7.5e6;
+        assert!(t < fixed * 0.85, "{t:.2} s, a fixed split {fixed:.2} s");
+    }
+
+    #[test]
+    fn without_routes_the_parts_go_down_the_overlays_tree() {
+        let now = Instant::now();
+        let payload = Bytes::from(vec![1u8; 1 << 20]);
+        let mut s = Schedule::new(
+            payload,
+            Vec::new(),
+            &[],
+            127,
+            true,
+            now,
+            Duration::from_secs(9),
+        );
+        let starts = s.start(now);
+        assert!(!starts.is_empty() && starts.iter().all(|p| p.route.is_empty()));
+    }
+
+    #[test]
+    fn a_lane_far_slower_than_the_rest_is_left_idle_at_the_end() {
+        let (t, carried) = simulate(&[10e6, 0.2e6], &[10e6, 0.2e6], 4);
+        let alone = (4u64 << 20) as f64 * 8.0 / 10e6;
+        assert!(
+            t < alone * 1.05,
+            "{t:.2} s against {alone:.2} s: {carried:?}"
+        );
+    }
+}
