@@ -124,7 +124,10 @@ fn collective_commands_refuse_bad_input() {
     let dir = TempDir::new("cli-collectives");
     let d = dir.path().to_str().expect("utf-8 path");
     let big = dir.path().join("big.bin");
-    std::fs::write(&big, vec![0u8; 2 << 20]).expect("write");
+    // Sparse: one byte over the 1 GiB limit without writing it.
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len((1 << 30) + 1))
+        .expect("write");
     let big = big.to_str().expect("utf-8 path");
     fails(
         &["broadcast", "--data-dir", d, "--file", big],

@@ -17,6 +17,7 @@ mod process_overlay;
 mod quic_bandwidth;
 mod quic_collectives;
 mod quic_overlay;
+mod quic_replan;
 mod security;
 mod sim_churn;
 mod sim_clusters;

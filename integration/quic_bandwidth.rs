@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// das-4 with two nodes per cluster, its bandwidths emulated, once every tree is
 /// wide-area optimal.
-async fn start_das4() -> (Topology, LocalOverlay) {
+pub(crate) async fn start_das4() -> (Topology, LocalOverlay) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/das-4.toml");
     let mut topo = Topology::load(&path).unwrap_or_else(|e| panic!("{e}"));
     for c in &mut topo.clusters {
@@ -122,7 +122,7 @@ async fn probe_bytes(overlay: &LocalOverlay) -> u64 {
 }
 
 /// Waits until `node` holds an estimate for every directed pair of distinct clusters.
-async fn wait_matrix(node: &overlay::api::Node, pairs: usize) {
+pub(crate) async fn wait_matrix(node: &overlay::api::Node, pairs: usize) {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {
         if let Ok(s) = node.status().await
@@ -218,4 +218,101 @@ async fn striped_once(
         root.id(),
         took.as_secs_f64()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_crashing_mid_transfer_is_reported_missing_and_everyone_else_gets_it_once() {
+    use futures::StreamExt;
+    let _net = crate::common::real_network();
+    let (topo, overlay) = start_das4().await;
+    let root = overlay.nodes[0].clone();
+    let pairs = topo.clusters.len() * (topo.clusters.len() - 1);
+    wait_matrix(&root, pairs).await;
+    // The first UvA node: VU's widest link goes to UvA, so the packed trees relay through it.
+    let uva = topo
+        .clusters
+        .iter()
+        .position(|c| c.name == "UvA")
+        .expect("das-4 has UvA");
+    let victim = overlay
+        .clusters
+        .iter()
+        .position(|&c| c == uva)
+        .expect("a UvA node");
+    let victim_id = overlay.nodes[victim].id();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for (i, n) in overlay.nodes.iter().enumerate() {
+        let mut s = Box::pin(n.deliveries());
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(d) = s.next().await {
+                let _ = tx.send((i, d));
+            }
+        });
+    }
+    let payload: Vec<u8> = (0..4u32 << 20).map(|i| (i * 13 + i / 8191) as u8).collect();
+    let sending = {
+        let (root, payload) = (root.clone(), payload.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let report = root
+                .with_op_timeout(Duration::from_secs(30))
+                .broadcast(payload)
+                .await;
+            (report, started.elapsed())
+        })
+    };
+    // About a third of the way through (4 MiB at ~14 Mbit/s takes ~2.4 s).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    overlay.crash(victim);
+    // No hang: the report comes within the operation's budget (30 s + 4 s of transfer).
+    let (report, took) = tokio::time::timeout(Duration::from_secs(60), sending)
+        .await
+        .expect("the broadcast reports")
+        .expect("task");
+    let report = report.expect("broadcast");
+    eprintln!(
+        "relay {} crashed mid-transfer: report after {:.2} s, delivered {}, missing {:?}",
+        victim_id,
+        took.as_secs_f64(),
+        report.delivered.len(),
+        report.missing
+    );
+    assert!(
+        report.missing == vec![victim_id] || report.missing.is_empty(),
+        "only the crashed relay may be missing: {:?}",
+        report.missing
+    );
+    let live = overlay.nodes.len() - 1;
+    let others: Vec<NodeId> = report
+        .delivered
+        .iter()
+        .copied()
+        .filter(|d| *d != victim_id)
+        .collect();
+    assert_eq!(others.len(), live, "every live node delivered: {report:?}");
+    // Every live node delivers the whole payload exactly once.
+    let mut got: HashMap<usize, usize> = HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while got.keys().filter(|&&i| i != victim).count() < live {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some((i, d))) if d.root == root.id() => {
+                assert_eq!(d.op, report.op, "delivered under the whole's number");
+                assert!(d.payload[..] == payload[..], "node {i} got other bytes");
+                *got.entry(i).or_default() += 1;
+            }
+            Ok(Some(_)) => {}
+            _ => break,
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while let Ok((i, d)) = rx.try_recv() {
+        if d.root == root.id() {
+            *got.entry(i).or_default() += 1;
+        }
+    }
+    got.remove(&victim);
+    assert_eq!(got.len(), live, "deliveries: {got:?}");
+    assert!(got.values().all(|&c| c == 1), "exactly once: {got:?}");
+    overlay.shutdown().await;
 }

@@ -1,11 +1,13 @@
 //! The local admin endpoint: a Unix socket in the node's data directory through which
 //! `overlay-node status` and `overlay-node tree` talk to the running node. One JSON request
-//! per connection, one JSON response back. Only local users with access to the data
-//! directory can reach it.
+//! per connection (one line), one JSON response back. A broadcast request says how many
+//! bytes follow its line and the payload follows as is, so payloads up to the streamed
+//! limit ([`MAX_STREAM_PAYLOAD`]) need neither hex nor a second copy. Only local users with
+//! access to the data directory can reach it.
 
 use crate::api::{BroadcastReport, COUNT_KEY, INFO_KEY, Node, NodeInfo, NodeStatus, TreeSnapshot};
 use crate::proto::NodeId;
-use crate::proto::id::{decode_hex, encode_hex};
+use crate::proto::collective::MAX_STREAM_PAYLOAD;
 use crate::proto::{NumKind, Reducer};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -21,8 +23,8 @@ pub enum AdminRequest {
     Status,
     /// The whole tree of the root whose id or name starts with `root` (or equals it).
     Tree { root: String },
-    /// Broadcast these bytes (hex) from the node.
-    Broadcast { payload_hex: String },
+    /// Broadcast the `len` bytes that follow the request's line from the node.
+    Broadcast { len: u64 },
     /// Gather every member's [`NodeInfo`].
     GatherInfo,
     /// Count the members with a reduce (each contributes 1).
@@ -129,10 +131,9 @@ async fn wait_stopped(node: &Node) {
 async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
-    // Room for a broadcast payload of the largest size, in hex.
-    let limit = 2 * crate::proto::collective::MAX_INLINE_PAYLOAD as u64 + 4096;
-    let mut reader = BufReader::new(read).take(limit);
+    let mut reader = BufReader::new(read).take(MAX_REQUEST_LINE);
     reader.read_line(&mut line).await?;
+    let mut body = reader.into_inner();
     let response = match serde_json::from_str::<AdminRequest>(&line) {
         Err(e) => {
             warn!(error = %e, "malformed admin request");
@@ -149,9 +150,9 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
             },
             Err(e) => AdminResponse::Error(e),
         },
-        Ok(AdminRequest::Broadcast { payload_hex }) => match decode_hex(&payload_hex) {
-            None => AdminResponse::Error("payload is not hex".into()),
-            Some(payload) => match node.broadcast(payload).await {
+        Ok(AdminRequest::Broadcast { len }) => match read_payload(&mut body, len).await {
+            Err(e) => AdminResponse::Error(e),
+            Ok(payload) => match node.broadcast(payload).await {
                 Ok(r) => AdminResponse::Broadcast(r),
                 Err(e) => AdminResponse::Error(e.to_string()),
             },
@@ -199,10 +200,46 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
     write.shutdown().await
 }
 
-/// Hex-encodes a payload for [`AdminRequest::Broadcast`].
-pub fn broadcast_request(payload: &[u8]) -> AdminRequest {
-    AdminRequest::Broadcast {
-        payload_hex: encode_hex(payload),
+/// Longest request line a node reads (requests other than the payload are small).
+const MAX_REQUEST_LINE: u64 = 64 * 1024;
+
+/// Reads the `len` payload bytes that follow a broadcast request, all of them or an error
+/// saying what was wrong (too large, cut short).
+async fn read_payload(
+    body: &mut (impl tokio::io::AsyncRead + Unpin),
+    len: u64,
+) -> Result<Vec<u8>, String> {
+    if len > MAX_STREAM_PAYLOAD {
+        return Err(format!(
+            "payload of {len} bytes exceeds the limit of {MAX_STREAM_PAYLOAD} bytes"
+        ));
+    }
+    // Grow as bytes arrive rather than trusting the announced length up front.
+    let mut payload = Vec::with_capacity(len.min(1 << 24) as usize);
+    body.take(len)
+        .read_to_end(&mut payload)
+        .await
+        .map_err(|e| format!("reading the payload: {e}"))?;
+    if payload.len() as u64 != len {
+        return Err(format!(
+            "payload cut short: {} of {len} bytes arrived",
+            payload.len()
+        ));
+    }
+    Ok(payload)
+}
+
+/// Broadcasts `payload` from the node running with `data_dir` (any size up to
+/// [`MAX_STREAM_PAYLOAD`]) and returns its report.
+pub async fn broadcast(data_dir: &Path, payload: &[u8]) -> Result<BroadcastReport, AdminError> {
+    let req = AdminRequest::Broadcast {
+        len: payload.len() as u64,
+    };
+    match exchange(data_dir, &req, payload).await? {
+        AdminResponse::Broadcast(r) => Ok(r),
+        other => Err(AdminError::Malformed(format!(
+            "a broadcast was answered with {other:?}"
+        ))),
     }
 }
 
@@ -229,8 +266,17 @@ async fn resolve_root(node: &Node, text: &str) -> Result<NodeId, String> {
     }
 }
 
-/// Sends one request to the node running with `data_dir`.
+/// Sends one request to the node running with `data_dir` (a broadcast goes through
+/// [`broadcast`], which sends its payload after the line).
 pub async fn request(data_dir: &Path, req: &AdminRequest) -> Result<AdminResponse, AdminError> {
+    exchange(data_dir, req, &[]).await
+}
+
+async fn exchange(
+    data_dir: &Path,
+    req: &AdminRequest,
+    payload: &[u8],
+) -> Result<AdminResponse, AdminError> {
     let path = socket_path(data_dir);
     let stream = tokio::net::UnixStream::connect(&path)
         .await
@@ -242,6 +288,7 @@ pub async fn request(data_dir: &Path, req: &AdminRequest) -> Result<AdminRespons
     let mut body = serde_json::to_vec(req).map_err(std::io::Error::other)?;
     body.push(b'\n');
     write.write_all(&body).await?;
+    write.write_all(payload).await?;
     let mut line = String::new();
     BufReader::new(read).read_line(&mut line).await?;
     match serde_json::from_str(&line).map_err(|e| AdminError::Malformed(e.to_string()))? {

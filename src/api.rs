@@ -34,8 +34,8 @@ pub use crate::net::auth::AuthError;
 pub use crate::net::frame::FrameError;
 pub use crate::net::link::{DialError, DialFailure};
 pub use crate::net::view::{
-    ClusterBandwidth, ClusterGroup, ClusterLevel, DecodeError, Delivery, MemberInfo, NodeEvent,
-    NodeStatus, TreeInfo, TreeNode, TreeSnapshot,
+    BroadcastPlan, ClusterBandwidth, ClusterGroup, ClusterLevel, DecodeError, Delivery, MemberInfo,
+    NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot,
 };
 
 use crate::net::driver::ApiCommand;
@@ -166,6 +166,29 @@ impl Node {
             .send(ApiCommand::SetSpread(spread))
             .await
             .map_err(|_| NodeError::Stopped)
+    }
+
+    /// How a broadcast of `bytes` from this node would spread now with the default
+    /// [`Spread::Auto`]: the trees packed over the measured cluster bandwidths and their
+    /// rates, the predictions and the bound; `None` until every cluster pair is measured
+    /// (such a broadcast takes the latency tree). Payloads up to the inline limit (960 KiB)
+    /// always take the latency tree.
+    ///
+    /// ```no_run
+    /// # async fn f(node: overlay::api::Node) -> Result<(), overlay::api::NodeError> {
+    /// if let Some(plan) = node.broadcast_plan(16 << 20).await? {
+    ///     println!("{} trees, {:.1} of {:.1} Mbit/s", plan.trees.len(),
+    ///         plan.trees.iter().map(|t| t.mbit).sum::<f64>(), plan.bound_mbit);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn broadcast_plan(&self, bytes: u64) -> Result<Option<BroadcastPlan>, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(ApiCommand::Plan(bytes, tx))
+            .await
+            .map_err(|_| NodeError::Stopped)?;
+        rx.await.map_err(|_| NodeError::Stopped)
     }
 
     /// This handle with another deadline for the collective operations it starts (see

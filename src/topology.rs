@@ -168,6 +168,19 @@ impl Topology {
         t
     }
 
+    /// The same topology with the directed link `from` -> `to` at `mbit` Mbit/s: what the
+    /// network looks like after that link changed (e.g. to report the bound after an
+    /// emulated link was slowed mid-run).
+    ///
+    /// # Panics
+    /// If either index is not below `clusters.len()`.
+    pub fn with_link_bandwidth(&self, from: usize, to: usize, mbit: f64) -> Topology {
+        let mut t = self.clone();
+        let cell = t.cell(from, to);
+        t.bandwidth[cell] = Some(mbit);
+        t
+    }
+
     /// The same topology in dilated time: every latency multiplied by `factor` and every
     /// bandwidth divided by it, so that a message takes `factor` times as long everywhere.
     /// Nodes, clusters and sites are unchanged. Named `<name>-dilated-x<factor>`.

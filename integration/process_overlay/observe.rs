@@ -31,6 +31,22 @@ pub(super) fn collectives_from_the_cli(fx: &Fixture, ids: &[NodeId]) {
     assert_eq!(delivered, all, "broadcast: {b}");
     assert_eq!(b["missing"], serde_json::json!([]), "broadcast: {b}");
 
+    // A streamed payload (above the inline limit) goes through the admin socket as is.
+    let file = fx.nodes[1].dir.join("large.bin");
+    let large: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&file, &large).expect("write the payload");
+    let file = file.to_str().expect("utf-8 path");
+    let l = cli(&["broadcast", "--file", file, "--json"], 1);
+    let mut got: Vec<String> = serde_json::from_value(l["delivered"].clone()).expect("ids");
+    got.sort();
+    assert_eq!(got, all, "large broadcast: {l}");
+    assert_eq!(
+        l["bytes"],
+        serde_json::json!(large.len()),
+        "large broadcast: {l}"
+    );
+    admin_refuses_bad_payloads(&fx.nodes[2].dir);
+
     let g = cli(&["gather", "info", "--json"], 5);
     let nodes = g["nodes"].as_array().expect("nodes");
     let mut names: Vec<&str> = nodes
@@ -60,6 +76,27 @@ pub(super) fn collectives_from_the_cli(fx: &Fixture, ids: &[NodeId]) {
         r["count"],
         r["elapsed_ms"].as_f64().unwrap_or(0.0)
     );
+}
+
+/// A broadcast request over the limit, or whose payload is cut short, gets an error
+/// naming the problem (and the node carries on).
+fn admin_refuses_bad_payloads(dir: &Path) {
+    use std::io::{Read, Write};
+    let ask = |request: &[u8]| {
+        let mut s =
+            std::os::unix::net::UnixStream::connect(dir.join("admin.sock")).expect("admin socket");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(request).expect("send");
+        s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("answer");
+        answer
+    };
+    let over = ask(b"{\"Broadcast\":{\"len\":2000000000}}\n");
+    assert!(over.contains("exceeds the limit"), "{over}");
+    let short = ask(b"{\"Broadcast\":{\"len\":100}}\nonly ten b");
+    assert!(short.contains("cut short: 10 of 100"), "{short}");
 }
 
 /// `overlay-node status --data-dir DIR --json`, parsed.

@@ -120,31 +120,6 @@ pub fn tree_rate(topo: &Topology, root: usize, edges: &[(usize, usize)]) -> Boun
     bound
 }
 
-/// The max-flow bound from `root` over the file's cluster bandwidths, Mbit/s: what a
-/// broadcast striped over packed trees can reach at most (for reporting only).
-pub fn max_flow(topo: &Topology, root: usize) -> f64 {
-    let n = topo.clusters.len();
-    let cap_bps = (0..n)
-        .map(|a| {
-            (0..n)
-                .map(|b| topo.bandwidth_mbit(a, b).unwrap_or(0.0) * 1e6)
-                .collect()
-        })
-        .collect();
-    let latency_us = (0..n)
-        .map(|a| {
-            (0..n)
-                .map(|b| topo.latency(a, b).as_micros() as u32)
-                .collect()
-        })
-        .collect();
-    let g = crate::proto::stripe::ClusterGraph {
-        cap_bps,
-        latency_us,
-    };
-    crate::proto::stripe::max_flow_bound(&g, root) / 1e6
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -226,7 +226,7 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         .position(|&c| c == root_cluster)
         .context("the root cluster has no node")?;
     let ids: Vec<NodeId> = overlay.nodes.iter().map(Node::id).collect();
-    let max_flow_mbit = bandwidth::max_flow(&topo, root_cluster);
+    let max_flow_mbit = crate::sim::max_flow_mbit(&topo, root_cluster);
     let measured_s = wait_measured(&overlay.nodes[root], topo.clusters.len()).await;
     progress(&format!(
         "large: the root {} every cluster pair's bandwidth{}",

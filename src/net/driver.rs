@@ -15,7 +15,7 @@ use super::meter::{BurstPace, SendMeter};
 use super::ops::{Handled, OpCommand, Ops};
 use super::stream::{Forwarding, Streams};
 use super::stripes::{self, Spread, Stripes};
-use super::view::{Delivery, MemberView, NodeEvent, NodeStatus, TreeSnapshot};
+use super::view::{BroadcastPlan, Delivery, MemberView, NodeEvent, NodeStatus, TreeSnapshot};
 use crate::proto::{Class, Command, Event, Node, NodeId, NodeInput, NodeOutput, Packet, Time};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -49,6 +49,8 @@ pub enum ApiCommand {
     SetForwarding(Forwarding),
     /// How this node spreads the large broadcasts it starts from now on.
     SetSpread(Spread),
+    /// How a broadcast of this many bytes would be planned now.
+    Plan(u64, oneshot::Sender<Option<BroadcastPlan>>),
 }
 
 /// The member that admitted this node, or why the join failed.

@@ -124,6 +124,24 @@ impl LatencyMap {
         })
     }
 
+    /// Sets the directed link from cluster `from` to cluster `to` to `mbit` Mbit/s from now
+    /// on (a link whose rate changed under the overlay, e.g. another tenant's traffic or a
+    /// reroute); datagrams already on their way keep their times. False if the map does
+    /// not emulate bandwidth, the link had no rate in the file, or `mbit` is not a rate.
+    pub fn set_link_mbit(&self, from: usize, to: usize, mbit: f64) -> bool {
+        let n = self.topology.clusters.len();
+        if from >= n || to >= n || from == to {
+            return false;
+        }
+        match (self.links.get(from * n + to), Pipe::with_rate(mbit)) {
+            (Some(Some(link)), Some(pipe)) => {
+                *link.lock().unwrap_or_else(PoisonError::into_inner) = pipe;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether sockets on this map emulate bandwidth ([`LatencyMap::with_bandwidth`]).
     pub fn emulates_bandwidth(&self) -> bool {
         self.bandwidth

@@ -44,6 +44,7 @@
 //! ```
 
 mod bandwidth;
+mod bound;
 mod config;
 pub(crate) mod dot;
 pub mod groups;
@@ -61,6 +62,7 @@ pub mod traffic;
 #[cfg(test)]
 mod tests;
 
+pub use self::bound::max_flow_mbit;
 pub use self::config::SimConfig;
 pub use self::groups::Groups;
 pub use self::invariants::{CycleRecord, ParentView};

@@ -7,7 +7,10 @@
 //!   the one-way latency between its source and destination clusters and writes it back.
 //! - `status`: asks every node of a running testbed for its status and judges the trees,
 //!   the membership and the measured RTTs against the topology.
+//! - `large`: a large broadcast from one cluster, its throughput as a share of the
+//!   topology's max-flow bound, and the bandwidth matrix the sending node measured.
 
+mod large;
 mod plan;
 mod status;
 mod wan;
@@ -30,6 +33,8 @@ enum Cmd {
     Wan(wan::WanArgs),
     /// Show a running testbed: every node's membership and trees, and RTTs against the topology.
     Status(status::StatusArgs),
+    /// Broadcast a large payload from one cluster and print its share of the max-flow bound.
+    Large(large::LargeArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +43,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Plan(args) => plan::run(args),
         Cmd::Wan(args) => wan::run(args),
         Cmd::Status(args) => status::run(args),
+        Cmd::Large(args) => large::run(args),
     };
     match result {
         Ok(code) => code,

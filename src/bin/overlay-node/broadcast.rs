@@ -1,8 +1,8 @@
 //! `overlay-node broadcast`: broadcast a text or a file from a running node along its tree.
 
 use anyhow::{Context, bail};
-use overlay::admin::{AdminResponse, broadcast_request, request};
-use overlay::proto::collective::MAX_INLINE_PAYLOAD;
+use overlay::admin::broadcast;
+use overlay::proto::collective::MAX_STREAM_PAYLOAD;
 use std::path::PathBuf;
 
 /// Options of `broadcast`.
@@ -12,37 +12,47 @@ pub struct BroadcastArgs {
     /// The running node's data directory.
     #[arg(long, value_name = "DIR")]
     data_dir: PathBuf,
-    /// Broadcast this file's bytes.
+    /// Broadcast this file's bytes (up to 1 GiB; large ones are striped over several
+    /// trees by the node's measured bandwidths).
     #[arg(long, value_name = "FILE")]
     file: Option<PathBuf>,
     /// Broadcast this text.
     #[arg(long, value_name = "TEXT")]
     text: Option<String>,
-    /// Print one JSON object: op, delivered, missing, elapsed_ms.
+    /// Print one JSON object: op, bytes, delivered, missing, elapsed_ms, mbit_per_s.
     #[arg(long)]
     json: bool,
 }
 
 pub async fn run(args: BroadcastArgs) -> anyhow::Result<()> {
     let payload = match (&args.file, args.text) {
-        (Some(f), _) => std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?,
+        (Some(f), _) => {
+            // Refuse an oversized file before reading it into memory.
+            let len = std::fs::metadata(f)
+                .with_context(|| format!("cannot read {}", f.display()))?
+                .len();
+            if len > MAX_STREAM_PAYLOAD {
+                bail!("payload of {len} bytes exceeds the limit of {MAX_STREAM_PAYLOAD} bytes");
+            }
+            std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?
+        }
         (None, Some(t)) => t.into_bytes(),
         (None, None) => bail!("give --file or --text"),
     };
-    if payload.len() > MAX_INLINE_PAYLOAD {
+    if payload.len() as u64 > MAX_STREAM_PAYLOAD {
         bail!(
-            "payload of {} bytes exceeds the limit of {MAX_INLINE_PAYLOAD} bytes",
+            "payload of {} bytes exceeds the limit of {MAX_STREAM_PAYLOAD} bytes",
             payload.len()
         );
     }
-    let AdminResponse::Broadcast(r) = request(&args.data_dir, &broadcast_request(&payload)).await?
-    else {
-        bail!("unexpected answer from the node");
-    };
+    let r = broadcast(&args.data_dir, &payload).await?;
     let elapsed_ms = r.elapsed.as_secs_f64() * 1e3;
+    let mbit_per_s = payload.len() as f64 * 8.0 / r.elapsed.as_secs_f64().max(1e-9) / 1e6;
     if args.json {
         let out = serde_json::json!({
             "op": format!("{:016x}", r.op),
+            "bytes": payload.len(),
+            "mbit_per_s": mbit_per_s,
             "delivered": r.delivered,
             "missing": r.missing,
             "elapsed_ms": elapsed_ms,
@@ -50,7 +60,8 @@ pub async fn run(args: BroadcastArgs) -> anyhow::Result<()> {
         println!("{out}");
     } else {
         println!(
-            "broadcast {:016x}: {} bytes delivered to {} members in {elapsed_ms:.1} ms",
+            "broadcast {:016x}: {} bytes delivered to {} members in {elapsed_ms:.1} ms \
+             ({mbit_per_s:.2} Mbit/s)",
             r.op,
             payload.len(),
             r.delivered.len()

@@ -5,6 +5,7 @@ use super::{ApiCommand, Driver};
 use crate::net::link::LinkInput;
 use crate::net::ops::OpCommand;
 use crate::net::stripes::Spread;
+use crate::net::view::BroadcastPlan;
 use crate::proto::{Command, Input, NodeInput};
 use tracing::{debug, info, warn};
 
@@ -32,6 +33,14 @@ impl Driver {
             ApiCommand::SetSpread(spread) => {
                 debug!(?spread, "large broadcasts spread changed");
                 self.spread = spread;
+            }
+            ApiCommand::Plan(bytes, reply) => {
+                let core = self.node.core();
+                let clusters = core.bandwidth_view().clusters;
+                let plan = core
+                    .stripe_plan(bytes)
+                    .map(|p| BroadcastPlan::new(bytes, &p, &clusters));
+                let _ = reply.send(plan);
             }
             ApiCommand::Op(OpCommand::StartStream {
                 payload,

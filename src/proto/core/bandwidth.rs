@@ -21,6 +21,14 @@
 //! measured would be the capacity left over, not the link's. The transfers themselves
 //! are measured instead (`handle_transfer_rate`).
 //!
+//! When a link changes: a train from a member of another cluster that lands outside
+//! [`SURPRISE`] times (or a fraction of) what this node holds for that member makes the
+//! cluster suspect. Until every member of it has been measured again (at most
+//! [`RECHECK_ROUNDS`] quick rounds, once per `bw_probe_interval` per cluster), this node
+//! asks that cluster for a train every quick period, and each such train replaces the
+//! member's history instead of joining its median: a link that dropped from 26 to 3
+//! Mbit/s is known a few seconds after the first routine train notices, not after five.
+//!
 //! Owns the estimates, the trains asked for, the budget and the counters ([`Bandwidth`]).
 
 use super::Core;
@@ -47,6 +55,10 @@ const TRAIN_WAIT: Duration = Duration::from_secs(5);
 /// Rounds of the start-up phase, and their period.
 const QUICK_ROUNDS: u32 = 3;
 const QUICK_PERIOD: Duration = Duration::from_secs(2);
+/// A train this many times above or below the member's estimate suggests the link changed.
+pub const SURPRISE: f64 = 2.0;
+/// Most quick rounds spent re-measuring a suspect cluster.
+const RECHECK_ROUNDS: u32 = 4;
 
 /// What measuring bandwidth cost and found, for status and the overhead figures.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,6 +103,13 @@ impl PeerRate {
     }
 }
 
+/// A cluster being measured again after a surprising train.
+#[derive(Clone, Debug)]
+struct Recheck {
+    measured: Vec<NodeId>,
+    rounds: u32,
+}
+
 /// Bandwidth measurement state of one core.
 pub(super) struct Bandwidth {
     peers: IdMap<NodeId, PeerRate>,
@@ -98,12 +117,19 @@ pub(super) struct Bandwidth {
     asked: Vec<(u32, NodeId, Time)>,
     next_id: u32,
     next_round: Option<Time>,
+    /// Earliest next round of rechecks of suspect clusters.
+    next_recheck: Option<Time>,
     rounds: u32,
     /// Per target cluster (named by its smallest member): earliest next train.
     next_to_cluster: IdMap<NodeId, Time>,
     /// Token bucket of train bytes this node may still send, and when it was refilled.
     tokens: f64,
     refilled: Time,
+    /// Clusters (by name) whose link seems to have changed: when that was noticed, the
+    /// members measured since, and the quick rounds spent on it.
+    suspect: IdMap<NodeId, Recheck>,
+    /// When each cluster was last made suspect.
+    suspected_at: IdMap<NodeId, Time>,
     /// Its own generator: the tree protocol's draws stay what they were without it.
     rng: SplitMix64,
     pub(super) stats: BandwidthStats,
@@ -116,8 +142,11 @@ impl Bandwidth {
             asked: Vec::new(),
             next_id: 1,
             next_round: None,
+            next_recheck: None,
             rounds: 0,
             next_to_cluster: IdMap::default(),
+            suspect: IdMap::default(),
+            suspected_at: IdMap::default(),
             tokens: 0.0,
             refilled: now,
             rng: SplitMix64::new(seed ^ 0xB4D0_1D7E_5EED_0B5E),
@@ -159,9 +188,14 @@ impl Bandwidth {
         self.asked.retain(|(_, p, _)| p != peer);
     }
 
-    /// Records a train result.
-    fn train(&mut self, now: Time, peer: NodeId, bps: f64) {
+    /// Records a train result; `replace` drops what was known of the peer first (its link
+    /// changed).
+    fn train(&mut self, now: Time, peer: NodeId, bps: f64, replace: bool) {
         let r = self.peers.entry(peer).or_default();
+        if replace {
+            r.trains.clear();
+            r.transfer = None;
+        }
         r.trains.push_back(bps);
         while r.trains.len() > KEEP_SAMPLES {
             r.trains.pop_front();
@@ -219,18 +253,39 @@ impl Core {
         {
             return;
         }
-        let due = self.bw.next_round.get_or_insert(now);
-        if now < *due || self.probing.loaded(now) {
+        let interval = self.config.bw_probe_interval;
+        self.bw
+            .suspected_at
+            .retain(|_, t| now.saturating_since(*t) < interval);
+        self.bw.suspect.retain(|name, r| {
+            r.rounds < RECHECK_ROUNDS
+                && groups
+                    .iter()
+                    .find(|g| g.contains(name))
+                    .is_some_and(|g| g.iter().any(|m| !r.measured.contains(m)))
+        });
+        if self.probing.loaded(now) {
             return;
         }
-        self.bw.rounds += 1;
-        let period = if self.bw.rounds <= QUICK_ROUNDS {
-            QUICK_PERIOD
-        } else {
-            self.config.bw_probe_interval
-        };
-        let jitter = 0.75 + 0.5 * self.bw.rng.unit();
-        self.bw.next_round = Some(now + period.mul_f64(jitter));
+        // Routine rounds ask every other cluster; rechecks only the suspect ones.
+        let routine = now >= *self.bw.next_round.get_or_insert(now);
+        let recheck = !self.bw.suspect.is_empty() && self.bw.next_recheck.is_none_or(|t| now >= t);
+        if !routine && !recheck {
+            return;
+        }
+        if routine {
+            self.bw.rounds += 1;
+            let period = if self.bw.rounds <= QUICK_ROUNDS {
+                QUICK_PERIOD
+            } else {
+                interval
+            };
+            let jitter = 0.75 + 0.5 * self.bw.rng.unit();
+            self.bw.next_round = Some(now + period.mul_f64(jitter));
+        }
+        if recheck {
+            self.bw.next_recheck = Some(now + QUICK_PERIOD);
+        }
         for (gi, g) in groups.iter().enumerate() {
             if gi == mine || g.is_empty() {
                 continue;
@@ -238,10 +293,27 @@ impl Core {
             let mut g = g.clone();
             g.sort_unstable();
             let name = g[0];
-            if self.bw.next_to_cluster.get(&name).is_some_and(|t| now < *t) {
+            let suspect = if recheck {
+                self.bw.suspect.get_mut(&name)
+            } else {
+                None
+            };
+            let spaced = self.bw.next_to_cluster.get(&name).is_some_and(|t| now < *t);
+            if suspect.is_none() && (!routine || spaced) {
                 continue;
             }
-            let target = g[self.bw.rounds as usize % g.len()];
+            // A suspect cluster: the next member not measured since the surprise.
+            let target = match suspect {
+                Some(r) => {
+                    r.rounds += 1;
+                    let measured = &r.measured;
+                    g.iter()
+                        .copied()
+                        .find(|m| !measured.contains(m) && self.members.is_alive(m))
+                        .unwrap_or(g[self.bw.rounds as usize % g.len()])
+                }
+                None => g[self.bw.rounds as usize % g.len()],
+            };
             if !self.members.is_alive(&target) {
                 continue;
             }
@@ -321,7 +393,49 @@ impl Core {
             return;
         }
         let bps = (received - 1) as f64 * size as f64 * 8.0 / span.as_secs_f64();
-        self.bw.train(self.now, from, bps);
+        let now = self.now;
+        let view = self.clusters();
+        let name = view
+            .partition(1)
+            .into_iter()
+            .find(|g| g.contains(&from))
+            .and_then(|g| g.into_iter().min());
+        let surprising = self
+            .bw
+            .estimate(&from)
+            .is_some_and(|e| bps > e * SURPRISE || bps * SURPRISE < e);
+        let mut replace = false;
+        if let Some(name) = name {
+            let interval = self.config.bw_probe_interval;
+            match self.bw.suspect.get_mut(&name) {
+                Some(r) => {
+                    replace = !r.measured.contains(&from);
+                    r.measured.push(from);
+                }
+                None if surprising => {
+                    // At most one recheck per cluster per probe interval.
+                    let recent = self
+                        .bw
+                        .suspected_at
+                        .get(&name)
+                        .is_some_and(|t| now.saturating_since(*t) < interval);
+                    if !recent {
+                        self.bw.suspect.insert(
+                            name,
+                            Recheck {
+                                measured: vec![from],
+                                rounds: 0,
+                            },
+                        );
+                        self.bw.suspected_at.insert(name, now);
+                        self.bw.next_recheck = Some(now + QUICK_PERIOD);
+                        replace = true;
+                    }
+                }
+                None => {}
+            }
+        }
+        self.bw.train(now, from, bps, replace);
     }
 
     /// The driver measured a real transfer from `from`: `bytes` in `span`.

@@ -72,16 +72,28 @@ impl Core {
         if trees.is_empty() {
             return None;
         }
+        let mut trees = trees;
+        trees.sort_by(|a, b| b.rate_bps.total_cmp(&a.rate_bps));
         let single = |m: u64| stripe::predict_tree_s(&graph, &widest, m, SEGMENT, OVERHEAD_S);
-        let multi = |m: u64| {
-            // Every extra tree costs its own control message and streams.
-            stripe::predict_striped_s(&graph, &trees, m, SEGMENT, OVERHEAD_S)
-                + OVERHEAD_S * (trees.len() - 1) as f64
+        // The fastest trees only: a tree the packing gives little rate gets a share smaller
+        // than a pipeline segment, and filling its (often deeper) pipeline would cost more
+        // than its rate brings. Every extra tree costs its own control message and streams.
+        let with = |k: usize, m: u64| {
+            stripe::predict_striped_s(&graph, &trees[..k], m, SEGMENT, OVERHEAD_S)
+                + OVERHEAD_S * (k - 1) as f64
         };
-        let (single_s, striped_s) = (single(len), multi(len));
+        let best = |m: u64| {
+            (1..=trees.len())
+                .map(|k| (k, with(k, m)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .unwrap_or((1, f64::INFINITY))
+        };
+        let multi = |m: u64| best(m).1;
+        let (used, striped_s) = best(len);
+        let single_s = single(len);
         let crossover_bytes = stripe::crossover_bytes(single, multi, 1024, 1 << 30);
         let chosen = if striped_s < single_s {
-            trees.clone()
+            trees[..used].to_vec()
         } else {
             vec![widest]
         };
