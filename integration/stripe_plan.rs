@@ -156,6 +156,13 @@ fn das4_routes_span_every_node() {
                     }
                     assert_eq!(at, root, "cycle or detached node");
                 }
+                // Each cluster is entered once: the wide area carries a stripe once per
+                // cluster edge of its tree, never twice to two members of one cluster.
+                let cluster_of = |n: NodeId| clusters.iter().position(|c| c.contains(&n));
+                let crossings = (r.edges.iter())
+                    .filter(|(a, b)| cluster_of(*a) != cluster_of(*b))
+                    .count();
+                assert_eq!(crossings, g.n() - 1, "{:?}", r.edges);
             }
         }
     }

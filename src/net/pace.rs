@@ -23,11 +23,12 @@ use tokio::time::Instant;
 /// 1.0 none below 0.86). The estimates run 2-3% under the links' real rates, which is
 /// what this gives away.
 pub const HEADROOM: f64 = 1.0;
-/// Bytes written per paced write.
-pub const PACED_CHUNK: usize = 16 * 1024;
+/// Bytes written per paced write: small, so that several trees crossing one link do not
+/// land bursts on a router's shallow buffer at once (the netns testbed's fifos hold 50 ms).
+pub const PACED_CHUNK: usize = 4 * 1024;
 /// Credit a stream may build up while it waits for data, so a pause is not made up
 /// for with a burst larger than this.
-const BURST: Duration = Duration::from_millis(20);
+const BURST: Duration = Duration::from_millis(5);
 
 /// A rate shared by every stream of one tree from this node, one clock per child.
 #[derive(Debug)]

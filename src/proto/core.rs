@@ -206,8 +206,9 @@ impl Core {
                 id,
                 received,
                 size,
+                spread,
                 span,
-            } => self.handle_train(from, id, received, size, span),
+            } => self.handle_train(from, id, (received, spread), size, span),
             Input::TransferRate { from, bytes, span } => {
                 self.handle_transfer_rate(from, bytes, span)
             }

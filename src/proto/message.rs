@@ -217,7 +217,8 @@ pub enum CollectiveMessage {
     /// new below it since the plan was learned). Empty when the sender followed the tree.
     /// `route`, when not empty, replaces all of that: the operation follows an explicit
     /// tree chosen by its root (a stripe of a large broadcast), and these are the
-    /// (sender, receiver) edges of the receiver's subtree in it.
+    /// (sender, receiver) edges of the receiver's subtree in it; a leaf of the route gets
+    /// the single edge (itself, itself) and passes the operation on to no one.
     Down {
         op: OpId,
         budget_us: u32,

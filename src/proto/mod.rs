@@ -98,12 +98,14 @@ pub enum Input {
     /// stay where they are during large ones.
     BulkTransfer { active: bool },
     /// A packet train this node asked for ([`Message::TrainRequest`]) arrived from `from`:
-    /// `received` datagrams of `size` bytes, `span` from the first to the last.
+    /// `received` datagrams of `size` bytes, of which the last `spread` arrived over
+    /// `span` (the driver may leave the head of the train out of the spread).
     TrainArrived {
         from: NodeId,
         id: u32,
         received: u16,
         size: u16,
+        spread: u16,
         span: Duration,
     },
     /// A real transfer from `from` (a data-plane stream) moved `bytes` in `span`: a

@@ -120,6 +120,7 @@ impl Driver {
                     id: train.id,
                     received: train.received,
                     size: train.size,
+                    spread: train.spread,
                     span: train.span,
                 };
                 self.node.handle(now, NodeInput::Measured(m));

@@ -51,6 +51,8 @@ struct Net {
     now: Time,
     events: Vec<(usize, Event)>,
     sent: usize,
+    /// The receiver of every `Down` sent.
+    downs: Vec<usize>,
 }
 
 impl Net {
@@ -81,6 +83,7 @@ impl Net {
             now: Time::from_micros(0),
             events: Vec::new(),
             sent: 0,
+            downs: Vec::new(),
         }
     }
 
@@ -102,6 +105,9 @@ impl Net {
             };
             self.sent += 1;
             let to = self.idx(t.to);
+            if matches!(m, CollectiveMessage::Down { .. }) {
+                self.downs.push(to);
+            }
             self.queue
                 .push_back((self.now + Duration::from_millis(1), i, to, m));
         }
@@ -412,3 +418,24 @@ const CLUSTER_TREE: &[(usize, usize)] = &[
     (2, 7),
     (7, 8),
 ];
+
+#[test]
+fn a_stripe_follows_its_route_and_a_route_leaf_passes_it_on_to_no_one() {
+    // The latency tree: 0 -> 1 -> {2, 3}. The stripe's route: 0 -> {1, 2}, 2 -> 3, so
+    // node 1 is a leaf of the route but a relay of the tree.
+    let mut net = Net::new(4, &[(0, 1), (1, 2), (1, 3)]);
+    let id = |i: usize| net.ids[i];
+    let route = vec![(id(0), id(1)), (id(0), id(2)), (id(2), id(3))];
+    net.start(
+        0,
+        StartKind::Stream {
+            len: 1 << 20,
+            digest: [7; 32],
+            route,
+        },
+    );
+    net.run(Duration::from_millis(50));
+    let mut downs = net.downs.clone();
+    downs.sort();
+    assert_eq!(downs, vec![1, 2, 3], "each node is sent the stripe once");
+}

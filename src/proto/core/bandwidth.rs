@@ -367,13 +367,13 @@ impl Core {
         });
     }
 
-    /// The driver saw a train arrive: `received` datagrams of `size` bytes, the first to
-    /// the last `span` apart. Only trains this node asked for count.
+    /// The driver saw a train arrive: `received` datagrams of `size` bytes, the last
+    /// `spread` of them over `span`. Only trains this node asked for count.
     pub(super) fn handle_train(
         &mut self,
         from: NodeId,
         id: u32,
-        received: u16,
+        (received, spread): (u16, u16),
         size: u16,
         span: Duration,
     ) {
@@ -389,10 +389,10 @@ impl Core {
         self.bw.stats.trains_received += 1;
         self.bw.stats.train_bytes_received += received as u64 * size as u64;
         // The spread of n datagrams is n - 1 gaps; too short a spread measures the clock.
-        if received < 3 || span < Duration::from_micros(200) {
+        if spread < 3 || spread > received || span < Duration::from_micros(200) {
             return;
         }
-        let bps = (received - 1) as f64 * size as f64 * 8.0 / span.as_secs_f64();
+        let bps = (spread - 1) as f64 * size as f64 * 8.0 / span.as_secs_f64();
         let now = self.now;
         let view = self.clusters();
         let name = view

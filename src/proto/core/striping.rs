@@ -75,9 +75,9 @@ impl Core {
         let mut trees = trees;
         trees.sort_by(|a, b| b.rate_bps.total_cmp(&a.rate_bps));
         let single = |m: u64| stripe::predict_tree_s(&graph, &widest, m, SEGMENT, OVERHEAD_S);
-        // The fastest trees only: a tree the packing gives little rate gets a share smaller
-        // than a pipeline segment, and filling its (often deeper) pipeline would cost more
-        // than its rate brings. Every extra tree costs its own control message and streams.
+        // The fastest trees only, as many as pay for themselves: every extra tree costs its
+        // own control message and streams, and a slow deep one carries little of a
+        // payload that the others finish soon (see `predict_striped_s`).
         let with = |k: usize, m: u64| {
             stripe::predict_striped_s(&graph, &trees[..k], m, SEGMENT, OVERHEAD_S)
                 + OVERHEAD_S * (k - 1) as f64

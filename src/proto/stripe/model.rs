@@ -65,9 +65,14 @@ fn predict_share(
     latency + stream + fill
 }
 
-/// Predicted time of a striped transfer: the payload split in proportion to the trees'
-/// rates, each share sent over its tree as in [`predict_tree_s`]; the slowest tree decides.
-/// Trees without a positive rate get nothing; infinite if none has one.
+/// Predicted time of a striped transfer handed out as the trees free up (earliest finish,
+/// as the driver's schedule does): each tree starts streaming once its first segment has
+/// crossed its depth (latency plus the pipeline fill of [`predict_tree_s`]) and then
+/// carries bits at its rate, less the per-segment overhead; the payload is done at the
+/// time T where the trees together have carried it (water-filling: a tree whose start
+/// comes after T carries nothing, so a slow, deep tree never makes striping look slower
+/// than leaving it out). Trees without a positive rate get nothing; infinite if none has
+/// one.
 pub fn predict_striped_s(
     g: &ClusterGraph,
     trees: &[Arborescence],
@@ -80,17 +85,48 @@ pub fn predict_striped_s(
         // An infinite rate (nothing crosses the wide area) takes the whole payload.
         return predict_share(g, t, bytes as f64, segment, overhead_s);
     }
-    let total: f64 = usable.iter().map(|t| t.rate_bps).sum();
-    usable
+    if usable.is_empty() {
+        return f64::INFINITY;
+    }
+    if bytes == 0 {
+        // Nothing to carry: the tree that gets there first.
+        return usable
+            .iter()
+            .map(|t| predict_share(g, t, 0.0, segment, overhead_s))
+            .fold(f64::INFINITY, f64::min);
+    }
+    let seg = if segment == 0 {
+        bytes
+    } else {
+        segment.min(bytes)
+    } as f64;
+    // (start, bits per second carried once started) per tree, earliest start first.
+    let mut lanes: Vec<(f64, f64)> = usable
         .iter()
         .map(|t| {
-            let share = bytes as f64 * t.rate_bps / total;
-            predict_share(g, t, share, segment, overhead_s)
+            let rate = t.rate_bps;
+            let latency = t.depth_latency_us(g) as f64 * 1e-6;
+            let fill = t.hops().saturating_sub(1) as f64 * gap_s(seg, rate, overhead_s);
+            let per_bit = 1.0 / rate + overhead(overhead_s) / (seg * 8.0);
+            (latency + fill, 1.0 / per_bit)
         })
-        .fold(None, |acc: Option<f64>, x| {
-            Some(acc.map_or(x, |a| a.max(x)))
-        })
-        .unwrap_or(f64::INFINITY)
+        .collect();
+    lanes.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let bits = bytes as f64 * 8.0;
+    let (mut rate, mut weighted) = (0.0, 0.0);
+    let mut done = f64::INFINITY;
+    for (i, &(start, r)) in lanes.iter().enumerate() {
+        rate += r;
+        weighted += r * start;
+        // With lanes 0..=i streaming: bits = sum r (T - start).
+        let t = (bits + weighted) / rate;
+        let next = lanes.get(i + 1).map_or(f64::INFINITY, |l| l.0);
+        if t <= next {
+            done = t;
+            break;
+        }
+    }
+    done
 }
 
 /// The smallest size in `[lo, hi]` from which `striped` is predicted faster than `single`,

@@ -225,3 +225,30 @@ fn crossover_is_derived() {
     assert_eq!(crossover_bytes(|b| b as f64, |_| 10.5, 0, 100), Some(11));
     assert_eq!(crossover_bytes(|b| b as f64, |_| 10.5, 50, 10), None);
 }
+
+#[test]
+fn a_slow_deep_tree_never_makes_striping_look_slower() {
+    // The das-4 case that chose one tree over seven: small trees of the packing, deep and
+    // slow, whose share would be below one segment. Handed out earliest-finish, they only
+    // carry what they can finish in time.
+    let g = striping_graph(20_000);
+    let trees = pack(&g, 0, 8);
+    let mut with_slow = trees.clone();
+    with_slow.push(Arborescence {
+        parent: vec![None, Some(2), Some(0)],
+        rate_bps: 0.2e6,
+    });
+    for bytes in [1u64 << 10, 1 << 16, 1 << 20, 1 << 22, 1 << 24] {
+        let a = predict_striped_s(&g, &trees, bytes, 256 * 1024, 20e-6);
+        let b = predict_striped_s(&g, &with_slow, bytes, 256 * 1024, 20e-6);
+        assert!(
+            b <= a + 1e-12,
+            "{bytes}: {b} with the slow tree, {a} without"
+        );
+    }
+    // A large payload is carried at the trees' summed rate, less nothing but their starts.
+    let total: f64 = trees.iter().map(|t| t.rate_bps).sum();
+    let t = predict_striped_s(&g, &trees, 1 << 28, 256 * 1024, 0.0);
+    let ideal = (1u64 << 28) as f64 * 8.0 / total;
+    assert!(t > ideal && t < ideal * 1.01, "{t} vs {ideal}");
+}

@@ -445,7 +445,11 @@ fn children_in(
     route.iter().filter(move |(s, _)| *s == n).map(|(_, r)| *r)
 }
 
-/// The edges of `route` below `n` (a bounded walk: a route with a cycle ends).
+/// The edges of `route` below `n` (a bounded walk: a route with a cycle ends). A leaf gets
+/// the one edge `(n, n)`: it must know it is on a route with nothing below it, since an
+/// empty route means "follow the tree" and a leaf that did so would send the stripe again
+/// to its tree children, who have it from their route parents (seen on the netns testbed:
+/// every stripe crossed some wide-area links twice, unpaced, and overflowed them).
 fn subtree(route: &[(NodeId, NodeId)], n: NodeId) -> Vec<(NodeId, NodeId)> {
     let mut out = Vec::new();
     let mut seen: HashSet<NodeId> = HashSet::from([n]);
@@ -457,6 +461,9 @@ fn subtree(route: &[(NodeId, NodeId)], n: NodeId) -> Vec<(NodeId, NodeId)> {
                 frontier.push(*r);
             }
         }
+    }
+    if out.is_empty() {
+        out.push((n, n));
     }
     out
 }
