@@ -168,11 +168,12 @@ impl Node {
             .map_err(|_| NodeError::Stopped)
     }
 
-    /// How a broadcast of `bytes` from this node would spread now with the default
-    /// [`Spread::Auto`]: the trees packed over the measured cluster bandwidths and their
-    /// rates, the predictions and the bound; `None` until every cluster pair is measured
-    /// (such a broadcast takes the latency tree). Payloads up to the inline limit (960 KiB)
-    /// always take the latency tree.
+    /// How a broadcast of `bytes` from this node would spread now (with its [`Spread`]):
+    /// the trees packed over the measured cluster bandwidths and their rates, the
+    /// predictions and the bound; `None` until every cluster pair is measured, or with
+    /// [`Spread::LatencyTree`] (such a broadcast takes the latency tree). Payloads below
+    /// 256 KiB always take the latency tree, and so do those up to the inline limit
+    /// (960 KiB) the plan does not stripe.
     ///
     /// ```no_run
     /// # async fn f(node: overlay::api::Node) -> Result<(), overlay::api::NodeError> {

@@ -38,3 +38,24 @@ pub(crate) fn large(
     }
     Ok(serde_json::to_value(&outcome)?)
 }
+
+/// The crossover table (1 KiB to 64 MiB, default against single-tree and multi-tree).
+pub(crate) fn crossover(
+    cli: &Cli,
+    topology_name: &str,
+    root: &str,
+    max_mib: u64,
+) -> anyhow::Result<serde_json::Value> {
+    use overlay::bench::crossover;
+    let opts = crossover::Options {
+        topology: topology(topology_name)?,
+        nodes_per_cluster: overlay::bench::large::DEFAULT_NODES_PER_CLUSTER,
+        root_cluster: root.into(),
+        max_bytes: max_mib.saturating_mul(1 << 20),
+    };
+    let outcome = crossover::run(&opts, &progress)?;
+    if !cli.json {
+        println!("{}", crossover::text(&outcome));
+    }
+    Ok(serde_json::to_value(&outcome)?)
+}

@@ -8,7 +8,8 @@
 //! cargo run --release --example bench -- overhead [--json] [--threads N] [--with-2000]
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
 //! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--contenders default,single-tree,store-and-forward]
-//! cargo run --release --example bench -- all          # all of the above, writes docs/
+//! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER]
+//! cargo run --release --example bench -- all          # all of the above but crossover, writes docs/
 //! ```
 //!
 //! convergence and overhead share their simulator runs (in `all`, each topology converges
@@ -46,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use collectives::collectives;
 use fig5::fig5;
-use large::large;
+use large::{crossover, large};
 use markdown::markdown;
 use quic::quic;
 use sim_jobs::{
@@ -129,7 +130,21 @@ enum What {
         #[arg(long, value_delimiter = ',', value_parser = contender)]
         contenders: Vec<overlay::bench::large::Contender>,
     },
-    /// Everything above; writes docs/BENCHMARKS.md and the plots.
+    /// Broadcasts from 1 KiB to 64 MiB with emulated bandwidth over real QUIC: the default
+    /// against the latency tree and the packed trees, where it switches and whether it
+    /// picks the faster (see overlay::bench::crossover).
+    Crossover {
+        /// The topology: a name under topologies/ or a file.
+        #[arg(long, default_value = "das-4")]
+        topology: String,
+        /// The cluster whose first node broadcasts.
+        #[arg(long, default_value = "VU")]
+        root: String,
+        /// Skip payloads larger than this many MiB.
+        #[arg(long, default_value_t = 64)]
+        max_mib: u64,
+    },
+    /// Everything above but crossover; writes docs/BENCHMARKS.md and the plots.
     All,
 }
 
@@ -290,6 +305,11 @@ fn main() -> anyhow::Result<()> {
             &root,
             &contenders,
         )?],
+        What::Crossover {
+            topology,
+            root,
+            max_mib,
+        } => vec![crossover(&cli, &topology, &root, max_mib)?],
         What::All => {
             // The real-QUIC Fig. 5 first and alone: it times sub-millisecond hops, which
             // anything else running beside it would disturb.

@@ -248,6 +248,13 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     md.push_str(&overlay::bench::large_report::markdown(&o));
                 }
             }
+            Some("crossover") => {
+                if let Ok(o) = serde_json::from_value(r.clone()) {
+                    md.push_str("## Crossover: one tree or stripes, 1 KiB to 64 MiB\n\n");
+                    md.push_str(&overlay::bench::crossover::text(&o));
+                    md.push('\n');
+                }
+            }
             _ => {}
         }
     }

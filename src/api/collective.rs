@@ -15,6 +15,7 @@
 
 use super::{ApiCommand, Node, NodeError};
 use crate::net::ops::{Handler, OpCommand};
+use crate::net::stripes::MIN_CUT;
 use crate::net::view::{DecodeError, Delivery};
 use crate::proto::collective::{
     BarrierOutcome, MAX_INLINE_PAYLOAD, MAX_STREAM_PAYLOAD, ReduceFn, ReduceOutcome,
@@ -188,7 +189,8 @@ impl Node {
     /// [`Node::deliveries`]). Returns who delivered and who is missing. Payloads above
     /// [`MAX_INLINE_PAYLOAD`] (up to [`MAX_STREAM_PAYLOAD`]) are streamed hop by hop and
     /// forwarded as they arrive; a member counts as delivered once it has checked the
-    /// whole payload's SHA-256.
+    /// whole payload's SHA-256. So are payloads from 256 KiB up that the node's measured
+    /// model predicts faster striped over several trees ([`Node::broadcast_plan`]).
     ///
     /// ```no_run
     /// # async fn f(node: overlay::api::Node) -> Result<(), overlay::api::NodeError> {
@@ -201,7 +203,7 @@ impl Node {
         payload: impl Into<Vec<u8>>,
     ) -> Result<BroadcastReport, NodeError> {
         let payload = payload.into();
-        let r = if payload.len() > MAX_INLINE_PAYLOAD {
+        let r = if payload.len() > MAX_INLINE_PAYLOAD || self.stripes(payload.len()).await? {
             self.broadcast_streamed(Bytes::from(payload)).await?
         } else {
             self.run_op(StartKind::Broadcast { payload }).await?
@@ -212,6 +214,16 @@ impl Node {
             missing: r.missing,
             elapsed: r.elapsed,
         })
+    }
+
+    /// Whether a payload the control messages could carry goes striped instead: from
+    /// [`MIN_CUT`] (below, it would be one part on one tree) when the node's plan stripes.
+    async fn stripes(&self, len: usize) -> Result<bool, NodeError> {
+        if !(MIN_CUT as usize..=MAX_INLINE_PAYLOAD).contains(&len) {
+            return Ok(false);
+        }
+        let plan = self.broadcast_plan(len as u64).await?;
+        Ok(plan.is_some_and(|p| p.striped))
     }
 
     /// A large payload goes on the data plane: streamed beside the control messages and

@@ -18,13 +18,12 @@
 
 use super::bandwidth::{self, Bound};
 use super::large_magpie::Magpie;
+use super::large_setup::{Seen, Testbed, payload, tap};
 use crate::api::{Forwarding, Node, Spread};
 use crate::local::LocalOverlay;
-use crate::net::emulated::LatencyMap;
-use crate::proto::{Config, DeliveryKind, NodeId};
+use crate::proto::{DeliveryKind, NodeId};
 use crate::topology::Topology;
-use anyhow::{Context, bail};
-use futures::StreamExt;
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -35,11 +34,10 @@ pub const SIZES_MIB: [usize; 3] = [1, 16, 64];
 /// Nodes started per cluster unless asked otherwise: enough for a hop inside every cluster,
 /// few enough that 2 cores keep up with the QUIC traffic.
 pub const DEFAULT_NODES_PER_CLUSTER: usize = 2;
-/// The most nodes per cluster accepted.
-pub const MAX_NODES_PER_CLUSTER: usize = 32;
+pub use super::large_setup::MAX_NODES_PER_CLUSTER;
 /// Before each broadcast the trees must have been wide-area optimal this long (queues from
 /// the run before have drained by then).
-const SETTLE: Duration = Duration::from_secs(2);
+pub(super) const SETTLE: Duration = Duration::from_secs(2);
 /// How often a running broadcast reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(15);
 
@@ -58,6 +56,9 @@ pub enum Contender {
     Magpie,
     /// The latency tree, each relay passing the payload on only once it has all of it.
     StoreAndForward,
+    /// Striped over the packed trees whatever the model predicts ([`Spread::Striped`];
+    /// the crossover table's third contender).
+    MultiTree,
 }
 
 impl Contender {
@@ -71,7 +72,9 @@ impl Contender {
 
     /// The contender named `name` (as in [`Contender::name`]).
     pub fn from_name(name: &str) -> Option<Contender> {
-        Contender::ALL.into_iter().find(|c| c.name() == name)
+        (Contender::ALL.into_iter())
+            .chain([Contender::MultiTree])
+            .find(|c| c.name() == name)
     }
 
     /// The name in tables and in `--json` (`mode`).
@@ -81,6 +84,7 @@ impl Contender {
             Contender::SingleTree => "single-tree",
             Contender::Magpie => "magpie",
             Contender::StoreAndForward => "store-and-forward",
+            Contender::MultiTree => "multi-tree",
         }
     }
 
@@ -91,9 +95,10 @@ impl Contender {
         }
     }
 
-    fn spread(self) -> Spread {
+    pub(super) fn spread(self) -> Spread {
         match self {
             Contender::Default => Spread::Auto,
+            Contender::MultiTree => Spread::Striped,
             _ => Spread::LatencyTree,
         }
     }
@@ -187,56 +192,24 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
 
 async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
     let wall = Instant::now();
-    if !(1..=MAX_NODES_PER_CLUSTER).contains(&opts.nodes_per_cluster) {
-        bail!(
-            "nodes per cluster must be 1..={MAX_NODES_PER_CLUSTER}, got {}",
-            opts.nodes_per_cluster
-        );
-    }
-    let mut topo = opts.topology.clone();
-    for c in &mut topo.clusters {
-        c.nodes = opts.nodes_per_cluster;
-    }
-    let Some(root_cluster) = topo.cluster_index(&opts.root_cluster) else {
-        bail!("{} has no cluster {}", topo.name, opts.root_cluster);
-    };
+    let Testbed {
+        topo,
+        overlay,
+        root,
+        root_cluster,
+        ids,
+        converged,
+        measured_s,
+    } = Testbed::start(
+        &opts.topology,
+        opts.nodes_per_cluster,
+        &opts.root_cluster,
+        "large",
+        progress,
+    )
+    .await?;
     let bound = bandwidth::best_tree(&topo, root_cluster);
-    progress(&format!(
-        "large: starting {} nodes on {} with emulated bandwidth",
-        topo.node_count(),
-        topo.name
-    ));
-    let overlay = LocalOverlay::start_on(LatencyMap::with_bandwidth(topo.clone()), Config::wan())
-        .await
-        .context("starting the overlay")?;
-    let (check, converged) = overlay
-        .wait_optimal(Duration::from_secs(180), Duration::from_secs(2))
-        .await;
-    let Some(converged) = converged else {
-        overlay.shutdown().await;
-        bail!("the trees did not become wide-area optimal: {check:?}");
-    };
-    progress(&format!(
-        "large: trees wide-area optimal after {:.1} s",
-        converged.as_secs_f64()
-    ));
-    let root = overlay
-        .clusters
-        .iter()
-        .position(|&c| c == root_cluster)
-        .context("the root cluster has no node")?;
-    let ids: Vec<NodeId> = overlay.nodes.iter().map(Node::id).collect();
     let max_flow_mbit = crate::sim::max_flow_mbit(&topo, root_cluster);
-    let measured_s = wait_measured(&overlay.nodes[root], topo.clusters.len()).await;
-    progress(&format!(
-        "large: the root {} every cluster pair's bandwidth{}",
-        if measured_s.is_some() {
-            "measured"
-        } else {
-            "did not measure"
-        },
-        measured_s.map_or(String::new(), |s| format!(" {s:.1} s later")),
-    ));
     let mut rx = tap(&overlay.nodes);
     let mut magpie = match opts.contenders.contains(&Contender::Magpie) {
         true => Some(Magpie::start(&overlay, &topo, root).context("starting the MagPIe nodes")?),
@@ -326,71 +299,20 @@ async fn tree_hops(overlay: &LocalOverlay, root: NodeId) -> Vec<(usize, usize)> 
     edges
 }
 
-/// Waits (up to a minute) until `root` holds an estimate of every directed pair of its
-/// `clusters` discovered clusters; how long that took.
-async fn wait_measured(root: &Node, clusters: usize) -> Option<f64> {
-    let t0 = Instant::now();
-    let pairs = clusters * clusters.saturating_sub(1);
-    while t0.elapsed() < Duration::from_secs(60) {
-        if let Ok(s) = root.status().await
-            && s.bandwidth.iter().filter(|b| b.from != b.to).count() >= pairs
-        {
-            return Some(t0.elapsed().as_secs_f64());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    None
-}
-
-/// One delivery seen by the benchmark: receiver, root, kind, length, when.
-type Seen = (usize, NodeId, DeliveryKind, usize, Instant);
-
-/// Every node's deliveries in one channel; payloads are dropped at once, only lengths kept
-/// (the data plane has checked each one's SHA-256 before delivering it).
-fn tap(nodes: &[Node]) -> mpsc::UnboundedReceiver<Seen> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    for (i, n) in nodes.iter().enumerate() {
-        let mut deliveries = Box::pin(n.deliveries());
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            while let Some(d) = deliveries.next().await {
-                let seen = (i, d.root, d.kind, d.payload.len(), Instant::now());
-                if tx.send(seen).is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    rx
-}
-
-/// A payload of `len` pseudo-random bytes (xorshift), so nothing on the way can compress it.
-fn payload(len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for chunk in out.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
-    }
-    out
-}
-
 /// One timed broadcast.
-struct Broadcast<'a> {
-    nodes: &'a [Node],
-    root: usize,
-    payload: &'a [u8],
-    mode: Contender,
+pub(super) struct Broadcast<'a> {
+    pub nodes: &'a [Node],
+    pub root: usize,
+    pub payload: &'a [u8],
+    pub mode: Contender,
     /// The tree's rate: the share of it is reported, and it sets the deadline.
-    tree: Bound,
+    pub tree: Bound,
 }
 
 impl Broadcast<'_> {
     /// Sets every node's forwarding, broadcasts and waits for every delivery (or a deadline
     /// of three times the tree's ideal time plus a minute).
-    async fn run(
+    pub(super) async fn run(
         &self,
         rx: &mut mpsc::UnboundedReceiver<Seen>,
         bound_mbit: f64,
@@ -398,7 +320,7 @@ impl Broadcast<'_> {
     ) -> Run {
         let (len, n) = (self.payload.len(), self.nodes.len());
         let mib = len >> 20;
-        let label = format!("{mib} MiB {}", self.mode.name());
+        let label = format!("{} {}", size_label(len as u64), self.mode.name());
         for node in self.nodes {
             // A node that stopped shows up as a missing delivery below.
             let _ = node.set_forwarding(self.mode.forwarding()).await;
@@ -475,5 +397,14 @@ impl Broadcast<'_> {
             }
         ));
         run
+    }
+}
+
+/// A payload size for progress lines and tables: KiB below a MiB, else MiB.
+pub fn size_label(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
     }
 }

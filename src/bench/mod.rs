@@ -6,9 +6,11 @@
 //! `examples/bench/`.
 
 pub mod bandwidth;
+pub mod crossover;
 pub mod large;
 pub mod large_magpie;
 pub mod large_report;
+pub mod large_setup;
 pub mod plot;
 pub mod quic_run;
 pub mod quic_tree;

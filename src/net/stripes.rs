@@ -36,6 +36,10 @@ pub enum Spread {
     /// Always the overlay's latency tree, pipelined (what every broadcast did before
     /// bandwidth was measured; for comparison).
     LatencyTree,
+    /// Striped over the packed trees whenever every cluster pair is measured, whatever
+    /// the model predicts, from [`MIN_CUT`] up (for comparison: where the default's choice
+    /// of one tree pays).
+    Striped,
 }
 
 impl Spread {
@@ -44,6 +48,7 @@ impl Spread {
         match self {
             Spread::Auto => "auto",
             Spread::LatencyTree => "latency-tree",
+            Spread::Striped => "striped",
         }
     }
 }

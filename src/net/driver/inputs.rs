@@ -6,7 +6,7 @@ use crate::net::link::LinkInput;
 use crate::net::ops::OpCommand;
 use crate::net::stripes::Spread;
 use crate::net::view::BroadcastPlan;
-use crate::proto::{Command, Input, NodeInput};
+use crate::proto::{Command, Input, NodeInput, StripePlan};
 use tracing::{debug, info, warn};
 
 impl Driver {
@@ -35,10 +35,9 @@ impl Driver {
                 self.spread = spread;
             }
             ApiCommand::Plan(bytes, reply) => {
-                let core = self.node.core();
-                let clusters = core.bandwidth_view().clusters;
-                let plan = core
-                    .stripe_plan(bytes)
+                let clusters = self.node.core().bandwidth_view().clusters;
+                let plan = self
+                    .plan_for(bytes)
                     .map(|p| BroadcastPlan::new(bytes, &p, &clusters));
                 let _ = reply.send(plan);
             }
@@ -48,11 +47,7 @@ impl Driver {
                 timeout,
                 reply,
             }) => {
-                let plan = match self.spread {
-                    Spread::Auto => self.node.core().stripe_plan(payload.len() as u64),
-                    Spread::LatencyTree => None,
-                };
-                if let Some(plan) = plan {
+                if let Some(plan) = self.plan_for(payload.len() as u64) {
                     return self.start_striped(payload, timeout, reply, plan);
                 }
                 let nonce = self.ops.register(reply);
@@ -133,6 +128,19 @@ impl Driver {
                     debug!(peer = %peer, %reason, "connection closed");
                 }
             }
+        }
+    }
+}
+
+impl Driver {
+    /// How a broadcast of `len` bytes from this node spreads now, by its [`Spread`]:
+    /// `None` for the latency tree.
+    fn plan_for(&self, len: u64) -> Option<StripePlan> {
+        let core = self.node.core();
+        match self.spread {
+            Spread::Auto => core.stripe_plan(len),
+            Spread::Striped => core.stripe_plan_forced(len),
+            Spread::LatencyTree => None,
         }
     }
 }

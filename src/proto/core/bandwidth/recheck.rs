@@ -1,0 +1,137 @@
+//! Rechecking a cluster after a surprising train (see the parent module's documentation):
+//! the held-back train, the confirmation, and which members are measured again.
+
+use super::{Bandwidth, QUICK_PERIOD, SURPRISE};
+use crate::proto::id::NodeId;
+use crate::proto::time::Time;
+use std::time::Duration;
+
+/// A cluster being measured again after a surprising train.
+#[derive(Clone, Debug)]
+pub(super) struct Recheck {
+    /// The surprising train, held back until a second one confirms it: the peer, the
+    /// rate, and whether it was low.
+    pub(super) first: (NodeId, f64, bool),
+    /// Whether a second train from the cluster surprised the same way.
+    pub(super) confirmed: bool,
+    /// Members measured since it was confirmed.
+    pub(super) measured: Vec<NodeId>,
+    pub(super) rounds: u32,
+}
+
+impl Bandwidth {
+    /// What a train from `from` (of the cluster named `name`) at `bps` records: the
+    /// (peer, rate, replace) samples to keep. A train outside [`SURPRISE`] of the peer's
+    /// estimate is held back and its cluster rechecked; a second surprising train the same
+    /// way confirms the change (both replace their peers' histories, and so does the first
+    /// train from every other member), an unsurprising one cancels it (the first is
+    /// dropped: a train taken while a queue drained, or a burst of someone else's traffic).
+    pub(super) fn judge(
+        &mut self,
+        now: Time,
+        name: Option<NodeId>,
+        from: NodeId,
+        bps: f64,
+        interval: Duration,
+    ) -> Vec<(NodeId, f64, bool)> {
+        let low = |e: f64| bps * SURPRISE < e;
+        let surprise = self
+            .estimate(&from)
+            .filter(|&e| bps > e * SURPRISE || low(e))
+            .map(low);
+        let Some(name) = name else {
+            return vec![(from, bps, false)];
+        };
+        match (self.suspect.get_mut(&name), surprise) {
+            (Some(r), _) if r.confirmed => {
+                let replace = !r.measured.contains(&from);
+                r.measured.push(from);
+                vec![(from, bps, replace)]
+            }
+            (Some(r), Some(low)) if low == r.first.2 => {
+                r.confirmed = true;
+                let (peer, first, _) = r.first;
+                r.measured = vec![peer, from];
+                vec![(peer, first, true), (from, bps, true)]
+            }
+            (Some(_), _) => {
+                self.suspect.remove(&name);
+                vec![(from, bps, false)]
+            }
+            (None, Some(low)) => {
+                // At most one recheck per cluster per probe interval.
+                let recent = (self.suspected_at.get(&name))
+                    .is_some_and(|t| now.saturating_since(*t) < interval);
+                if recent {
+                    return vec![(from, bps, false)];
+                }
+                self.suspect.insert(
+                    name,
+                    Recheck {
+                        first: (from, bps, low),
+                        confirmed: false,
+                        measured: Vec::new(),
+                        rounds: 0,
+                    },
+                );
+                self.suspected_at.insert(name, now);
+                self.next_recheck = Some(now + QUICK_PERIOD);
+                Vec::new()
+            }
+            (None, None) => vec![(from, bps, false)],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::core::bandwidth::KEEP_SAMPLES;
+
+    fn known(peers: &[NodeId], bps: f64) -> Bandwidth {
+        let t0 = Time::from_micros(0);
+        let mut bw = Bandwidth::new(1, t0);
+        for p in peers {
+            for _ in 0..KEEP_SAMPLES {
+                bw.train(t0, *p, bps, false);
+            }
+        }
+        bw
+    }
+
+    #[test]
+    fn a_surprising_train_counts_only_once_a_second_confirms_it() {
+        let (a, b, name) = (NodeId([1; 16]), NodeId([2; 16]), NodeId([1; 16]));
+        let now = Time::from_micros(60_000_000);
+        let every = Duration::from_secs(30);
+        let mut bw = known(&[a, b], 26e6);
+        // Held back, and the cluster rechecked soon.
+        assert!(bw.judge(now, Some(name), a, 3e6, every).is_empty());
+        assert_eq!(bw.estimate(&a), Some(26e6));
+        assert!(bw.next_recheck.is_some());
+        // Another member's train agrees: both replace what was known.
+        let got = bw.judge(now, Some(name), b, 3.1e6, every);
+        assert_eq!(got, vec![(a, 3e6, true), (b, 3.1e6, true)]);
+        for (p, r, replace) in got {
+            bw.train(now, p, r, replace);
+        }
+        assert_eq!(bw.estimate(&a), Some(3e6));
+        assert_eq!(bw.estimate(&b), Some(3.1e6));
+
+        // A train right after a transfer that the next one contradicts: dropped.
+        let mut bw = known(&[a, b], 7e6);
+        assert!(bw.judge(now, Some(name), a, 2e6, every).is_empty());
+        assert_eq!(
+            bw.judge(now, Some(name), b, 6.9e6, every),
+            vec![(b, 6.9e6, false)]
+        );
+        assert!(bw.suspect.is_empty());
+        assert_eq!(bw.estimate(&a), Some(7e6));
+        // And the cluster is not suspected again within the interval.
+        let soon = now + Duration::from_secs(5);
+        assert_eq!(
+            bw.judge(soon, Some(name), a, 2e6, every),
+            vec![(a, 2e6, false)]
+        );
+    }
+}
