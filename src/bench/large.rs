@@ -4,8 +4,9 @@
 //!
 //! The overlay runs once, in process: a few real nodes per cluster of a topology (das-4 by
 //! default), each with its own QUIC endpoint on an emulated socket that enforces the file's
-//! latencies and bandwidths ([`LatencyMap::with_bandwidth`]). Once every tree is wide-area
-//! optimal, one node broadcasts each payload size twice, once with every node forwarding
+//! latencies and bandwidths
+//! ([`LatencyMap::with_bandwidth`](crate::net::emulated::LatencyMap::with_bandwidth)).
+//! Once every tree is wide-area optimal, one node broadcasts each payload size twice, once with every node forwarding
 //! pipelined and once store-and-forward, and the run is timed from the call to the last
 //! node's delivery. Throughput is payload bits over that time; its share is measured against
 //! the best single tree's rate and against the rate of the tree the overlay had when the

@@ -1,5 +1,5 @@
 //! A large broadcast striped over several trees, on the driver's side: numbering the
-//! parts, handing them to the trees as they complete ([`schedule`]), putting the payload
+//! parts, handing them to the trees as they complete (`schedule`), putting the payload
 //! together again at every receiver, and merging the parts' reports into one at the root.
 //!
 //! The root cuts the payload into equal consecutive parts (at most [`MAX_STRIPES`]) and

@@ -8,7 +8,7 @@
 //! wide-area links (DAS-4 style) that bound is often several times the widest single tree.
 //!
 //! The planner works on a [`ClusterGraph`] (what a node measured between clusters):
-//! - [`pack`] computes the bound ([`max_flow_bound`]), the widest single tree
+//! - [`pack()`] computes the bound ([`max_flow_bound`]), the widest single tree
 //!   ([`widest_tree`]) and a packing of at most a given number of trees ([`pack()`]);
 //! - [`route`] turns each cluster tree into a node-level [`Route`] (entry nodes rotated per
 //!   stripe so the forwarding work is spread);

@@ -172,7 +172,7 @@ impl<N: SimNode> Sim<N> {
     /// A simulation over `net` whose nodes are made by `factory` (used by the simulator's
     /// tests with scripted nodes; [`Sim::new`] is the usual constructor). The verdict's
     /// groups of clusters are those of the cores' own grouping rule
-    /// ([`proto::Config::cluster_params`](crate::proto::Config::cluster_params)).
+    /// (`proto::Config::cluster_params`).
     pub fn with_nodes(
         net: NetModel,
         config: SimConfig,
