@@ -137,22 +137,12 @@ pub(crate) async fn wait_matrix(node: &overlay::api::Node, pairs: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_broadcast_is_striped_over_several_trees_and_delivered_whole_exactly_once() {
-    use futures::StreamExt;
     let _net = crate::common::real_network();
     let (topo, overlay) = start_das4().await;
     let root = &overlay.nodes[0];
     let pairs = topo.clusters.len() * (topo.clusters.len() - 1);
     wait_matrix(root, pairs).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    for (i, n) in overlay.nodes.iter().enumerate() {
-        let mut s = Box::pin(n.deliveries());
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            while let Some(d) = s.next().await {
-                let _ = tx.send((i, d));
-            }
-        });
-    }
+    let mut rx = tap(&overlay);
     // 1 MiB: small parts, few per tree; 4 MiB: many parts, handed out as they complete.
     let before = probe_bytes(&overlay).await;
     for mib in [1u32, 4] {
@@ -177,7 +167,7 @@ async fn striped_once(
     root: &overlay::api::Node,
     overlay: &LocalOverlay,
     payload: &[u8],
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, overlay::api::Delivery)>,
+    rx: &mut Deliveries,
 ) {
     let started = Instant::now();
     let report = root
@@ -190,25 +180,7 @@ async fn striped_once(
     assert!(report.missing.is_empty(), "missing: {:?}", report.missing);
     assert_eq!(report.delivered.len(), overlay.nodes.len());
     // Every node delivers the whole payload, once, under the broadcast's number.
-    let mut got: HashMap<usize, usize> = HashMap::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while got.len() < overlay.nodes.len() {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some((i, d))) if d.root == root.id() => {
-                assert_eq!(d.op, report.op, "delivered under the whole's number");
-                assert!(d.payload[..] == payload[..], "node {i} got other bytes");
-                *got.entry(i).or_default() += 1;
-            }
-            Ok(Some(_)) => {}
-            _ => break,
-        }
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    while let Ok((i, d)) = rx.try_recv() {
-        if d.root == root.id() {
-            *got.entry(i).or_default() += 1;
-        }
-    }
+    let got = deliveries(rx, root.id(), report.op, payload, None, overlay.nodes.len()).await;
     assert_eq!(got.len(), overlay.nodes.len(), "deliveries: {got:?}");
     assert!(got.values().all(|&c| c == 1), "exactly once: {got:?}");
     let mbit = payload.len() as f64 * 8.0 / took.as_secs_f64() / 1e6;
@@ -222,7 +194,6 @@ async fn striped_once(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_crashing_mid_transfer_is_reported_missing_and_everyone_else_gets_it_once() {
-    use futures::StreamExt;
     let _net = crate::common::real_network();
     let (topo, overlay) = start_das4().await;
     let root = overlay.nodes[0].clone();
@@ -240,16 +211,7 @@ async fn a_relay_crashing_mid_transfer_is_reported_missing_and_everyone_else_get
         .position(|&c| c == uva)
         .expect("a UvA node");
     let victim_id = overlay.nodes[victim].id();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    for (i, n) in overlay.nodes.iter().enumerate() {
-        let mut s = Box::pin(n.deliveries());
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            while let Some(d) = s.next().await {
-                let _ = tx.send((i, d));
-            }
-        });
-    }
+    let mut rx = tap(&overlay);
     let payload: Vec<u8> = (0..4u32 << 20).map(|i| (i * 13 + i / 8191) as u8).collect();
     let sending = {
         let (root, payload) = (root.clone(), payload.clone());
@@ -292,12 +254,48 @@ async fn a_relay_crashing_mid_transfer_is_reported_missing_and_everyone_else_get
         .collect();
     assert_eq!(others.len(), live, "every live node delivered: {report:?}");
     // Every live node delivers the whole payload exactly once.
+    let mut got = deliveries(&mut rx, root.id(), report.op, &payload, Some(victim), live).await;
+    got.remove(&victim);
+    assert_eq!(got.len(), live, "deliveries: {got:?}");
+    assert!(got.values().all(|&c| c == 1), "exactly once: {got:?}");
+    overlay.shutdown().await;
+}
+
+/// Every node's deliveries, tagged with the node's index.
+type Deliveries = tokio::sync::mpsc::UnboundedReceiver<(usize, overlay::api::Delivery)>;
+
+fn tap(overlay: &LocalOverlay) -> Deliveries {
+    use futures::StreamExt;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for (i, n) in overlay.nodes.iter().enumerate() {
+        let mut s = Box::pin(n.deliveries());
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(d) = s.next().await {
+                let _ = tx.send((i, d));
+            }
+        });
+    }
+    rx
+}
+
+/// How many times each node delivered `root`'s broadcasts: waits (10 s at most) until
+/// `want` nodes other than `ignore` delivered broadcast `op`, each with `payload`, then
+/// half a second more so that a second delivery would be counted.
+async fn deliveries(
+    rx: &mut Deliveries,
+    root: NodeId,
+    op: u64,
+    payload: &[u8],
+    ignore: Option<usize>,
+    want: usize,
+) -> HashMap<usize, usize> {
     let mut got: HashMap<usize, usize> = HashMap::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while got.keys().filter(|&&i| i != victim).count() < live {
+    while got.keys().filter(|&&i| Some(i) != ignore).count() < want {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some((i, d))) if d.root == root.id() => {
-                assert_eq!(d.op, report.op, "delivered under the whole's number");
+            Ok(Some((i, d))) if d.root == root => {
+                assert_eq!(d.op, op, "delivered under the whole's number");
                 assert!(d.payload[..] == payload[..], "node {i} got other bytes");
                 *got.entry(i).or_default() += 1;
             }
@@ -307,12 +305,9 @@ async fn a_relay_crashing_mid_transfer_is_reported_missing_and_everyone_else_get
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     while let Ok((i, d)) = rx.try_recv() {
-        if d.root == root.id() {
+        if d.root == root {
             *got.entry(i).or_default() += 1;
         }
     }
-    got.remove(&victim);
-    assert_eq!(got.len(), live, "deliveries: {got:?}");
-    assert!(got.values().all(|&c| c == 1), "exactly once: {got:?}");
-    overlay.shutdown().await;
+    got
 }

@@ -311,3 +311,16 @@ pub fn check_statuses(
         .count();
     check
 }
+
+/// A test payload of `len` pseudo-random bytes (xorshift), so nothing on the way can compress it.
+pub fn payload(len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for chunk in out.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    out
+}

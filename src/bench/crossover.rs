@@ -10,10 +10,9 @@
 
 use super::bandwidth;
 use super::large::{Broadcast, Contender, SETTLE, size_label};
-use super::large_setup::{Testbed, payload, tap};
+use super::large_setup::{Testbed, block_on, payload, tap};
 use crate::proto::collective::MAX_INLINE_PAYLOAD;
 use crate::topology::Topology;
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -77,12 +76,7 @@ pub struct Outcome {
 
 /// Runs the table on a runtime of its own; `progress` gets one line at a time.
 pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
-    rt.block_on(run_async(opts, progress))
+    block_on(run_async(opts, progress))
 }
 
 async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {

@@ -19,7 +19,7 @@
 
 use super::bandwidth::{self, Bound};
 use super::large_magpie::Magpie;
-use super::large_setup::{Seen, Testbed, payload, tap};
+use super::large_setup::{Seen, Testbed, block_on, payload, tap};
 use crate::api::{Forwarding, Node, Spread};
 use crate::local::LocalOverlay;
 use crate::proto::{DeliveryKind, NodeId};
@@ -183,12 +183,7 @@ pub struct Outcome {
 
 /// Runs the benchmark on a runtime of its own; `progress` gets one line at a time.
 pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
-    rt.block_on(run_async(opts, progress))
+    block_on(run_async(opts, progress))
 }
 
 async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {

@@ -12,6 +12,16 @@ use futures::StreamExt;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// Runs `fut` to completion on a runtime of its own (two workers, as the machine's cores).
+pub fn block_on<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(fut)
+}
+
 /// Most nodes per cluster the benchmarks start.
 pub const MAX_NODES_PER_CLUSTER: usize = 32;
 
@@ -138,15 +148,4 @@ pub fn tap(nodes: &[Node]) -> mpsc::UnboundedReceiver<Seen> {
     rx
 }
 
-/// A payload of `len` pseudo-random bytes (xorshift), so nothing on the way can compress it.
-pub fn payload(len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for chunk in out.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
-    }
-    out
-}
+pub use crate::local::payload;

@@ -368,14 +368,9 @@ pub struct PlannedTree {
 }
 
 impl BroadcastPlan {
-    /// The plan of the node's core for `bytes`, its clusters named by `clusters` (the
-    /// bandwidth view's, in the plan's order).
-    pub(crate) fn new(
-        bytes: u64,
-        plan: &crate::proto::StripePlan,
-        clusters: &[Vec<NodeId>],
-    ) -> Self {
-        let label = |c: usize| clusters.get(c).and_then(|m| m.first().copied());
+    /// The plan of the node's core for `bytes`.
+    pub(crate) fn new(bytes: u64, plan: &crate::proto::StripePlan) -> Self {
+        let label = |c: usize| plan.clusters.get(c).copied();
         let trees = plan
             .trees
             .iter()

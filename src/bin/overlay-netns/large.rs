@@ -11,6 +11,7 @@ use crate::status::load_plan;
 use anyhow::{Context, bail};
 use overlay::admin::{AdminRequest, AdminResponse, broadcast, request};
 use overlay::api::NodeStatus;
+use overlay::local::payload;
 use overlay::proto::NodeId;
 use overlay::testbed::Plan;
 use serde::Serialize;
@@ -205,19 +206,6 @@ fn measured_links(status: &NodeStatus, plan: &Plan) -> Vec<Link> {
         .collect();
     links.sort_by(|a, b| (&a.from, &a.to).cmp(&(&b.from, &b.to)));
     links
-}
-
-/// Bytes that do not compress or repeat in a short period (xorshift).
-fn payload(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect()
 }
 
 fn print_text(r: &Report, members: usize) {

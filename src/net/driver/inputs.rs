@@ -35,10 +35,7 @@ impl Driver {
                 self.spread = spread;
             }
             ApiCommand::Plan(bytes, reply) => {
-                let clusters = self.node.core().bandwidth_view().clusters;
-                let plan = self
-                    .plan_for(bytes)
-                    .map(|p| BroadcastPlan::new(bytes, &p, &clusters));
+                let plan = self.plan_for(bytes).map(|p| BroadcastPlan::new(bytes, &p));
                 let _ = reply.send(plan);
             }
             ApiCommand::Op(OpCommand::StartStream {

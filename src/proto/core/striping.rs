@@ -29,6 +29,8 @@ pub struct StripePlan {
     pub rates_bps: Vec<f64>,
     /// The cluster trees behind the routes (parent cluster of each cluster).
     pub trees: Vec<Arborescence>,
+    /// The name (smallest member) of each cluster the trees' indices refer to.
+    pub clusters: Vec<NodeId>,
     /// Predicted completion with the stripes and with the widest single tree, seconds.
     pub striped_s: f64,
     pub single_s: f64,
@@ -127,6 +129,11 @@ impl Core {
             routes,
             rates_bps: chosen.iter().map(|t| t.rate_bps).collect(),
             trees: chosen,
+            clusters: view
+                .clusters
+                .iter()
+                .map(|c| c.iter().copied().min().unwrap_or(self.id))
+                .collect(),
             striped_s,
             single_s,
             crossover_bytes,
