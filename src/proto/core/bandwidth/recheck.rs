@@ -12,6 +12,9 @@ pub(super) struct Recheck {
     /// The surprising train, held back until a second one confirms it: the peer, the
     /// rate, and whether it was low.
     pub(super) first: (NodeId, f64, bool),
+    /// The estimate the first train was judged against: a second train from a member
+    /// this node holds no estimate of yet is judged against it.
+    pub(super) reference: f64,
     /// Whether a second train from the cluster surprised the same way.
     pub(super) confirmed: bool,
     /// Members measured since it was confirmed.
@@ -35,13 +38,13 @@ impl Bandwidth {
         interval: Duration,
     ) -> Vec<(NodeId, f64, bool)> {
         let low = |e: f64| bps * SURPRISE < e;
-        let surprise = self
-            .estimate(&from)
-            .filter(|&e| bps > e * SURPRISE || low(e))
-            .map(low);
+        let judged = |e: f64| (bps > e * SURPRISE || low(e)).then(|| low(e));
+        let own = self.estimate(&from);
         let Some(name) = name else {
             return vec![(from, bps, false)];
         };
+        let reference = self.suspect.get(&name).map(|r| r.reference);
+        let surprise = own.or(reference).and_then(judged);
         match (self.suspect.get_mut(&name), surprise) {
             (Some(r), _) if r.confirmed => {
                 let replace = !r.measured.contains(&from);
@@ -69,6 +72,7 @@ impl Bandwidth {
                     name,
                     Recheck {
                         first: (from, bps, low),
+                        reference: own.unwrap_or(bps),
                         confirmed: false,
                         measured: Vec::new(),
                         rounds: 0,
@@ -117,6 +121,12 @@ mod tests {
         }
         assert_eq!(bw.estimate(&a), Some(3e6));
         assert_eq!(bw.estimate(&b), Some(3.1e6));
+
+        // A member not measured before is judged against what the first was: it confirms.
+        let mut bw = known(&[a], 26e6);
+        assert!(bw.judge(now, Some(name), a, 3e6, every).is_empty());
+        let got = bw.judge(now, Some(name), b, 3.1e6, every);
+        assert_eq!(got, vec![(a, 3e6, true), (b, 3.1e6, true)]);
 
         // A train right after a transfer that the next one contradicts: dropped.
         let mut bw = known(&[a, b], 7e6);
