@@ -163,7 +163,7 @@ async fn a_large_broadcast_is_striped_over_several_trees_and_delivered_whole_exa
 
 /// One broadcast of `payload` from `root`: reported complete, delivered whole and once at
 /// every node.
-async fn striped_once(
+pub(crate) async fn striped_once(
     root: &overlay::api::Node,
     overlay: &LocalOverlay,
     payload: &[u8],
@@ -262,9 +262,9 @@ async fn a_relay_crashing_mid_transfer_is_reported_missing_and_everyone_else_get
 }
 
 /// Every node's deliveries, tagged with the node's index.
-type Deliveries = tokio::sync::mpsc::UnboundedReceiver<(usize, overlay::api::Delivery)>;
+pub(crate) type Deliveries = tokio::sync::mpsc::UnboundedReceiver<(usize, overlay::api::Delivery)>;
 
-fn tap(overlay: &LocalOverlay) -> Deliveries {
+pub(crate) fn tap(overlay: &LocalOverlay) -> Deliveries {
     use futures::StreamExt;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     for (i, n) in overlay.nodes.iter().enumerate() {

@@ -42,6 +42,10 @@ const BUILTIN: &[(&str, &str)] = &[
     ("sites-64", include_str!("../topologies/sites-64.toml")),
     ("scale-1000", include_str!("../topologies/scale-1000.toml")),
     ("split-site", include_str!("../topologies/split-site.toml")),
+    (
+        "field-station",
+        include_str!("../topologies/field-station.toml"),
+    ),
 ];
 
 /// One cluster of a topology.

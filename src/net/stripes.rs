@@ -71,7 +71,8 @@ pub fn parse(nonce: u64) -> Option<(u64, usize, usize)> {
     }
     let count = ((nonce >> 48) & 127) as usize;
     let index = ((nonce >> 55) & 127) as usize;
-    (index >= 1 && count >= 1 && index <= count).then_some((nonce & LOW, index - 1, count))
+    // Lazily: `index - 1` of a plain number (index 0) must not be computed.
+    (index >= 1 && count >= 1 && index <= count).then(|| (nonce & LOW, index - 1, count))
 }
 
 struct Assembly {

@@ -164,6 +164,11 @@ pub struct ClusterBandwidth {
     pub figures: u32,
     /// Age of the newest figure, seconds.
     pub age_s: f64,
+    /// The model's one-way latency between the two clusters, ms (half the smallest RTT
+    /// published between their members; `None` where none is): with `mbit`, the pair's
+    /// P-LogP-style model (latency L, gap g(m) = m / rate).
+    #[serde(default)]
+    pub latency_ms: Option<f64>,
 }
 
 /// One member's place in a tree, as it answered a tree query.
@@ -356,6 +361,9 @@ pub struct BroadcastPlan {
     pub crossover_bytes: Option<u64>,
     /// The max-flow bound from this node's cluster over the measured links, Mbit/s.
     pub bound_mbit: f64,
+    /// Per cluster (by name), the fanout inside it: 1 is a pipelined chain, more a wider
+    /// tree; the model picks it from the cluster's measured in-cluster rate.
+    pub fanouts: Vec<(NodeId, usize)>,
 }
 
 /// One tree of a [`BroadcastPlan`].
@@ -411,6 +419,9 @@ impl BroadcastPlan {
             single_s: plan.single_s,
             crossover_bytes: plan.crossover_bytes,
             bound_mbit: plan.bound_bps / 1e6,
+            fanouts: (plan.fanouts.iter().enumerate())
+                .filter_map(|(c, k)| Some((label(c)?, *k)))
+                .collect(),
         }
     }
 }

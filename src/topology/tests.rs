@@ -88,6 +88,7 @@ fn shipped_topologies_parse() {
         ("sites-64", 8, 64),
         ("scale-1000", 10, 1000),
         ("split-site", 5, 40),
+        ("field-station", 3, 10),
     ];
     assert_eq!(Topology::builtin_names().count(), expected.len());
     for (name, clusters, nodes) in expected {

@@ -174,6 +174,9 @@ fn cluster_bandwidth(view: &crate::proto::bandwidth::BandwidthView) -> Vec<Clust
                 mbit: l.bps / 1e6,
                 figures: l.figures,
                 age_s: l.age.as_secs_f64(),
+                latency_ms: (view.latency_us.get(l.from)?.get(l.to).copied())
+                    .filter(|us| *us > 0)
+                    .map(|us| f64::from(us) / 1e3),
             })
         })
         .collect()

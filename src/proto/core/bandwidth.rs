@@ -66,6 +66,8 @@ const QUICK_PERIOD: Duration = Duration::from_secs(2);
 pub const SURPRISE: f64 = 2.0;
 /// Most quick rounds spent re-measuring a suspect cluster.
 const RECHECK_ROUNDS: u32 = 4;
+/// Most datagrams in a train inside a cluster.
+pub const INTRA_TRAIN: u16 = 32;
 
 /// What measuring bandwidth cost and found, for status and the overhead figures.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -317,33 +319,55 @@ impl Core {
             if !self.members.is_alive(&target) {
                 continue;
             }
-            // Sized from the best figure held for this cluster (any of its members).
-            let est = g
-                .iter()
-                .filter_map(|p| self.bw.estimate(p))
-                .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
-            let bits = est.map_or(0.0, |e| e * TRAIN_SPREAD.as_secs_f64());
-            let packets = ((bits / (TRAIN_DATAGRAM as f64 * 8.0)).ceil() as u16 + 1)
-                .clamp(MIN_TRAIN, MAX_TRAIN_PACKETS);
-            let bytes = packets as f64 * TRAIN_DATAGRAM as f64;
-            // At most LINK_SHARE of the link on average, whatever the configured interval.
-            if let Some(e) = est {
-                let gap = Duration::from_secs_f64((bytes * 8.0 / (LINK_SHARE * e)).min(3600.0));
-                self.bw.next_to_cluster.insert(name, now + gap);
-            }
-            let id = self.bw.next_id;
-            self.bw.next_id = self.bw.next_id.wrapping_add(1);
-            self.bw.asked.push((id, target, now));
-            self.bw.stats.trains_asked += 1;
-            self.send(
-                target,
-                Message::TrainRequest {
-                    id,
-                    packets,
-                    size: TRAIN_DATAGRAM,
-                },
-            );
+            self.ask_train(name, target, &g, MAX_TRAIN_PACKETS);
         }
+        // Inside the cluster too (one member per routine round, rotating): how fast a
+        // member forwards to another sets how many children it can feed in a stripe
+        // (chain or wider tree, see `striping`). Capped smaller: a fast LAN needs no
+        // long train to tell it is several times faster than the wide area.
+        if routine && own.len() > 1 {
+            let others: Vec<NodeId> = own.iter().copied().filter(|m| *m != self.id).collect();
+            let target = others[self.bw.rounds as usize % others.len()];
+            let spaced = self
+                .bw
+                .next_to_cluster
+                .get(&own[0])
+                .is_some_and(|t| now < *t);
+            if !spaced && self.members.is_alive(&target) {
+                self.ask_train(own[0], target, &others, INTRA_TRAIN);
+            }
+        }
+    }
+
+    /// Asks `target` (of the cluster named `name`, whose members are `group`) for a train
+    /// of at most `cap` datagrams, sized from the best figure held for the cluster.
+    fn ask_train(&mut self, name: NodeId, target: NodeId, group: &[NodeId], cap: u16) {
+        let now = self.now;
+        let est = group
+            .iter()
+            .filter_map(|p| self.bw.estimate(p))
+            .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
+        let bits = est.map_or(0.0, |e| e * TRAIN_SPREAD.as_secs_f64());
+        let packets = ((bits / (TRAIN_DATAGRAM as f64 * 8.0)).ceil() as u16 + 1)
+            .clamp(MIN_TRAIN, cap.max(MIN_TRAIN));
+        let bytes = packets as f64 * TRAIN_DATAGRAM as f64;
+        // At most LINK_SHARE of the link on average, whatever the configured interval.
+        if let Some(e) = est {
+            let gap = Duration::from_secs_f64((bytes * 8.0 / (LINK_SHARE * e)).min(3600.0));
+            self.bw.next_to_cluster.insert(name, now + gap);
+        }
+        let id = self.bw.next_id;
+        self.bw.next_id = self.bw.next_id.wrapping_add(1);
+        self.bw.asked.push((id, target, now));
+        self.bw.stats.trains_asked += 1;
+        self.send(
+            target,
+            Message::TrainRequest {
+                id,
+                packets,
+                size: TRAIN_DATAGRAM,
+            },
+        );
     }
 
     /// A peer asks for a train: sent (by the driver, on [`Event::SendTrain`]) if the
@@ -395,10 +419,12 @@ impl Core {
         let bps = (spread - 1) as f64 * size as f64 * 8.0 / span.as_secs_f64();
         let now = self.now;
         let view = self.clusters();
+        // Trains inside this node's cluster are not rechecked: they only size the
+        // in-cluster fan-out, and a LAN's train is short and reads noisier.
         let name = view
             .partition(1)
             .into_iter()
-            .find(|g| g.contains(&from))
+            .find(|g| g.contains(&from) && !g.contains(&self.id))
             .and_then(|g| g.into_iter().min());
         let interval = self.config.bw_probe_interval;
         for (peer, bps, replace) in self.bw.judge(now, name, from, bps, interval) {

@@ -38,6 +38,8 @@ pub struct StripePlan {
     pub crossover_bytes: Option<u64>,
     /// The max-flow bound from this node's cluster as measured, bits per second.
     pub bound_bps: f64,
+    /// The fanout inside each cluster (1: a chain), as the model chose it.
+    pub fanouts: Vec<usize>,
 }
 
 impl StripePlan {
@@ -97,31 +99,44 @@ impl Core {
             stripe::predict_striped_s(&graph, &trees[..k], m, SEGMENT, OVERHEAD_S)
                 + OVERHEAD_S * (k - 1) as f64
         };
+        // Two trees at least: one is the widest single tree's business (a packing's first
+        // tree alone differs from it only by the model's rounding, which once made
+        // "striping" look faster at 1 KiB).
         let best = |m: u64| {
-            (1..=trees.len())
+            (2..=trees.len())
                 .map(|k| (k, with(k, m)))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
                 .unwrap_or((1, f64::INFINITY))
         };
         let multi = |m: u64| best(m).1;
-        let (used, striped_s) = if force {
+        let (used, striped_s) = if force || trees.len() < 2 {
             (trees.len(), with(trees.len(), len))
         } else {
             best(len)
         };
         let single_s = single(len);
         let crossover_bytes = stripe::crossover_bytes(single, multi, 1024, 1 << 30);
-        let chosen = if force || striped_s < single_s {
+        let chosen = if force || (used > 1 && striped_s < single_s) {
             trees[..used].to_vec()
         } else {
             vec![widest]
         };
-        // Inside a cluster: as many children per node as its rate carries stripes.
-        let fastest = chosen.iter().map(|t| t.rate_bps).fold(0.0, f64::max);
-        let fanout = view
-            .bps(rc, rc)
-            .map_or(2, |intra| ((intra / fastest.max(1.0)) as usize).clamp(1, 4));
-        let routes = stripe::node_routes(self.id, &clusters, rc, &chosen, fanout)
+        // Inside each cluster: a chain or a wider tree, as its measured rate says.
+        let inside: Vec<stripe::Inside> = (0..clusters.len())
+            .map(|c| stripe::Inside {
+                bps: view.bps(c, c),
+                latency_us: graph.latency(c, c),
+            })
+            .collect();
+        let fanouts =
+            stripe::choose_fanouts(self.id, &clusters, rc, &chosen, &inside, len, SEGMENT);
+        let fanout = |c: usize| {
+            fanouts
+                .get(c)
+                .copied()
+                .unwrap_or(stripe::fanout::UNMEASURED)
+        };
+        let routes = stripe::node_routes_with(self.id, &clusters, rc, &chosen, &fanout)
             .into_iter()
             .map(|r| r.edges)
             .collect();
@@ -138,6 +153,7 @@ impl Core {
             single_s,
             crossover_bytes,
             bound_bps: stripe::max_flow_bound(&graph, rc),
+            fanouts,
         })
     }
 }

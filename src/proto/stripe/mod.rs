@@ -11,7 +11,8 @@
 //! - [`pack()`] computes the bound ([`max_flow_bound`]), the widest single tree
 //!   ([`widest_tree`]) and a packing of at most a given number of trees ([`pack()`]);
 //! - [`route`] turns each cluster tree into a node-level [`Route`] (entry nodes rotated per
-//!   stripe so the forwarding work is spread);
+//!   stripe so the forwarding work is spread), with the in-cluster fanout [`fanout`]
+//!   picks per cluster (a chain where members forward slowly, a wider tree on a fast LAN);
 //! - [`model`] predicts, with a P-LogP-style cost model, how long one tree or the stripes
 //!   take, and from which size striping pays off ([`crossover_bytes`]).
 //!
@@ -19,6 +20,7 @@
 //! NaN or negative capacities, unreachable clusters, a single cluster).
 
 mod algo;
+pub mod fanout;
 mod lp;
 pub mod model;
 pub mod pack;
@@ -27,9 +29,10 @@ pub mod route;
 #[cfg(test)]
 mod tests;
 
+pub use self::fanout::{Inside, choose_fanouts};
 pub use self::model::{crossover_bytes, gap_s, predict_striped_s, predict_tree_s};
 pub use self::pack::{max_flow_bound, min_arborescence, pack, widest_tree};
-pub use self::route::{Route, node_routes};
+pub use self::route::{Route, node_routes, node_routes_with};
 
 /// Directed cluster-level graph as a node measured it. Index i is a cluster.
 ///

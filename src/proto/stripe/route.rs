@@ -56,6 +56,19 @@ pub fn node_routes(
     trees: &[Arborescence],
     fanout: usize,
 ) -> Vec<Route> {
+    node_routes_with(root, clusters, root_cluster, trees, &|_| fanout)
+}
+
+/// [`node_routes`] with a fanout per cluster: `fanout(c)` for cluster index `c` (as in
+/// `clusters`; an index past them is the root's cluster added by the call). A cluster
+/// whose members forward slowly gets a chain, one on a fast LAN a wider, shallower tree.
+pub fn node_routes_with(
+    root: NodeId,
+    clusters: &[Vec<NodeId>],
+    root_cluster: usize,
+    trees: &[Arborescence],
+    fanout: &dyn Fn(usize) -> usize,
+) -> Vec<Route> {
     let (members, rc) = member_lists(root, clusters, root_cluster);
     let parents: Vec<(Vec<usize>, Vec<usize>)> = trees
         .iter()
@@ -64,7 +77,7 @@ pub fn node_routes(
     parents
         .iter()
         .enumerate()
-        .map(|(t, (parent, order))| route_for(root, &members, rc, parent, order, t, fanout.max(1)))
+        .map(|(t, (parent, order))| route_for(root, &members, rc, parent, order, t, fanout))
         .collect()
 }
 
@@ -142,7 +155,7 @@ fn route_for(
     parent: &[usize],
     order: &[usize],
     t: usize,
-    fanout: usize,
+    fanout: &dyn Fn(usize) -> usize,
 ) -> Route {
     let k = members.len();
     let entry: Vec<Option<NodeId>> = (0..k)
@@ -172,6 +185,7 @@ fn route_for(
         if l == 0 {
             continue;
         }
+        let fanout = fanout(c).max(1);
         // Rotate by t times the number of forwarders, so the next stripe hands the
         // forwarding to the nodes that only received in this one.
         let forwarders = ((l - 1) / fanout).max(1);

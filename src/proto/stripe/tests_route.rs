@@ -252,3 +252,60 @@ fn a_slow_deep_tree_never_makes_striping_look_slower() {
     let ideal = (1u64 << 28) as f64 * 8.0 / total;
     assert!(t > ideal && t < ideal * 1.01, "{t} vs {ideal}");
 }
+
+#[test]
+fn a_slow_lan_gets_a_chain_and_a_fast_one_a_wide_tree() {
+    // Two clusters; the second (8 members) hears one 15 Mbit/s stripe from the first.
+    let cl = clusters(&[2, 8]);
+    let root = cl[0][0];
+    let tree = Arborescence {
+        parent: vec![None, Some(0)],
+        rate_bps: 15e6,
+    };
+    let inside = |mbit: Option<f64>| {
+        vec![
+            Inside {
+                bps: Some(400e6),
+                latency_us: 20,
+            },
+            Inside {
+                bps: mbit.map(|m| m * 1e6),
+                latency_us: 20,
+            },
+        ]
+    };
+    let pick = |mbit| {
+        choose_fanouts(
+            root,
+            &cl,
+            0,
+            std::slice::from_ref(&tree),
+            &inside(mbit),
+            16 << 20,
+            32 << 10,
+        )[1]
+    };
+    // 20 Mbit/s members: two children each would need 30, so only a chain keeps the rate.
+    assert_eq!(pick(Some(20.0)), 1);
+    // 400 Mbit/s: three or four children each cost nothing, and the tree is shallowest
+    // (two levels for the seven others).
+    assert!(pick(Some(400.0)) >= 3);
+    // Not measured: the default.
+    assert_eq!(pick(None), fanout::UNMEASURED);
+    // And the routes follow the choice: with a chain every member but the last forwards once.
+    let fan = choose_fanouts(
+        root,
+        &cl,
+        0,
+        std::slice::from_ref(&tree),
+        &inside(Some(20.0)),
+        16 << 20,
+        32 << 10,
+    );
+    let routes = node_routes_with(root, &cl, 0, std::slice::from_ref(&tree), &|c| fan[c]);
+    let all: Vec<NodeId> = cl.concat();
+    assert_spanning(&routes[0], root, &all);
+    for n in &cl[1] {
+        assert!(routes[0].children_of(*n).filter(|c| c != n).count() <= 1);
+    }
+}

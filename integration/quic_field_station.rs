@@ -1,0 +1,128 @@
+//! The planner's choices on a network unlike das-4 (`topologies/field-station.toml`, over
+//! real QUIC, the emulated socket enforcing the file's bandwidths): a field station reached
+//! by a slow direct line and by a deep path through a mirror site, on an old, slow LAN.
+//!
+//! - The crossover: the deep path only pays for large payloads, so the model switches to
+//!   stripes well above the 256 KiB where das-4 already stripes; below it the default keeps
+//!   one tree, above it stripes over both paths.
+//! - Inside the station: its members' measured rate (packet trains inside the cluster)
+//!   leaves room for one copy of the stream each, not two, so the model spreads it with a
+//!   chain, while the fast clusters keep wider trees where they have room for them.
+//!
+//! `cargo test --release --test integration quic_field_station -- --nocapture` prints the
+//! plans and the throughput.
+
+use crate::quic_bandwidth::{striped_once, tap, wait_matrix};
+use overlay::local::LocalOverlay;
+use overlay::net::emulated::LatencyMap;
+use overlay::proto::{Config, NodeId};
+use overlay::topology::Topology;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_second_path_moves_the_crossover_up_and_a_slow_lan_gets_a_chain() {
+    let _net = crate::common::real_network();
+    let topo = Topology::builtin("field-station").expect("shipped topology");
+    let overlay = LocalOverlay::start_on(LatencyMap::with_bandwidth(topo.clone()), Config::wan())
+        .await
+        .expect("overlay starts");
+    let (_, converged) = overlay
+        .wait_optimal(Duration::from_secs(120), Duration::from_secs(1))
+        .await;
+    assert!(converged.is_some(), "trees never became wide-area optimal");
+    let index = |c: &str| topo.cluster_index(c).expect("cluster of the file");
+    let (campus, station) = (index("campus"), index("station"));
+    let cluster: HashMap<NodeId, usize> = (overlay.nodes.iter().zip(&overlay.clusters))
+        .map(|(n, c)| (n.id(), *c))
+        .collect();
+    let root = &overlay.nodes[overlay
+        .clusters
+        .iter()
+        .position(|&c| c == campus)
+        .expect("campus")];
+    let pairs = topo.clusters.len() * (topo.clusters.len() - 1);
+    wait_matrix(root, pairs).await;
+
+    // The station's inside is measured by its own probers' trains.
+    let start = Instant::now();
+    let inside = loop {
+        let s = root.status().await.expect("status");
+        let seen = (s.bandwidth.iter())
+            .find(|b| b.from == b.to && cluster.get(&b.from) == Some(&station))
+            .map(|b| b.mbit);
+        if let Some(m) = seen {
+            break m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the station's inside was never measured: {:?}",
+            s.bandwidth
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let name = |id: &NodeId| {
+        cluster
+            .get(id)
+            .map_or("?", |c| topo.clusters[*c].name.as_str())
+    };
+    for b in root.status().await.expect("status").bandwidth {
+        eprintln!(
+            "  {} -> {}: {:.1} Mbit/s, {:?} ms",
+            name(&b.from),
+            name(&b.to),
+            b.mbit,
+            b.latency_ms
+        );
+    }
+    let lan = topo.clusters[station]
+        .bandwidth_mbit
+        .expect("the file gives the LAN");
+    eprintln!("station inside: measured {inside:.1} Mbit/s (the emulator's NIC: {lan})");
+
+    let big = 8u64 << 20;
+    let plan = root
+        .broadcast_plan(big)
+        .await
+        .expect("plan")
+        .expect("measured");
+    let fanout = |c: usize| {
+        plan.fanouts
+            .iter()
+            .find(|(name, _)| cluster.get(name) == Some(&c))
+            .map(|(_, k)| *k)
+    };
+    eprintln!(
+        "8 MiB plan: {} tree(s) at {:?} Mbit/s, bound {:.1}, crossover {:?} bytes, fanouts {:?}",
+        plan.trees.len(),
+        plan.trees.iter().map(|t| t.mbit).collect::<Vec<_>>(),
+        plan.bound_mbit,
+        plan.crossover_bytes,
+        (0..topo.clusters.len())
+            .map(|c| (topo.clusters[c].name.as_str(), fanout(c)))
+            .collect::<Vec<_>>()
+    );
+    assert!(plan.striped, "8 MiB is striped over both paths");
+    assert_eq!(fanout(station), Some(1), "a chain on the slow LAN");
+    let crossover = plan.crossover_bytes.expect("striping pays from some size");
+    assert!(
+        crossover > 256 << 10,
+        "the deep path pays only from well above das-4's crossover: {crossover}"
+    );
+    // On each side of the crossover the default takes the side the model predicts.
+    let below = root
+        .broadcast_plan(crossover / 2)
+        .await
+        .expect("plan")
+        .expect("measured");
+    assert!(!below.striped, "{} bytes keep one tree", crossover / 2);
+
+    let mut rx = tap(&overlay);
+    let payload: Vec<u8> = (0..big as u32).map(|i| (i ^ (i >> 11)) as u8).collect();
+    striped_once(root, &overlay, &payload, &mut rx).await;
+    eprintln!(
+        "file's bound from campus: {:.1} Mbit/s",
+        overlay::sim::max_flow_mbit(&topo, campus)
+    );
+    overlay.shutdown().await;
+}
