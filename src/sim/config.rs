@@ -31,7 +31,8 @@ pub struct SimConfig {
     /// 100 Mbit/s links, and each message lost makes its sender resend its state; QUIC
     /// would queue and retransmit those frames instead, so the figures of those runs
     /// would no longer be the ones QUIC's nodes see. Where a topology gives no bandwidth,
-    /// on and off are the same.
+    /// on and off are the same. Packet trains measure only with it on: off, a train's
+    /// datagrams all arrive in one instant, and the cores take no rate from that.
     pub bandwidth: bool,
     /// How long until the other nodes learn of a join or a graceful leave.
     pub membership_delay: Duration,
@@ -52,8 +53,9 @@ impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             seed: 1,
-            // The simulator does not model packet trains: its nodes would ask for trains
-            // that never come, and the extra messages would count in every figure.
+            // No packet trains unless a run asks for them: they measure something only with
+            // `bandwidth` on, and the requests would change every control figure of the
+            // runs before trains were simulated.
             core: proto::Config {
                 bw_probers: 0,
                 ..proto::Config::wan()

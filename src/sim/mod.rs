@@ -17,6 +17,19 @@
 //!   cluster), each first come, first served with a bounded buffer that drops the tail,
 //!   then delayed by the latency; as the emulated socket does. A tail drop is a loss: the
 //!   sender is told, as for partitions;
+//! - **packet trains** ([`Event::SendTrain`](crate::proto::Event::SendTrain)): the
+//!   asked node's datagrams are handed to its NIC back to back when the event is drained
+//!   (at the CPU cursor, with no CPU cost of their own) and cross the same pipes as
+//!   messages (charged their size, as messages are charged their encoded length); each
+//!   one arrives or is lost (loss, partition, full buffer, silently: datagrams are
+//!   unreliable). The asker is told what came
+//!   ([`Input::TrainArrived`](crate::proto::Input::TrainArrived)), with the received count,
+//!   spread and span the QUIC driver computes from its arrival stamps (the first third of
+//!   the train left out), at the last datagram, or half a second after the last arrival if
+//!   the last datagram was lost (the driver's idle wait). Without bandwidth a train
+//!   arrives in one instant; the core takes no span under 200 µs, so it measures nothing.
+//!   Train bytes count under the traffic kind `train`, outside every control figure.
+//!   Cores probe only if [`SimConfig::core`] has `bw_probers` (the default has none);
 //! - **CPU**: each node is busy until some time; a received message is handled at
 //!   `max(arrival, busy_until) + cpu_recv`, and every message drained afterwards costs
 //!   `cpu_send` and departs at the running cursor; timers and membership notices are handled
@@ -58,6 +71,7 @@ mod report;
 pub mod scenario;
 mod simulator;
 pub mod traffic;
+mod train;
 
 #[cfg(test)]
 mod tests;

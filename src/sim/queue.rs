@@ -25,6 +25,15 @@ pub(crate) enum Pending {
         len: usize,
         at: std::time::Duration,
     },
+    /// Datagram `seq` of the packet train in slot `train`, out of its sender's NIC,
+    /// reaches the shared link between the two clusters at `at` (as [`Pending::Link`]).
+    TrainLink {
+        train: usize,
+        seq: u16,
+        at: std::time::Duration,
+    },
+    /// The asker of the packet train in slot `train` is told what arrived.
+    TrainArrived { train: usize },
     /// The deadline `deadline` of node `node` may be due (stale if re-armed since).
     Timer { node: usize, deadline: Time },
     /// Node `to` learns that `subject` joined (`down: None`) or went away.

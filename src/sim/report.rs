@@ -47,12 +47,17 @@ pub struct Report {
     pub control_bytes_per_node_per_s: f64,
     /// The same since the current stable period began, when the run is converged.
     pub steady_control_bytes_per_node_per_s: Option<f64>,
-    /// Messages, bytes and entries sent over the whole run, by message kind.
+    /// Messages, bytes and entries sent over the whole run, by message kind; kind `train`
+    /// counts packet-train datagrams, which no control figure includes.
     pub traffic: BTreeMap<String, KindTraffic>,
     /// [`Report::control_bytes_per_node_per_s`] by message kind.
     pub control_bytes_per_node_per_s_by_kind: BTreeMap<String, f64>,
     /// [`Report::steady_control_bytes_per_node_per_s`] by message kind.
     pub steady_control_bytes_per_node_per_s_by_kind: Option<BTreeMap<String, f64>>,
+    /// Packet-train datagram bytes sent per live node per second, over the whole run:
+    /// bandwidth measurement, kept out of the control figures so they stay comparable
+    /// with runs without trains.
+    pub train_bytes_per_node_per_s: f64,
     /// Largest tree depth (hops).
     pub max_depth: u32,
     /// Mean tree depth over trees.
@@ -153,6 +158,13 @@ impl fmt::Display for Report {
             },
             kinds.join(", ")
         )?;
+        if self.train_bytes_per_node_per_s > 0.0 {
+            writeln!(
+                f,
+                "packet trains       {:.0} B/node/s (not in control bytes)",
+                self.train_bytes_per_node_per_s
+            )?;
+        }
         writeln!(
             f,
             "depth               max {}, mean {:.2} (mean hops {:.2})",

@@ -1,6 +1,7 @@
 //! Control traffic by message kind: how many messages, bytes and tree entries of each kind
 //! were sent, so a run's bytes per node per second can be attributed (probes, adverts,
-//! pushes to children, ...).
+//! pushes to children, ...). Packet-train datagrams are counted too, under their own kind
+//! ([`TRAIN`]), which the control figures leave out.
 
 use crate::proto::Message;
 use std::collections::BTreeMap;
@@ -34,6 +35,7 @@ pub fn kind_of(msg: &Message) -> (&'static str, usize) {
         Message::ParentQuery { roots } => ("parent_query", roots.len()),
         Message::ParentHint { parents } => ("parent_hint", parents.len()),
         Message::Resync => ("resync", 0),
+        Message::TrainRequest { .. } => ("train_request", 0),
         #[allow(unreachable_patterns)]
         _ => ("other", 0),
     }
@@ -53,6 +55,18 @@ pub fn record_gossip(t: &mut TrafficByKind, bytes: usize) {
     let k = t.entry("gossip").or_default();
     k.messages += 1;
     k.bytes += bytes as u64;
+}
+
+/// Kind of the packet-train datagrams: measurement traffic, not control messages, so the
+/// control figures leave it out (see [`crate::sim::Report`]).
+pub const TRAIN: &str = "train";
+
+/// Adds one packet train of `packets` datagrams of `size` bytes to `t` (kind [`TRAIN`];
+/// `messages` counts datagrams).
+pub fn record_train(t: &mut TrafficByKind, packets: u16, size: u16) {
+    let k = t.entry(TRAIN).or_default();
+    k.messages += u64::from(packets);
+    k.bytes += u64::from(packets) * u64::from(size);
 }
 
 /// `now - then`, kind by kind.

@@ -214,8 +214,10 @@ impl<N: SimNode> Sim<N> {
             let (b0, us0) = self.good_mark;
             per_node_s(self.stats.bytes - b0, node_us - us0)
         });
+        // Train datagrams are not control messages: they have their own figure.
         let per_kind = |t: &TrafficByKind, us: u128| -> BTreeMap<String, f64> {
             t.iter()
+                .filter(|(k, _)| **k != traffic::TRAIN)
                 .map(|(k, v)| (k.to_string(), per_node_s(v.bytes, us)))
                 .collect()
         };
@@ -247,6 +249,13 @@ impl<N: SimNode> Sim<N> {
                 .collect(),
             control_bytes_per_node_per_s_by_kind: per_kind(&self.stats.traffic, node_us),
             steady_control_bytes_per_node_per_s_by_kind: steady_by_kind,
+            train_bytes_per_node_per_s: per_node_s(
+                self.stats
+                    .traffic
+                    .get(traffic::TRAIN)
+                    .map_or(0, |k| k.bytes),
+                node_us,
+            ),
             max_depth: s.max_depth,
             mean_depth: s.mean_depth,
             mean_hops: s.mean_hops,

@@ -50,6 +50,16 @@ impl<N: SimNode> Sim<N> {
             }
             while let Some(ev) = self.nodes[idx].poll_event() {
                 progressed = true;
+                if let Event::SendTrain {
+                    to,
+                    id,
+                    packets,
+                    size,
+                } = ev
+                {
+                    // Handed to the NIC when drained, after the messages drained before it.
+                    self.send_train(idx, to, (id, packets, size), cursor);
+                }
                 self.on_event(idx, t, ev);
             }
             if !progressed {
@@ -259,6 +269,8 @@ impl<N: SimNode> Sim<N> {
                     }
                 }
             }
+            Pending::TrainLink { train, seq, at } => self.train_link(train, seq, at),
+            Pending::TrainArrived { train } => self.train_arrived(train),
             Pending::Timer { node, deadline } => {
                 if !self.alive[node] || self.timer_queued[node] != Some(deadline) {
                     return;

@@ -4,6 +4,7 @@
 mod actions;
 mod checks;
 mod drive;
+mod trains;
 
 use super::bandwidth::Pipes;
 use super::config::SimConfig;
@@ -14,6 +15,7 @@ use super::network::NetModel;
 use super::node::{SimNode, Spawn};
 use super::queue::EventQueue;
 use super::traffic::TrafficByKind;
+use super::train::Flights;
 use crate::proto::gossip::GossipConfig;
 use crate::proto::id::IdMap;
 use crate::proto::rng::SplitMix64;
@@ -42,6 +44,10 @@ struct Stats {
     dropped_dead: u64,
     dropped_unknown: u64,
     dropped_tail: u64,
+    /// Packet trains sent, reported to their askers, and their datagrams lost.
+    trains_sent: u64,
+    trains_delivered: u64,
+    train_drops: u64,
     parent_changes: u64,
     parent_changes_intra: u64,
     event_mismatches: u64,
@@ -72,6 +78,8 @@ pub struct Sim<N: SimNode = Core> {
     cfg: SimConfig,
     net: NetModel,
     pipes: Pipes,
+    /// Packet trains whose datagrams are still on their way.
+    trains: Flights,
     rng: SplitMix64,
     factory: Box<dyn FnMut(Spawn) -> N>,
     now: Time,
@@ -185,6 +193,7 @@ impl<N: SimNode> Sim<N> {
             live_per_cluster: vec![0; net.clusters()],
             live_per_site: vec![0; net.sites()],
             pipes: Pipes::new(&net, config.bandwidth),
+            trains: Flights::default(),
             net,
             factory,
             now: Time::ZERO,
@@ -362,7 +371,8 @@ impl<N: SimNode> Sim<N> {
         self.stats.bytes
     }
 
-    /// Control traffic sent so far, by message kind (`gossip` for membership messages).
+    /// Traffic sent so far, by message kind (`gossip` for membership messages, `train` for
+    /// packet-train datagrams, which [`Sim::control_bytes`] leaves out).
     pub fn traffic(&self) -> &TrafficByKind {
         &self.stats.traffic
     }
@@ -377,6 +387,19 @@ impl<N: SimNode> Sim<N> {
     /// Messages dropped so far because a NIC's or a link's buffer was full.
     pub fn tail_drops(&self) -> u64 {
         self.stats.dropped_tail
+    }
+
+    /// Packet trains sent so far (on the cores' `Event::SendTrain`), and how many of them
+    /// were reported to their askers (`Input::TrainArrived`; a train none of whose
+    /// datagrams came, or whose asker died, is not).
+    pub fn trains(&self) -> (u64, u64) {
+        (self.stats.trains_sent, self.stats.trains_delivered)
+    }
+
+    /// Train datagrams lost so far (loss, partition, a full NIC or link buffer, unknown
+    /// destination); not counted in [`Sim::messages_dropped`].
+    pub fn train_drops(&self) -> u64 {
+        self.stats.train_drops
     }
 
     /// `ParentChanged` events whose `old` did not match the global view, and events naming

@@ -7,3 +7,5 @@ mod groups;
 mod late;
 mod lost;
 mod mechanics;
+mod trains;
+mod trains_das4;
