@@ -45,11 +45,12 @@ pub(crate) fn crossover(
     topology_name: &str,
     root: &str,
     max_mib: u64,
+    nodes_per_cluster: usize,
 ) -> anyhow::Result<serde_json::Value> {
     use overlay::bench::crossover;
     let opts = crossover::Options {
         topology: topology(topology_name)?,
-        nodes_per_cluster: overlay::bench::large::DEFAULT_NODES_PER_CLUSTER,
+        nodes_per_cluster,
         root_cluster: root.into(),
         max_bytes: max_mib.saturating_mul(1 << 20),
     };

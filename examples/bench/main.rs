@@ -8,8 +8,8 @@
 //! cargo run --release --example bench -- overhead [--json] [--threads N] [--with-2000]
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
 //! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--contenders default,single-tree,store-and-forward]
-//! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER]
-//! cargo run --release --example bench -- all          # all of the above but crossover, writes docs/
+//! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--nodes-per-cluster N]
+//! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
 //!
 //! convergence and overhead share their simulator runs (in `all`, each topology converges
@@ -143,8 +143,12 @@ enum What {
         /// Skip payloads larger than this many MiB.
         #[arg(long, default_value_t = 64)]
         max_mib: u64,
+        /// Nodes started in every cluster.
+        #[arg(long, default_value_t = overlay::bench::large::DEFAULT_NODES_PER_CLUSTER)]
+        nodes_per_cluster: usize,
     },
-    /// Everything above but crossover; writes docs/BENCHMARKS.md and the plots.
+    /// Everything above; writes docs/BENCHMARKS.md and the plots, carrying over the
+    /// sections of the old report marked as kept (figures from runs `all` does not make).
     All,
 }
 
@@ -309,7 +313,14 @@ fn main() -> anyhow::Result<()> {
             topology,
             root,
             max_mib,
-        } => vec![crossover(&cli, &topology, &root, max_mib)?],
+            nodes_per_cluster,
+        } => vec![crossover(
+            &cli,
+            &topology,
+            &root,
+            max_mib,
+            nodes_per_cluster,
+        )?],
         What::All => {
             // The real-QUIC Fig. 5 first and alone: it times sub-millisecond hops, which
             // anything else running beside it would disturb.
@@ -323,15 +334,12 @@ fn main() -> anyhow::Result<()> {
                 let sims = s.spawn(|| {
                     run_sim_jobs(&sim_jobs(true, true, cli.with_2000), cli.seed, cli.threads)
                 });
+                // The crossover after the large broadcasts, not beside them: both keep
+                // the emulated wide-area links full.
                 let big = s.spawn(|| {
-                    large(
-                        &cli,
-                        overlay::bench::large::DEFAULT_NODES_PER_CLUSTER,
-                        usize::MAX,
-                        "das-4",
-                        "VU",
-                        &[],
-                    )
+                    let nodes = overlay::bench::large::DEFAULT_NODES_PER_CLUSTER;
+                    let large = large(&cli, nodes, usize::MAX, "das-4", "VU", &[])?;
+                    Ok::<_, anyhow::Error>([large, crossover(&cli, "das-4", "VU", 64, nodes)?])
                 });
                 let first = fig5(&cli).and_then(|f| Ok(vec![f, collectives(&cli)?]));
                 (
@@ -352,7 +360,7 @@ fn main() -> anyhow::Result<()> {
                 .collect();
             all.push(quic_run);
             all.extend(others);
-            all.push(big?);
+            all.extend(big?);
             all
         }
     };
@@ -366,7 +374,12 @@ fn main() -> anyhow::Result<()> {
             cli.out.join("bench-results.json"),
             serde_json::to_string_pretty(&results)?,
         )?;
-        std::fs::write(cli.out.join("BENCHMARKS.md"), markdown(&results, cli.seed))?;
+        // Sections from runs `all` does not make are carried over from the report replaced.
+        let report = cli.out.join("BENCHMARKS.md");
+        let kept = std::fs::read_to_string(&report)
+            .map(|old| markdown::kept_sections(&old))
+            .unwrap_or_default();
+        std::fs::write(&report, markdown(&results, cli.seed) + &kept)?;
         progress(&format!(
             "all done in {:.0} s; results in {}/bench-results.json",
             wall.elapsed().as_secs_f64(),

@@ -260,3 +260,42 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
     }
     md
 }
+
+/// Opens a block of docs/BENCHMARKS.md that `all` carries over as it is: figures from runs
+/// `all` does not make (the netns testbed, integration tests that print figures, other
+/// roots or topologies). Closed by [`KEPT_END`].
+pub(crate) const KEPT_START: &str = "<!-- kept -->";
+/// Closes a kept block.
+pub(crate) const KEPT_END: &str = "<!-- /kept -->";
+
+/// Every kept block of `old` (the report being replaced), markers included, in order; an
+/// unclosed block runs to the end of the file.
+pub(crate) fn kept_sections(old: &str) -> String {
+    let mut out = String::new();
+    let mut rest = old;
+    while let Some(start) = rest.find(KEPT_START) {
+        let block = &rest[start..];
+        let end = block
+            .find(KEPT_END)
+            .map_or(block.len(), |e| e + KEPT_END.len());
+        out.push_str(&block[..end]);
+        out.push_str("\n\n");
+        rest = &block[end..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_blocks_are_carried_over_and_the_rest_is_not() {
+        let old = "# Benchmarks\nold table\n<!-- kept -->\n### netns\nfigures\n<!-- /kept -->\nstale\n<!-- kept -->\n### replan\n";
+        let kept = kept_sections(old);
+        assert!(kept.contains("### netns\nfigures\n<!-- /kept -->"));
+        assert!(kept.contains("### replan"));
+        assert!(!kept.contains("stale") && !kept.contains("old table"));
+        assert_eq!(kept_sections("nothing kept"), "");
+    }
+}

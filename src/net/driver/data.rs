@@ -81,7 +81,8 @@ impl Driver {
             paced,
             now,
             timeout,
-        );
+        )
+        .with_delays(&plan.delays_s);
         let whole = self.ops.register(reply);
         info!(
             whole,

@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 /// Parts a lane has in flight at most: two, so that a lane's link stays busy while the
 /// report of its older part travels back to the root.
 pub const WINDOW: usize = 2;
+/// Most parts a lane may have in flight beyond [`WINDOW`] to cover its round trip.
+const MAX_EXTRA_WINDOW: usize = 30;
 /// The smallest part: below this, a part's fixed costs (a control message, a stream per
 /// hop, a report) grow against its transfer time.
 pub const MIN_PART: u64 = 32 * 1024;
@@ -83,6 +85,10 @@ struct Lane {
     done_bits: f64,
     /// Parts completed on it.
     carried: usize,
+    /// The round trip a part spends on top of its bytes, seconds: down the tree's depth
+    /// and its report back ([`Schedule::with_delays`]). A part finishes that much after
+    /// its bytes are sent, and a lane keeps that much of its rate in flight more.
+    delay_s: f64,
 }
 
 /// The parts of one striped broadcast and the lanes they go down.
@@ -145,6 +151,7 @@ impl Schedule {
                     busy_s: 0.0,
                     done_bits: 0.0,
                     carried: 0,
+                    delay_s: 0.0,
                 }
             })
             .collect();
@@ -156,6 +163,29 @@ impl Schedule {
             lanes,
             started: now,
         }
+    }
+
+    /// Each lane's round trip on top of its bytes (`delays_s[i]` seconds for route i; 0
+    /// where not given): on a deep, long tree (a 150 ms wide-area hop) two parts in
+    /// flight would leave the link idle most of each round trip, and a part handed to it
+    /// would finish that much later than its bytes say.
+    pub fn with_delays(mut self, delays_s: &[f64]) -> Schedule {
+        for (lane, &d) in self.lanes.iter_mut().zip(delays_s) {
+            lane.delay_s = if d.is_finite() && d > 0.0 {
+                d.min(10.0)
+            } else {
+                0.0
+            };
+        }
+        self
+    }
+
+    /// Parts lane `i` may have in flight when the next is `bits` long: [`WINDOW`], and as
+    /// many more as its rate carries over its round trip.
+    fn window(&self, i: usize, bits: f64) -> usize {
+        let lane = &self.lanes[i];
+        let extra = (lane.rate_bps * lane.delay_s / bits.max(1.0)).floor();
+        WINDOW + extra.clamp(0.0, MAX_EXTRA_WINDOW as f64) as usize
     }
 
     /// How many parts the payload is cut into.
@@ -250,7 +280,10 @@ impl Schedule {
             .map(|i| self.part_len(i) as f64 * 8.0)
             .sum();
         let mut free: Vec<(f64, f64)> = (0..self.lanes.len())
-            .map(|i| (self.busy_s(i, now), self.lanes[i].rate_bps))
+            .map(|i| {
+                let lane = &self.lanes[i];
+                (self.busy_s(i, now) + lane.delay_s, lane.rate_bps)
+            })
             .collect();
         free.sort_by(|a, b| a.0.total_cmp(&b.0));
         // Raise the water level lane by lane until the work fits under it.
@@ -275,12 +308,17 @@ impl Schedule {
         while self.next < self.count() {
             let len = self.part_len(self.next) as f64 * 8.0;
             let finish: Vec<f64> = (0..self.lanes.len())
-                .map(|i| self.busy_s(i, now) + len / self.lanes[i].rate_bps)
+                .map(|i| {
+                    let lane = &self.lanes[i];
+                    self.busy_s(i, now) + len / lane.rate_bps + lane.delay_s
+                })
                 .collect();
             let earliest = finish.iter().copied().fold(f64::INFINITY, f64::min);
             let end = self.projected_end_s(now).max(earliest);
             let taker = (0..self.lanes.len())
-                .filter(|&i| self.lanes[i].in_flight.len() < WINDOW && finish[i] <= end)
+                .filter(|&i| {
+                    self.lanes[i].in_flight.len() < self.window(i, len) && finish[i] <= end
+                })
                 .min_by(|&a, &b| finish[a].total_cmp(&finish[b]));
             let Some(lane) = taker else { break };
             out.push(self.assign(lane, now));

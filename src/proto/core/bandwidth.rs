@@ -6,7 +6,9 @@
 //! ask one member of every other cluster (rotating) for a train every `bw_probe_interval`,
 //! so the probe traffic on a wide-area link does not grow with the clusters' sizes. The
 //! first three rounds come every couple of seconds, so an overlay that just formed knows
-//! its links before its first large broadcast.
+//! its links before its first large broadcast. Each routine round a prober also asks one
+//! member of its own cluster for a short train ([`INTRA_TRAIN`]): the in-cluster rate sets
+//! how wide the tree inside the cluster may be (`crate::proto::stripe::fanout`).
 //!
 //! What it costs, bounded twice: a train is sized to spread over about
 //! [`TRAIN_SPREAD`] at the link's estimated rate (at least [`MIN_TRAIN`] datagrams), and

@@ -40,6 +40,9 @@ pub struct StripePlan {
     pub bound_bps: f64,
     /// The fanout inside each cluster (1: a chain), as the model chose it.
     pub fanouts: Vec<usize>,
+    /// Per route, the round trip a part spends on top of its bytes, seconds: down the
+    /// tree's depth and its report back up (twice the depth latency in the model).
+    pub delays_s: Vec<f64>,
 }
 
 impl StripePlan {
@@ -136,6 +139,9 @@ impl Core {
                 .copied()
                 .unwrap_or(stripe::fanout::UNMEASURED)
         };
+        let delays_s = (chosen.iter())
+            .map(|t| 2.0 * t.depth_latency_us(&graph) as f64 * 1e-6)
+            .collect();
         let routes = stripe::node_routes_with(self.id, &clusters, rc, &chosen, &fanout)
             .into_iter()
             .map(|r| r.edges)
@@ -154,6 +160,7 @@ impl Core {
             crossover_bytes,
             bound_bps: stripe::max_flow_bound(&graph, rc),
             fanouts,
+            delays_s,
         })
     }
 }
