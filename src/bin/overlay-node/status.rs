@@ -73,6 +73,11 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         );
     }
     print_clusters(&s.clusters);
+    print_bandwidth(&s.bandwidth, &name_of);
+    println!(
+        "  packet trains: {} bytes sent, {} received",
+        s.probe_bytes_sent, s.probe_bytes_received
+    );
     println!("\ntrees ({}):", s.trees.len());
     println!(
         "  {:<16} {:<16} {:>9} {:>7}  children",
@@ -110,6 +115,37 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         s.packets_dropped
     );
     Ok(())
+}
+
+/// The cluster bandwidth matrix as this node measured and gathered it: the model large
+/// broadcasts are planned with (clusters named by their first member).
+fn print_bandwidth(
+    links: &[overlay::api::ClusterBandwidth],
+    name_of: &dyn Fn(overlay::proto::NodeId) -> String,
+) {
+    if links.is_empty() {
+        println!("\nbandwidth: nothing measured yet");
+        return;
+    }
+    println!("\nbandwidth between clusters (measured; clusters named by their first member):");
+    println!(
+        "  {:<16} {:<16} {:>9} {:>10} {:>8} {:>7}",
+        "from", "to", "Mbit/s", "latency ms", "figures", "age s"
+    );
+    for l in links {
+        let latency = l
+            .latency_ms
+            .map_or_else(|| "-".into(), |ms| format!("{ms:.2}"));
+        println!(
+            "  {:<16} {:<16} {:>9.2} {:>10} {:>8} {:>7.0}",
+            name_of(l.from),
+            name_of(l.to),
+            l.mbit,
+            latency,
+            l.figures,
+            l.age_s
+        );
+    }
 }
 
 /// The discovered groups, level by level: this node's group first (marked `*`), then the

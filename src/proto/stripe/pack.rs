@@ -117,7 +117,79 @@ pub fn pack(g: &ClusterGraph, root: usize, max_trees: usize) -> Vec<Arborescence
     rescale(&caps, &mut trees);
     top_up(&caps, root, max_trees, &mut trees);
     trees.retain(|t| t.rate_bps > 0.0 && t.rate_bps.is_finite());
+    shorten(g, &caps, root, &mut trees);
     trees
+}
+
+/// Hangs clusters on shallower parents where capacity is left: the packing looks at
+/// rates only, so of two packings with the same rates it may pick trees that send a
+/// cluster's data over a 150 ms detour when a 5 ms arc with room to spare would do. A
+/// cluster moves to the parent that reaches it soonest (depth latency of the parent plus
+/// the arc's) among those not below it whose arc still has the tree's rate free; every
+/// move makes a cluster strictly nearer the root, so the pass ends, and rates and
+/// capacities are kept.
+pub(super) fn shorten(
+    g: &ClusterGraph,
+    caps: &[Vec<f64>],
+    root: usize,
+    trees: &mut [Arborescence],
+) {
+    let n = caps.len();
+    let mut used = vec![vec![0.0; n]; n];
+    for t in trees.iter() {
+        for (p, c) in t.arcs() {
+            if p < n && c < n {
+                used[p][c] += t.rate_bps;
+            }
+        }
+    }
+    for t in trees.iter_mut() {
+        for _ in 0..n * n {
+            let depth: Vec<Option<u64>> = (0..n)
+                .map(|c| {
+                    let path = t.path_to_root(c)?;
+                    Some(path.iter().map(|&(p, c)| u64::from(g.latency(p, c))).sum())
+                })
+                .collect();
+            let below = |c: usize, x: usize| {
+                // Whether x is c or in c's subtree.
+                let mut at = x;
+                for _ in 0..=n {
+                    if at == c {
+                        return true;
+                    }
+                    match t.parent.get(at).copied().flatten() {
+                        Some(p) => at = p,
+                        None => return false,
+                    }
+                }
+                true
+            };
+            let rate = t.rate_bps;
+            let mut moved = false;
+            for c in (0..n).filter(|&c| c != root) {
+                let (Some(dc), Some(p)) = (depth[c], t.parent.get(c).copied().flatten()) else {
+                    continue;
+                };
+                let better = (0..n)
+                    .filter(|&q| q != c && q != p && !below(c, q))
+                    .filter(|&q| caps[q][c] - used[q][c] >= rate * (1.0 - 1e-9))
+                    .filter_map(|q| Some((q, depth[q]? + u64::from(g.latency(q, c)))))
+                    .filter(|&(_, d)| d < dc)
+                    .min_by_key(|&(q, d)| (d, q));
+                if let Some((q, _)) = better {
+                    used[p][c] -= rate;
+                    used[q][c] += rate;
+                    t.parent[c] = Some(q);
+                    moved = true;
+                    break;
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
 }
 
 /// Solver output as trees, largest rate first (ties by tree, for determinism).

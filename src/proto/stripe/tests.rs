@@ -287,3 +287,59 @@ fn packing_sixteen_clusters_is_fast() {
 
 #[path = "tests_route.rs"]
 mod route_and_model;
+
+#[test]
+fn no_tree_takes_a_long_detour_where_a_short_arc_has_room() {
+    // field-station as measured: campus (0), mirror (1), station (2); the mirror-station
+    // link is 150 ms long, campus-mirror 5 ms with room to spare.
+    let mbit = |m: f64| m * 1e6;
+    let g = ClusterGraph {
+        cap_bps: vec![
+            vec![0.0, mbit(97.0), mbit(20.2)],
+            vec![mbit(105.0), 0.0, mbit(19.5)],
+            vec![mbit(19.9), mbit(20.0), 0.0],
+        ],
+        latency_us: vec![
+            vec![0, 5_000, 20_000],
+            vec![5_000, 0, 150_000],
+            vec![20_000, 150_000, 0],
+        ],
+    };
+    let mut trees = pack(&g, 0, 8);
+    let total: f64 = trees.iter().map(|t| t.rate_bps).sum();
+    assert!(total >= 0.99 * max_flow_bound(&g, 0), "{total}");
+    // The packing may pick either of two equally fast pairs of trees (seen over QUIC,
+    // after the first broadcast moved the figures a little): this is the one with the
+    // detour (the station feeding the mirror over 150 ms).
+    let detour = vec![
+        Arborescence {
+            parent: vec![None, Some(0), Some(1)],
+            rate_bps: mbit(19.4),
+        },
+        Arborescence {
+            parent: vec![None, Some(2), Some(0)],
+            rate_bps: mbit(19.2),
+        },
+    ];
+    assert!(detour[1].depth_latency_us(&g) > 155_000);
+    let mut fixed = detour.clone();
+    pack::shorten(&g, &g.cap_matrix(), 0, &mut fixed);
+    let loads = |set: &[Arborescence]| {
+        for (u, v) in [(0, 1), (0, 2), (1, 2), (2, 1)] {
+            let load: f64 = (set.iter())
+                .filter(|t| t.parent[v] == Some(u))
+                .map(|t| t.rate_bps)
+                .sum();
+            assert!(load <= g.cap(u, v) * (1.0 + 1e-9), "{u}->{v}: {load}");
+        }
+    };
+    loads(&trees);
+    loads(&fixed);
+    assert_eq!(fixed[1].parent, vec![None, Some(0), Some(0)]);
+    trees.extend(fixed);
+    for t in &trees {
+        // The mirror hears from the campus directly in every tree.
+        assert_eq!(t.parent[1], Some(0), "{t:?}");
+        assert!(t.depth_latency_us(&g) <= 155_000, "{t:?}");
+    }
+}
