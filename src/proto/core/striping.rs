@@ -94,7 +94,19 @@ impl Core {
         }
         let mut trees = trees;
         trees.sort_by(|a, b| b.rate_bps.total_cmp(&a.rate_bps));
-        let single = |m: u64| stripe::predict_tree_s(&graph, &widest, m, SEGMENT, OVERHEAD_S);
+        // One tree: the best for the size among the shallowest and the widest and those
+        // between (`single_trees`).
+        let mut singles = stripe::single_trees(&graph, rc);
+        if singles.is_empty() {
+            singles.push(widest);
+        }
+        let best_single = |m: u64| {
+            (singles.iter())
+                .map(|t| (t, stripe::predict_tree_s(&graph, t, m, SEGMENT, OVERHEAD_S)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(t, s)| (t.clone(), s))
+        };
+        let single = |m: u64| best_single(m).map_or(f64::INFINITY, |(_, s)| s);
         // The fastest trees only, as many as pay for themselves: every extra tree costs its
         // own control message and streams, and a slow deep one carries little of a
         // payload that the others finish soon (see `predict_striped_s`).
@@ -122,7 +134,7 @@ impl Core {
         let chosen = if force || (used > 1 && striped_s < single_s) {
             trees[..used].to_vec()
         } else {
-            vec![widest]
+            vec![best_single(len).map_or(singles[0].clone(), |(t, _)| t)]
         };
         // Inside each cluster: a chain or a wider tree, as its measured rate says.
         let inside: Vec<stripe::Inside> = (0..clusters.len())

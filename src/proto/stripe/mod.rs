@@ -31,7 +31,7 @@ mod tests;
 
 pub use self::fanout::{Inside, choose_fanouts};
 pub use self::model::{crossover_bytes, gap_s, predict_striped_s, predict_tree_s};
-pub use self::pack::{max_flow_bound, min_arborescence, pack, widest_tree};
+pub use self::pack::{max_flow_bound, min_arborescence, pack, single_trees, widest_tree};
 pub use self::route::{Route, node_routes, node_routes_with};
 
 /// Directed cluster-level graph as a node measured it. Index i is a cluster.

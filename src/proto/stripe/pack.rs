@@ -40,6 +40,66 @@ pub fn widest_tree(g: &ClusterGraph, root: usize) -> Option<Arborescence> {
     widest_on(&g.cap_matrix(), root)
 }
 
+/// Single trees worth comparing for a given size: for each capacity level, the tree of
+/// shortest latency (depth) among those using only arcs at least that wide, with its
+/// bottleneck as rate. The widest tree is the last of them; the first is the
+/// shortest-latency tree. A small payload wants a shallow tree, a large one a wide tree,
+/// and a tree both wide and deep (a 150 ms detour with a hair more capacity than the
+/// direct link) is only worth it for payloads large enough to amortise the detour, which
+/// the model, comparing these, decides. Sorted by rate, deduplicated.
+pub fn single_trees(g: &ClusterGraph, root: usize) -> Vec<Arborescence> {
+    let caps = g.cap_matrix();
+    let n = caps.len();
+    if root >= n {
+        return Vec::new();
+    }
+    let mut levels: Vec<f64> = caps
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|c| *c > 0.0)
+        .collect();
+    levels.sort_by(f64::total_cmp);
+    levels.dedup();
+    let mut out: Vec<Arborescence> = Vec::new();
+    for level in levels {
+        // Dijkstra by latency over the arcs at least `level` wide.
+        let mut dist = vec![u64::MAX; n];
+        let mut parent: Vec<Option<usize>> = vec![None; n];
+        let mut done = vec![false; n];
+        dist[root] = 0;
+        while let Some(u) = (0..n)
+            .filter(|&u| !done[u] && dist[u] < u64::MAX)
+            .min_by_key(|&u| (dist[u], u))
+        {
+            done[u] = true;
+            for v in 0..n {
+                if !done[v] && caps[u][v] >= level {
+                    let d = dist[u] + u64::from(g.latency(u, v));
+                    if d < dist[v] {
+                        dist[v] = d;
+                        parent[v] = Some(u);
+                    }
+                }
+            }
+        }
+        if !done.iter().all(|d| *d) {
+            break;
+        }
+        let rate = (0..n)
+            .filter_map(|v| parent[v].map(|p| caps[p][v]))
+            .fold(f64::INFINITY, f64::min);
+        if !out.iter().any(|t| t.parent == parent) {
+            out.push(Arborescence {
+                parent,
+                rate_bps: rate,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.rate_bps.total_cmp(&b.rate_bps));
+    out
+}
+
 /// Prim-like maximum-bottleneck arborescence on a sanitized capacity matrix: grow from the
 /// root, always adding the widest arc from the tree to a cluster outside it.
 fn widest_on(caps: &[Vec<f64>], root: usize) -> Option<Arborescence> {

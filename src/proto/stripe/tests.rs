@@ -343,3 +343,33 @@ fn no_tree_takes_a_long_detour_where_a_short_arc_has_room() {
         assert!(t.depth_latency_us(&g) <= 155_000, "{t:?}");
     }
 }
+
+#[test]
+fn a_shallow_tree_is_among_the_single_trees_when_the_widest_is_deep() {
+    // The widest single tree reaches the station through the mirror's 150 ms link (19.9
+    // Mbit/s) where the direct 20 ms link carries 19.5: both are candidates, and a
+    // megabyte is predicted faster over the direct one.
+    let mbit = |m: f64| m * 1e6;
+    let g = ClusterGraph {
+        cap_bps: vec![
+            vec![0.0, mbit(97.0), mbit(19.5)],
+            vec![mbit(105.0), 0.0, mbit(19.9)],
+            vec![mbit(19.9), mbit(20.0), 0.0],
+        ],
+        latency_us: vec![
+            vec![0, 5_000, 20_000],
+            vec![5_000, 0, 150_000],
+            vec![20_000, 150_000, 0],
+        ],
+    };
+    let singles = single_trees(&g, 0);
+    let widest = widest_tree(&g, 0).expect("connected");
+    assert_eq!(widest.parent[2], Some(1), "the widest is the detour");
+    assert!(singles.iter().any(|t| t.parent == widest.parent));
+    let direct = (singles.iter())
+        .find(|t| t.parent == vec![None, Some(0), Some(0)])
+        .expect("the shallow tree is a candidate");
+    assert_eq!(direct.rate_bps, mbit(19.5));
+    let at = |t: &Arborescence, bytes| predict_tree_s(&g, t, bytes, 32 << 10, 0.002);
+    assert!(at(direct, 1 << 20) < at(&widest, 1 << 20));
+}
