@@ -32,6 +32,11 @@ mod report;
 use self::report::{TreeQuery, member_info};
 
 const IDLE_CHECK: Duration = Duration::from_secs(1);
+/// A frame this large (an inline payload) counts as bulk traffic on its links.
+const LARGE_FRAME: usize = 64 * 1024;
+/// How long after the last large frame the node still counts as moving bulk data (then
+/// the core's own settle time follows).
+const LARGE_FRAME_HOLD: Duration = Duration::from_secs(1);
 
 /// Requests from the API handle to the driver.
 pub enum ApiCommand {
@@ -86,6 +91,8 @@ pub struct Driver {
     pace: BurstPace,
     /// Whether the node was last told it is moving bulk data.
     moving_bulk: bool,
+    /// When a frame of at least [`LARGE_FRAME`] bytes was last sent or received.
+    last_large_frame: Option<Instant>,
     /// Striped broadcasts: parts being put together, part reports being merged.
     stripes: Stripes,
     /// How the large broadcasts this node starts spread.
@@ -146,6 +153,7 @@ impl Driver {
             input_at: None,
             pace: BurstPace::new(parts.meter),
             moving_bulk: false,
+            last_large_frame: None,
             stripes: Stripes::default(),
             spread: Spread::default(),
         };
@@ -256,7 +264,8 @@ impl Driver {
         }
         // Told when it changes; a stream that ends between two wake-ups is seen at the
         // next one (at most a second later: the idle check).
-        let moving = self.streams.moving();
+        let moving = self.streams.moving()
+            || (self.last_large_frame).is_some_and(|t| t.elapsed() < LARGE_FRAME_HOLD);
         if moving != self.moving_bulk {
             self.moving_bulk = moving;
             debug!(moving, "bulk transfer");
@@ -449,6 +458,7 @@ impl Driver {
             }
         };
         let bytes = frame.len();
+        self.large_frame(bytes);
         // An operation's messages are what the plan schedules, and so what is measured.
         let operation = class == Class::Operation;
         if operation {

@@ -82,11 +82,13 @@ pub enum LinkInput {
     DialFailed { peer: NodeId, error: DialError },
     /// A join through an address failed.
     JoinFailed { request: u64, error: DialError },
-    /// A decoded packet from `peer`, and when its frame was read off the connection.
+    /// A decoded packet from `peer`, when its frame was read off the connection, and the
+    /// frame's length in bytes.
     Received {
         peer: NodeId,
         packet: Packet,
         at: std::time::Instant,
+        len: usize,
     },
     /// A data-plane receiver finished: the payload of `op` is here and checked (`ok`), or
     /// its stream failed.
@@ -327,9 +329,15 @@ async fn read_stream(
                     }
                     Ok(packet) => {
                         ctx.stats.frames_in.fetch_add(1, Ordering::Relaxed);
+                        let len = bytes.len();
                         if ctx
                             .to_driver
-                            .send(LinkInput::Received { peer, packet, at })
+                            .send(LinkInput::Received {
+                                peer,
+                                packet,
+                                at,
+                                len,
+                            })
                             .await
                             .is_err()
                         {
