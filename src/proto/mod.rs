@@ -92,7 +92,8 @@ pub enum Input {
     /// (they have their own repair).
     LinkLost { peer: NodeId },
     /// This node started (`active`) or stopped moving bulk data (data-plane streams in or
-    /// out). A transfer fills the queues of the links it crosses, so the RTT samples taken
+    /// out, or large inline payloads: the QUIC driver counts a frame of 64 KiB or more as
+    /// bulk for a second). A transfer fills the queues of the links it crosses, so the RTT samples taken
     /// meanwhile, and for [`BULK_SETTLE`] after, measure queueing as much as the path: they
     /// may lower an estimate but never raise it, and the latency trees of small messages
     /// stay where they are during large ones.

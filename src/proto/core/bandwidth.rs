@@ -16,12 +16,12 @@
 //! [`LINK_SHARE`] of the estimated capacity; the sender of trains honours a request only
 //! within its byte budget (`bw_budget`, a token bucket), and says no otherwise.
 //!
-//! Never during bulk transfers: a node moving data-plane streams (or that just stopped,
-//! see [`crate::proto::Input::BulkTransfer`]) neither asks for trains nor sends them. A
-//! train is a burst of back-to-back datagrams; on a link a striped broadcast keeps at
-//! capacity it overflows the queue and makes the data streams back off, and what it
-//! measured would be the capacity left over, not the link's. The transfers themselves
-//! are measured instead (`handle_transfer_rate`).
+//! Never during bulk transfers: a node moving data-plane streams or large inline payloads
+//! (or that just stopped, see [`crate::proto::Input::BulkTransfer`]) neither asks for
+//! trains nor sends them. A train is a burst of back-to-back datagrams; on a link a
+//! striped broadcast keeps at capacity it overflows the queue and makes the data streams
+//! back off, and what it measured would be the capacity left over, not the link's. The
+//! transfers themselves are measured instead (`handle_transfer_rate`).
 //!
 //! When a link changes: a train from a member of another cluster that lands outside
 //! [`SURPRISE`] times (or a fraction of) what this node holds for that member is held back
