@@ -17,15 +17,17 @@ pub const INITIAL_WINDOW: f64 = 14_720.0;
 /// windows of its paths seldom stay open). Over das-4's 3-7 ms round trips this is a few
 /// milliseconds; over a 300 ms round trip at 20 Mbit/s, 1.7 s, which moves the crossover
 /// from a few hundred KiB to several MiB (field-station, measured over QUIC).
+///
+/// The window is the connection's, not the tree's: a hop's ramp is to the product of the
+/// arc's capacity (what the connection ends up carrying, every stripe over it together)
+/// and its round trip, so a slow tree sharing a hop with fast ones ramps as long as they
+/// do (taken at its own rate, a 0.08 Mbit/s tree looked ready at once and made striping
+/// look faster than one tree at 1 KiB).
 pub fn ramp_s(g: &ClusterGraph, tree: &Arborescence) -> f64 {
-    let rate = tree.rate_bps;
-    if !(rate.is_finite() && rate > 0.0) {
-        return 0.0;
-    }
     tree.arcs()
         .map(|(p, c)| {
             let rtt = 2.0 * g.latency(p, c) as f64 * 1e-6;
-            let bdp = rate * rtt / 8.0;
+            let bdp = g.cap(p, c) * rtt / 8.0;
             rtt * (bdp / INITIAL_WINDOW).max(1.0).log2()
         })
         .fold(0.0, f64::max)

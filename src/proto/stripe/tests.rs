@@ -373,3 +373,47 @@ fn a_shallow_tree_is_among_the_single_trees_when_the_widest_is_deep() {
     let at = |t: &Arborescence, bytes| predict_tree_s(&g, t, bytes, 32 << 10, 0.002);
     assert!(at(direct, 1 << 20) < at(&widest, 1 << 20));
 }
+
+#[test]
+fn a_slow_shallow_tree_does_not_make_striping_look_faster_for_small_payloads() {
+    // field-station as measured in a CI run: the packing's third tree carried 0.08
+    // Mbit/s over the direct links; taken at its own rate it had no window to open and
+    // made stripes look faster than one tree from 1 KiB.
+    let mbit = |m: f64| m * 1e6;
+    let g = ClusterGraph {
+        cap_bps: vec![
+            vec![0.0, mbit(96.0), mbit(19.5)],
+            vec![mbit(96.3), 0.0, mbit(19.6)],
+            vec![mbit(19.5), mbit(19.4), 0.0],
+        ],
+        latency_us: vec![
+            vec![0, 5_050, 20_080],
+            vec![5_050, 0, 150_070],
+            vec![20_080, 150_070, 0],
+        ],
+    };
+    let trees = vec![
+        Arborescence {
+            parent: vec![None, Some(0), Some(1)],
+            rate_bps: mbit(19.56),
+        },
+        Arborescence {
+            parent: vec![None, Some(0), Some(0)],
+            rate_bps: mbit(19.45),
+        },
+        Arborescence {
+            parent: vec![None, Some(0), Some(0)],
+            rate_bps: mbit(0.083),
+        },
+    ];
+    let single = (single_trees(&g, 0).iter())
+        .map(|t| predict_tree_s(&g, t, 1024, 32 << 10, 0.002))
+        .fold(f64::INFINITY, f64::min);
+    for k in 2..=3 {
+        let striped = predict_striped_s(&g, &trees[..k], 1024, 32 << 10, 0.002);
+        assert!(
+            striped + 0.002 * (k - 1) as f64 > single,
+            "{k} trees: {striped} vs {single}"
+        );
+    }
+}
