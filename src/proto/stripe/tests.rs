@@ -392,7 +392,7 @@ fn a_slow_shallow_tree_does_not_make_striping_look_faster_for_small_payloads() {
             vec![20_080, 150_070, 0],
         ],
     };
-    let trees = vec![
+    let trees = [
         Arborescence {
             parent: vec![None, Some(0), Some(1)],
             rate_bps: mbit(19.56),
