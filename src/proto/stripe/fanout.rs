@@ -9,8 +9,9 @@
 //! cluster would send (its wide-area and in-cluster children, every stripe at its rate),
 //! and predicts: the hops to the deepest member, each a segment at the member's share of
 //! its measured rate plus the in-cluster latency, and the payload streamed at the planned
-//! rate slowed by the most loaded member's excess over its rate. The smallest prediction
-//! wins; a cluster with no in-cluster measurement keeps [`UNMEASURED`].
+//! rate slowed by the most loaded member's excess over [`HEADROOM`] of its rate. The
+//! smallest prediction wins; a cluster with no in-cluster measurement keeps
+//! [`UNMEASURED`].
 
 use super::Arborescence;
 use super::route::node_routes_with;
@@ -21,6 +22,10 @@ use std::collections::HashMap;
 pub const MAX_FANOUT: usize = 4;
 /// The fanout of a cluster whose in-cluster rate is not measured.
 pub const UNMEASURED: usize = 2;
+/// Share of a member's measured rate the plan loads it to: a forwarder near its line rate
+/// queues, and a LAN's short train can read high on a busy machine (the station's 50
+/// Mbit/s read 80.7 once, which made a fan-out of 2 look as if it fitted).
+pub const HEADROOM: f64 = 0.8;
 
 /// What the model knows of one cluster's inside.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -119,7 +124,7 @@ fn predict_inside_s(
             depth = depth.max(hops);
         }
     }
-    let load = sends.values().fold(0.0, |a: f64, b| a.max(*b)) / cap;
+    let load = sends.values().fold(0.0, |a: f64, b| a.max(*b)) / (cap * HEADROOM);
     let slow = load.max(1.0);
     let per_hop = latency_us as f64 * 1e-6 + segment as f64 * 8.0 * k as f64 / cap;
     let stream = if total_rate > 0.0 {
