@@ -20,6 +20,13 @@ pub(crate) async fn start_das4() -> (Topology, LocalOverlay) {
     for c in &mut topo.clusters {
         c.nodes = 2;
     }
+    let overlay = start_emulated(&topo).await;
+    (topo, overlay)
+}
+
+/// Every node of `topo` in this process over the emulated socket, its bandwidths
+/// enforced, once every tree is wide-area optimal.
+pub(crate) async fn start_emulated(topo: &Topology) -> LocalOverlay {
     let overlay = LocalOverlay::start_on(LatencyMap::with_bandwidth(topo.clone()), Config::wan())
         .await
         .expect("overlay starts");
@@ -27,7 +34,7 @@ pub(crate) async fn start_das4() -> (Topology, LocalOverlay) {
         .wait_optimal(Duration::from_secs(120), Duration::from_secs(1))
         .await;
     assert!(converged.is_some(), "trees never became wide-area optimal");
-    (topo, overlay)
+    overlay
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,10 +12,8 @@
 //! `cargo test --release --test integration quic_field_station -- --nocapture` prints the
 //! plans and the throughput.
 
-use crate::quic_bandwidth::{striped_once, tap, wait_matrix};
-use overlay::local::LocalOverlay;
-use overlay::net::emulated::LatencyMap;
-use overlay::proto::{Config, NodeId};
+use crate::quic_bandwidth::{start_emulated, striped_once, tap, wait_matrix};
+use overlay::proto::NodeId;
 use overlay::topology::Topology;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -24,13 +22,7 @@ use std::time::{Duration, Instant};
 async fn a_deep_second_path_moves_the_crossover_up_and_a_slow_lan_gets_a_chain() {
     let _net = crate::common::real_network();
     let topo = Topology::builtin("field-station").expect("shipped topology");
-    let overlay = LocalOverlay::start_on(LatencyMap::with_bandwidth(topo.clone()), Config::wan())
-        .await
-        .expect("overlay starts");
-    let (_, converged) = overlay
-        .wait_optimal(Duration::from_secs(120), Duration::from_secs(1))
-        .await;
-    assert!(converged.is_some(), "trees never became wide-area optimal");
+    let overlay = start_emulated(&topo).await;
     let index = |c: &str| topo.cluster_index(c).expect("cluster of the file");
     let (campus, station) = (index("campus"), index("station"));
     let cluster: HashMap<NodeId, usize> = (overlay.nodes.iter().zip(&overlay.clusters))

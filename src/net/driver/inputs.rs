@@ -136,6 +136,39 @@ impl Driver {
 }
 
 impl Driver {
+    /// Hands the core what the driver measured and lost since the last call: the send cost
+    /// of a burst that has left, and the peers frames may have been lost to. Only after a
+    /// drain: an input makes the core work out deferred in-cluster sends at once, before
+    /// their far copies are on the wire. Returns whether anything was handed over.
+    pub(super) fn feed_reports(&mut self) -> bool {
+        let mut fed = false;
+        if let Some(per_send) = self.pace.poll(std::time::Instant::now()) {
+            debug!(
+                per_send_us = per_send.as_micros() as u64,
+                "send cost measured"
+            );
+            self.node
+                .handle(self.now(), NodeInput::SendCost { per_send });
+            fed = true;
+        }
+        for peer in self.links.take_lost() {
+            self.node.handle(self.now(), NodeInput::LinkLost { peer });
+            fed = true;
+        }
+        // Told when it changes; a stream that ends between two wake-ups is seen at the
+        // next one (at most a second later: the idle check).
+        let moving = self.streams.moving()
+            || (self.last_large_frame).is_some_and(|t| t.elapsed() < super::LARGE_FRAME_HOLD);
+        if moving != self.moving_bulk {
+            self.moving_bulk = moving;
+            debug!(moving, "bulk transfer");
+            self.node
+                .handle(self.now(), NodeInput::BulkTransfer { active: moving });
+            fed = true;
+        }
+        fed
+    }
+
     /// A frame of `len` bytes was sent or received: a large one (an inline payload) loads
     /// the links like a data-plane stream, so trains and RTT samples wait for it as for
     /// bulk transfers (a 20 Mbit/s link read 0.34 after a run of 256 KiB broadcasts whose

@@ -27,6 +27,19 @@ fn graph(cap: Vec<Vec<f64>>) -> ClusterGraph {
     }
 }
 
+/// field-station as a node measures it: campus (0), mirror (1), station (2); capacities
+/// in Mbit/s, one-way latencies (campus-mirror, campus-station, mirror-station) in µs,
+/// the same both ways.
+fn field_station(cap_mbit: [[f64; 3]; 3], (cm, cs, ms): (u32, u32, u32)) -> ClusterGraph {
+    ClusterGraph {
+        cap_bps: cap_mbit
+            .iter()
+            .map(|row| row.iter().map(|m| m * 1e6).collect())
+            .collect(),
+        latency_us: vec![vec![0, cm, cs], vec![cm, 0, ms], vec![cs, ms, 0]],
+    }
+}
+
 fn random_graph(rng: &mut Lcg, n: usize, density: f64) -> ClusterGraph {
     let mut cap = vec![vec![0.0; n]; n];
     let mut lat = vec![vec![0; n]; n];
@@ -293,18 +306,10 @@ fn no_tree_takes_a_long_detour_where_a_short_arc_has_room() {
     // field-station as measured: campus (0), mirror (1), station (2); the mirror-station
     // link is 150 ms long, campus-mirror 5 ms with room to spare.
     let mbit = |m: f64| m * 1e6;
-    let g = ClusterGraph {
-        cap_bps: vec![
-            vec![0.0, mbit(97.0), mbit(20.2)],
-            vec![mbit(105.0), 0.0, mbit(19.5)],
-            vec![mbit(19.9), mbit(20.0), 0.0],
-        ],
-        latency_us: vec![
-            vec![0, 5_000, 20_000],
-            vec![5_000, 0, 150_000],
-            vec![20_000, 150_000, 0],
-        ],
-    };
+    let g = field_station(
+        [[0.0, 97.0, 20.2], [105.0, 0.0, 19.5], [19.9, 20.0, 0.0]],
+        (5_000, 20_000, 150_000),
+    );
     let mut trees = pack(&g, 0, 8);
     let total: f64 = trees.iter().map(|t| t.rate_bps).sum();
     assert!(total >= 0.99 * max_flow_bound(&g, 0), "{total}");
@@ -350,18 +355,10 @@ fn a_shallow_tree_is_among_the_single_trees_when_the_widest_is_deep() {
     // Mbit/s) where the direct 20 ms link carries 19.5: both are candidates, and a
     // megabyte is predicted faster over the direct one.
     let mbit = |m: f64| m * 1e6;
-    let g = ClusterGraph {
-        cap_bps: vec![
-            vec![0.0, mbit(97.0), mbit(19.5)],
-            vec![mbit(105.0), 0.0, mbit(19.9)],
-            vec![mbit(19.9), mbit(20.0), 0.0],
-        ],
-        latency_us: vec![
-            vec![0, 5_000, 20_000],
-            vec![5_000, 0, 150_000],
-            vec![20_000, 150_000, 0],
-        ],
-    };
+    let g = field_station(
+        [[0.0, 97.0, 19.5], [105.0, 0.0, 19.9], [19.9, 20.0, 0.0]],
+        (5_000, 20_000, 150_000),
+    );
     let singles = single_trees(&g, 0);
     let widest = widest_tree(&g, 0).expect("connected");
     assert_eq!(widest.parent[2], Some(1), "the widest is the detour");
@@ -380,18 +377,10 @@ fn a_slow_shallow_tree_does_not_make_striping_look_faster_for_small_payloads() {
     // Mbit/s over the direct links; taken at its own rate it had no window to open and
     // made stripes look faster than one tree from 1 KiB.
     let mbit = |m: f64| m * 1e6;
-    let g = ClusterGraph {
-        cap_bps: vec![
-            vec![0.0, mbit(96.0), mbit(19.5)],
-            vec![mbit(96.3), 0.0, mbit(19.6)],
-            vec![mbit(19.5), mbit(19.4), 0.0],
-        ],
-        latency_us: vec![
-            vec![0, 5_050, 20_080],
-            vec![5_050, 0, 150_070],
-            vec![20_080, 150_070, 0],
-        ],
-    };
+    let g = field_station(
+        [[0.0, 96.0, 19.5], [96.3, 0.0, 19.6], [19.5, 19.4, 0.0]],
+        (5_050, 20_080, 150_070),
+    );
     let trees = [
         Arborescence {
             parent: vec![None, Some(0), Some(1)],
