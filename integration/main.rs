@@ -14,6 +14,7 @@ mod common;
 mod layers;
 mod netns;
 mod process_overlay;
+mod quic_allreduce;
 mod quic_bandwidth;
 mod quic_collectives;
 mod quic_field_station;

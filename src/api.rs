@@ -19,6 +19,7 @@ mod builder;
 mod collective;
 mod data_dir;
 mod error;
+mod large;
 
 #[cfg(feature = "bench")]
 pub(crate) use self::builder::transport_config;
@@ -30,6 +31,9 @@ pub use self::collective::{
     decode_reduce_outcome,
 };
 pub use self::error::{IoStep, NodeError};
+pub use self::large::{
+    Algorithm, BulkOptions, BulkReport, Elem, Element, Prediction, ReduceOp, TuneEntry,
+};
 pub use crate::net::auth::AuthError;
 pub use crate::net::frame::FrameError;
 pub use crate::net::link::{DialError, DialFailure};
@@ -63,6 +67,8 @@ pub struct Node {
     task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
     /// Deadline of the collective operations this handle starts.
     op_timeout: Duration,
+    /// Large collectives: the mailbox, connections, call numbers, the decision table.
+    bulk: Arc<large::Shared>,
 }
 
 impl Node {

@@ -59,6 +59,14 @@ pub use crate::api::{
     ScatterReport, Spread, Transport, TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
 };
 pub use crate::net::identity::{Identity, IdentityError};
+
+/// Large collectives: element types, operations, algorithms, options and reports of
+/// [`Node::allreduce_slice`].
+pub mod bulk {
+    pub use crate::api::{
+        Algorithm, BulkOptions, BulkReport, Elem, Element, Prediction, ReduceOp, TuneEntry,
+    };
+}
 pub use crate::net::token::{JoinToken, TokenError};
 pub use crate::proto::collective::{
     BarrierOutcome, DEFAULT_TIMEOUT, MAX_INLINE_PAYLOAD, MAX_STREAM_PAYLOAD, OpRefused,

@@ -223,11 +223,13 @@ impl NodeBuilder {
         let (cmd_tx, commands) = mpsc::channel(64);
         let (events, _) = broadcast::channel(1024);
         let members = MemberView::default();
+        let mailbox = Arc::new(crate::net::bulk::Mailbox::default());
         let ctx = LinkContext {
             me: id,
             token: Arc::new(token.clone()),
             to_driver,
             stats: Arc::new(LinkStats::default()),
+            mailbox: mailbox.clone(),
         };
         let driver = Driver::new(DriverParts {
             node: crate::proto::Node::new(core, gossip),
@@ -253,6 +255,7 @@ impl NodeBuilder {
             members,
             task: Arc::new(std::sync::Mutex::new(Some(task))),
             op_timeout: self.op_timeout,
+            bulk: Arc::new(super::large::Shared::new(mailbox)),
         };
         node.serve_builtin_keys(&name_for_info, start).await?;
         info!(node = %id, addr = %local_addr, "node started");

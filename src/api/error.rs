@@ -85,6 +85,14 @@ pub enum NodeError {
     /// A value could not be decoded.
     #[error(transparent)]
     Decode(#[from] DecodeError),
+    /// A large collective ([`crate::Node::allreduce_slice`]) could not complete.
+    #[error("large collective {name:?}: {reason}")]
+    Bulk {
+        /// The operation's name.
+        name: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A value could not be encoded.
     #[error("cannot encode the value: {0}")]
     Encode(#[source] postcard::Error),

@@ -56,6 +56,10 @@ pub enum ApiCommand {
     SetSpread(Spread),
     /// How a broadcast of this many bytes would be planned now.
     Plan(u64, oneshot::Sender<Option<BroadcastPlan>>),
+    /// A connection to a member, dialed if need be (`None`: it cannot be reached).
+    Connect(NodeId, oneshot::Sender<Option<quinn::Connection>>),
+    /// The clusters and the bandwidths measured between them.
+    Bandwidth(oneshot::Sender<crate::proto::bandwidth::BandwidthView>),
 }
 
 /// The member that admitted this node, or why the join failed.
@@ -74,6 +78,8 @@ pub struct Driver {
     /// What the API reads of the members (written here only).
     members: MemberView,
     links: Links,
+    /// Callers waiting for a connection ([`ApiCommand::Connect`]).
+    conn_waiters: HashMap<NodeId, Vec<oneshot::Sender<Option<quinn::Connection>>>>,
     /// Data streams waiting for a connection to their child.
     waiting_streams: HashMap<NodeId, Vec<(crate::proto::OpId, u64, [u8; 32])>>,
     next_idle_check: Instant,
@@ -142,6 +148,7 @@ impl Driver {
             events: parts.events,
             members: parts.members,
             waiting_streams: HashMap::new(),
+            conn_waiters: HashMap::new(),
             next_idle_check: parts.start + IDLE_CHECK,
             joins: HashMap::new(),
             join_answers: HashMap::new(),

@@ -147,6 +147,8 @@ pub struct LinkContext {
     pub to_driver: mpsc::Sender<LinkInput>,
     /// Shared counters.
     pub stats: Arc<LinkStats>,
+    /// Where point-to-point transfers of large collectives arrive.
+    pub mailbox: Arc<super::bulk::Mailbox>,
 }
 
 /// Accepts connections forever; each is admitted in its own task.
@@ -323,7 +325,12 @@ async fn read_stream(
                         let _ = ctx.to_driver.send(stream).await;
                         return;
                     }
-                    Ok(Packet::Data(_)) => {
+                    Ok(Packet::Bulk(header)) if was_first => {
+                        // A transfer of a large collective: read and posted right here.
+                        super::bulk::receive(&ctx.mailbox, peer, header, recv).await;
+                        return;
+                    }
+                    Ok(Packet::Data(_) | Packet::Bulk(_)) => {
                         ctx.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
                         warn!(peer = %peer, "dropped a data header in the middle of a stream");
                     }

@@ -131,6 +131,8 @@ struct DialState {
     /// The dial in progress is for a measurement only.
     background: bool,
     queued: Option<Priority>,
+    /// Dialed for the connection itself, with no frame waiting ([`Links::want`]).
+    wanted: bool,
     failures: u32,
     retry_at: Option<Instant>,
 }

@@ -14,6 +14,7 @@
 #![cfg_attr(not(feature = "testkit"), allow(dead_code, unused_imports))]
 
 pub mod auth;
+pub mod bulk;
 pub mod driver;
 #[cfg(feature = "testkit")]
 pub mod emulated;

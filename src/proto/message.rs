@@ -405,6 +405,21 @@ pub enum Packet {
     /// First frame of a data-plane stream: the raw bytes of a [`DownBody::Stream`] payload
     /// follow on the same QUIC stream.
     Data(DataHeader),
+    /// First frame of a point-to-point transfer of a large collective: the raw bytes
+    /// follow on the same QUIC stream (see `crate::net::bulk`).
+    Bulk(BulkHeader),
+}
+
+/// Opens a point-to-point transfer (see [`Packet::Bulk`]). The sender is the connection's
+/// authenticated peer, never a field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BulkHeader {
+    /// The operation (and attempt) the bytes belong to.
+    pub op: u64,
+    /// Which transfer of it (phase and chunk).
+    pub tag: u32,
+    /// How many bytes follow.
+    pub len: u64,
 }
 
 /// Opens a data-plane stream (see [`Packet::Data`]).

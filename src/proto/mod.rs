@@ -31,6 +31,7 @@
 #![cfg_attr(not(feature = "sim"), allow(dead_code, unused_imports))]
 
 pub mod bandwidth;
+pub mod bulk;
 pub mod candidates;
 pub mod clusters;
 pub mod collective;
@@ -56,9 +57,9 @@ pub use self::core::{Core, CoreStats, StripePlan};
 pub use self::id::NodeId;
 pub use self::membership::MemberState;
 pub use self::message::{
-    AdvertEntry, BandwidthEdge, ClusterEdge, ClusterMessage, ClusterSummary, CollectiveMessage,
-    DataHeader, DownBody, GossipMessage, Liveness, MemberRecord, Message, NumKind, OpId, Packet,
-    Purpose, QueryMessage, Reducer, WireError,
+    AdvertEntry, BandwidthEdge, BulkHeader, ClusterEdge, ClusterMessage, ClusterSummary,
+    CollectiveMessage, DataHeader, DownBody, GossipMessage, Liveness, MemberRecord, Message,
+    NumKind, OpId, Packet, Purpose, QueryMessage, Reducer, WireError,
 };
 pub use self::node::{Class, Node, NodeInput, NodeOutput};
 pub use self::time::Time;

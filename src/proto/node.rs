@@ -231,7 +231,7 @@ impl Node {
                 dist_us,
             }),
             // Only ever the first frame of a data stream, which the driver reads itself.
-            Packet::Data(_) => {}
+            Packet::Data(_) | Packet::Bulk(_) => {}
         }
     }
 

@@ -34,6 +34,18 @@ impl Driver {
                 debug!(?spread, "large broadcasts spread changed");
                 self.spread = spread;
             }
+            ApiCommand::Connect(peer, reply) => {
+                if let Some(conn) = self.links.conn(&peer) {
+                    let _ = reply.send(Some(conn));
+                    return;
+                }
+                self.conn_waiters.entry(peer).or_default().push(reply);
+                let gossip = self.node.gossip();
+                self.links.want(peer, |p| gossip.record(&p).map(|r| r.addr));
+            }
+            ApiCommand::Bandwidth(reply) => {
+                let _ = reply.send(self.node.core().bandwidth_view());
+            }
             ApiCommand::Plan(bytes, reply) => {
                 let plan = self.plan_for(bytes).map(|p| BroadcastPlan::new(bytes, &p));
                 let _ = reply.send(plan);
@@ -69,6 +81,9 @@ impl Driver {
             } => {
                 self.links.connected(peer, conn, dialed);
                 self.start_waiting_streams(peer);
+                for waiter in self.conn_waiters.remove(&peer).unwrap_or_default() {
+                    let _ = waiter.send(self.links.conn(&peer));
+                }
                 let gossip = self.node.gossip();
                 self.links.pump(|p| gossip.record(&p).map(|r| r.addr));
                 if let Some(request) = join
@@ -83,6 +98,8 @@ impl Driver {
                 debug!(peer = %peer, %error, "dial failed");
                 self.links.dial_failed(peer);
                 self.waiting_streams.remove(&peer);
+                // Dropped: the waiters read "unreachable".
+                self.conn_waiters.remove(&peer);
                 self.node.handle(now, NodeInput::Unreachable { peer });
                 let gossip = self.node.gossip();
                 self.links.pump(|p| gossip.record(&p).map(|r| r.addr));

@@ -56,7 +56,8 @@ impl Links {
                 .links
                 .get(&peer)
                 .is_some_and(|l| l.conn.close_reason().is_none());
-            if connected || self.pending.get(&peer).is_none_or(|q| q.is_empty()) {
+            let waiting = self.pending.get(&peer).is_some_and(|q| !q.is_empty());
+            if connected || !(waiting || state.wanted) {
                 continue;
             }
             let Some(to) = addr(peer) else {
@@ -106,10 +107,19 @@ impl Links {
         });
     }
 
+    /// Dials `peer` (at the address `addr` gives) without a frame to send: someone wants
+    /// the connection itself (a large collective's transfers).
+    pub fn want(&mut self, peer: NodeId, addr: impl Fn(NodeId) -> Option<SocketAddr>) {
+        self.dials.entry(peer).or_default().wanted = true;
+        self.request_dial(peer, Priority::Urgent);
+        self.pump(addr);
+    }
+
     /// A dial of ours, or the peer's, produced an admitted connection.
     pub fn connected(&mut self, peer: NodeId, conn: quinn::Connection, dialed: bool) {
         let mut measure_only = false;
         if let Some(d) = self.dials.get_mut(&peer) {
+            d.wanted = false;
             if dialed && d.in_progress {
                 d.in_progress = false;
                 self.in_flight -= 1;
@@ -132,6 +142,7 @@ impl Links {
     /// A dial failed: back off, drop what waited (the protocols resend what matters).
     pub fn dial_failed(&mut self, peer: NodeId) {
         let d = self.dials.entry(peer).or_default();
+        d.wanted = false;
         if d.in_progress {
             d.in_progress = false;
             self.in_flight -= 1;
@@ -163,7 +174,8 @@ impl Links {
             if let Some(d) = self.dials.get_mut(&peer) {
                 d.retry_at = None;
             }
-            if self.pending.get(&peer).is_some_and(|q| !q.is_empty()) {
+            let wanted = self.dials.get(&peer).is_some_and(|d| d.wanted);
+            if wanted || self.pending.get(&peer).is_some_and(|q| !q.is_empty()) {
                 self.request_dial(peer, Priority::Urgent);
             }
         }

@@ -23,6 +23,7 @@ fn links_on_loopback(token: &Arc<JoinToken>) -> (Links, mpsc::Receiver<LinkInput
         token: token.clone(),
         to_driver,
         stats: Arc::default(),
+        mailbox: Arc::default(),
     };
     tokio::spawn(link::accept_loop(endpoint.clone(), ctx.clone()));
     let client = identity.client_config().expect("client config");

@@ -1,0 +1,176 @@
+//! Large allreduce over real QUIC: das-4 with two nodes per cluster and its bandwidths
+//! enforced by the emulated socket. Every algorithm gives the exact result on every node;
+//! a member crashed in the middle of a large allreduce leaves a result that names its
+//! contributors and is exact over them.
+//!
+//! `cargo test --release --test integration quic_allreduce -- --nocapture` prints times.
+
+use crate::quic_bandwidth::start_das4;
+use overlay::bulk::{Algorithm, BulkOptions, ReduceOp};
+use overlay::{Node, NodeId};
+use std::time::{Duration, Instant};
+
+/// Node `i`'s vector: small integers, so f32 sums are exact in any order.
+fn vector(i: usize, len: usize) -> Vec<f32> {
+    (0..len).map(|j| ((i + 1) * (j % 7)) as f32).collect()
+}
+
+/// What the sum over `contributors` (indices) must be.
+fn expected(contributors: &[usize], len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|j| {
+            contributors
+                .iter()
+                .map(|i| ((i + 1) * (j % 7)) as f32)
+                .sum()
+        })
+        .collect()
+}
+
+async fn all_call(
+    nodes: &[Node],
+    name: &str,
+    len: usize,
+    algorithm: Option<Algorithm>,
+) -> Vec<(Vec<f32>, overlay::bulk::BulkReport)> {
+    let calls = nodes.iter().enumerate().map(|(i, node)| {
+        let node = node.clone();
+        let name = name.to_string();
+        async move {
+            let mut data = vector(i, len);
+            let options = BulkOptions {
+                algorithm,
+                timeout: Duration::from_secs(120),
+                ..BulkOptions::default()
+            };
+            let report = node
+                .allreduce_slice_with(&name, &mut data, ReduceOp::Sum, options)
+                .await
+                .unwrap_or_else(|e| panic!("node {i}: {e}"));
+            (data, report)
+        }
+    });
+    futures::future::join_all(calls).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_gives_every_node_the_exact_sum() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let n = overlay.nodes.len();
+    let len = 100_000;
+    let want = expected(&(0..n).collect::<Vec<_>>(), len);
+    let choices = [
+        None,
+        Some(Algorithm::Clustered),
+        Some(Algorithm::Hierarchical),
+        Some(Algorithm::Ring),
+        Some(Algorithm::Tree),
+    ];
+    for algorithm in choices {
+        let start = Instant::now();
+        let out = all_call(&overlay.nodes, "sum", len, algorithm).await;
+        let took = start.elapsed();
+        for (i, (data, report)) in out.iter().enumerate() {
+            assert_eq!(report.contributors.len(), n, "node {i}: {report:?}");
+            assert!(report.missing.is_empty(), "node {i}: {report:?}");
+            if let Some(a) = algorithm {
+                assert_eq!(report.algorithm, a);
+            }
+            assert!(data == &want, "node {i} got a wrong sum with {algorithm:?}");
+        }
+        println!(
+            "{:<12} {} x f32 on {n} nodes: {took:?} (ran {})",
+            algorithm.map_or("default", Algorithm::name),
+            len,
+            out[0].1.algorithm.name()
+        );
+    }
+    // Other types and operations, through the default.
+    let calls = overlay.nodes.iter().enumerate().map(|(i, node)| {
+        let node = node.clone();
+        async move {
+            let mut lows: Vec<i64> = (0..5000).map(|j| j as i64 - i as i64).collect();
+            let mut highs: Vec<u64> = (0..5000).map(|j| (j * (i + 1)) as u64).collect();
+            node.allreduce_slice("min", &mut lows, ReduceOp::Min)
+                .await
+                .expect("min");
+            node.allreduce_slice("max", &mut highs, ReduceOp::Max)
+                .await
+                .expect("max");
+            (lows, highs)
+        }
+    });
+    for (lows, highs) in futures::future::join_all(calls).await {
+        assert!(
+            lows.iter()
+                .enumerate()
+                .all(|(j, v)| *v == j as i64 - (n as i64 - 1))
+        );
+        assert!(highs.iter().enumerate().all(|(j, v)| *v == (j * n) as u64));
+    }
+    // The planner (smallest id) kept a decision table of the default's calls.
+    let planner = overlay.nodes.iter().min_by_key(|x| x.id()).expect("nodes");
+    let table = planner.collective_table();
+    assert!(
+        table.iter().any(|e| e.calls >= 1 && e.chosen.is_some()),
+        "{table:?}"
+    );
+    overlay.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_crashed_mid_allreduce_leaves_an_exact_result_over_the_named_contributors() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let n = overlay.nodes.len();
+    // 4 MiB of f32: seconds on das-4's wide-area links, so the crash lands mid-transfer.
+    let len = 1 << 20;
+    let planner = overlay.nodes.iter().map(Node::id).min().expect("nodes");
+    let victim = (0..n)
+        .find(|i| overlay.nodes[*i].id() != planner)
+        .expect("a non-planner");
+    let calls = overlay.nodes.iter().enumerate().map(|(i, node)| {
+        let node = node.clone();
+        async move {
+            let mut data = vector(i, len);
+            let r = node
+                .allreduce_slice("crash", &mut data, ReduceOp::Sum)
+                .await;
+            (i, r.map(|r| (data, r)))
+        }
+    });
+    let all = tokio::spawn(futures::future::join_all(calls));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let start = Instant::now();
+    overlay.crash(victim);
+    let results = tokio::time::timeout(Duration::from_secs(150), all)
+        .await
+        .expect("no hang")
+        .expect("joined");
+    println!(
+        "crash of node {victim}: the others finished {:?} later",
+        start.elapsed()
+    );
+    let by_index = overlay.index_by_id();
+    for (i, r) in results {
+        if i == victim {
+            continue;
+        }
+        let (data, report) = r.unwrap_or_else(|e| panic!("node {i}: {e}"));
+        let contributors: Vec<usize> = report.contributors.iter().map(|id| by_index[id]).collect();
+        let victim_id: NodeId = overlay.nodes[victim].id();
+        assert!(
+            !report.contributors.contains(&victim_id),
+            "node {i}: the crashed member is named a contributor: {report:?}"
+        );
+        assert!(report.missing.contains(&victim_id), "node {i}: {report:?}");
+        assert_eq!(contributors.len(), n - 1, "node {i}: {report:?}");
+        assert!(report.attempts >= 2, "node {i}: {report:?}");
+        assert!(
+            data == expected(&contributors, len),
+            "node {i}: not exact over its contributors"
+        );
+    }
+    overlay.shutdown().await;
+}

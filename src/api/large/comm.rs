@@ -1,0 +1,113 @@
+//! Transfers of one operation attempt: sends over the node's connections (at most
+//! [`WINDOW`] in flight per peer, taken in the order they were asked for, so chunks leave
+//! in order and a pipeline keeps moving), receives from the node's mailbox.
+
+use super::Shared;
+use crate::api::{Node, NodeError};
+use crate::net::driver::ApiCommand;
+use crate::proto::NodeId;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Semaphore, oneshot};
+
+/// Transfers in flight to one peer.
+pub const WINDOW: usize = 4;
+
+/// One attempt's sends and receives.
+pub struct Comm<'a> {
+    node: &'a Node,
+    shared: &'a Shared,
+    /// The attempt's operation number.
+    pub op: u64,
+    name: &'a str,
+    windows: Mutex<HashMap<NodeId, Arc<Semaphore>>>,
+}
+
+impl<'a> Comm<'a> {
+    pub fn new(node: &'a Node, op: u64, name: &'a str) -> Comm<'a> {
+        Comm {
+            node,
+            shared: &node.bulk,
+            op,
+            name,
+            windows: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This node.
+    pub fn me(&self) -> NodeId {
+        self.node.id
+    }
+
+    /// An error of this operation.
+    pub fn error(&self, reason: impl std::fmt::Display) -> NodeError {
+        NodeError::Bulk {
+            name: self.name.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Sends `bytes` as transfer `tag` to `to` (to itself: straight into the mailbox).
+    pub async fn send(&self, to: NodeId, tag: u32, bytes: Bytes) -> Result<(), NodeError> {
+        if to == self.node.id {
+            self.shared.mailbox.post((self.op, to, tag), bytes);
+            return Ok(());
+        }
+        let window = self
+            .windows
+            .lock()
+            .expect("not poisoned")
+            .entry(to)
+            .or_insert_with(|| Arc::new(Semaphore::new(WINDOW)))
+            .clone();
+        let _permit = window.acquire().await.expect("never closed");
+        let conn = self.connection(to).await?;
+        let sent = crate::net::bulk::send(&conn, to, self.op, tag, bytes).await;
+        if sent.is_err() {
+            // Perhaps a stale connection: ask the driver afresh next time.
+            self.shared.conns.lock().expect("not poisoned").remove(&to);
+        }
+        sent.map_err(|e| self.error(e))
+    }
+
+    /// Sends the same bytes to several peers at once.
+    pub async fn send_all(&self, to: &[NodeId], tag: u32, bytes: &Bytes) -> Result<(), NodeError> {
+        let sends = to.iter().map(|t| self.send(*t, tag, bytes.clone()));
+        futures::future::try_join_all(sends).await.map(|_| ())
+    }
+
+    /// The bytes of transfer `tag` from `from`, once they are in.
+    pub async fn recv(&self, from: NodeId, tag: u32) -> Result<Bytes, NodeError> {
+        self.shared
+            .mailbox
+            .take((self.op, from, tag))
+            .await
+            .map_err(|_| self.error("the mailbox was dropped"))
+    }
+
+    async fn connection(&self, to: NodeId) -> Result<quinn::Connection, NodeError> {
+        if let Some(c) = self.shared.conns.lock().expect("not poisoned").get(&to)
+            && c.close_reason().is_none()
+        {
+            return Ok(c.clone());
+        }
+        let (tx, rx) = oneshot::channel();
+        self.node
+            .commands
+            .send(ApiCommand::Connect(to, tx))
+            .await
+            .map_err(|_| NodeError::Stopped)?;
+        match rx.await {
+            Ok(Some(conn)) => {
+                self.shared
+                    .conns
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(to, conn.clone());
+                Ok(conn)
+            }
+            _ => Err(self.error(format!("cannot reach {}", to.short()))),
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Running one participant's part of a plan: every chunk (or ring step, or tree edge) as
+//! its own future, all polled together, so chunks flow through the chains, across the
+//! clusters and back while later ones are still being summed (pipelining).
+
+use super::comm::Comm;
+use crate::api::NodeError;
+use crate::proto::bulk::route::{self, Chunk};
+use crate::proto::bulk::{Algorithm, BulkPlan, Phase, combine::combine, tag};
+use bytes::Bytes;
+use futures::future::try_join_all;
+
+/// This node's result of `plan`, given its own vector's bytes.
+pub async fn run(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
+    let bytes = plan.len as usize * plan.elem.size();
+    if input.len() != bytes {
+        return Err(comm.error(format!(
+            "this node's vector has {} bytes, the plan {bytes}",
+            input.len()
+        )));
+    }
+    match plan.algorithm {
+        Algorithm::Clustered | Algorithm::Hierarchical => grouped(comm, plan, input).await,
+        Algorithm::Ring => ring(comm, plan, input).await,
+        Algorithm::Tree => tree(comm, plan, input).await,
+    }
+}
+
+fn add(comm: &Comm<'_>, plan: &BulkPlan, acc: &mut [u8], other: &[u8]) -> Result<(), NodeError> {
+    combine(plan.elem, plan.op, acc, other).map_err(|e| comm.error(e))
+}
+
+async fn grouped(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
+    let size = plan.elem.size();
+    let chunks = route::chunks(plan);
+    let results = try_join_all(chunks.iter().map(|c| chunk(comm, plan, input, c))).await?;
+    let mut out = vec![0u8; input.len()];
+    for (c, bytes) in chunks.iter().zip(results) {
+        let at = c.start as usize * size;
+        out[at..at + bytes.len()].copy_from_slice(&bytes);
+    }
+    Ok(out)
+}
+
+/// One chunk: along the reduce chain, across clusters if this node is the gateway, back
+/// along the gather chain. Returns the chunk's result.
+async fn chunk(
+    comm: &Comm<'_>,
+    plan: &BulkPlan,
+    input: &Bytes,
+    c: &Chunk,
+) -> Result<Bytes, NodeError> {
+    let r = route::chunk_route(plan, comm.me(), c)
+        .ok_or_else(|| comm.error("this node is not in the plan"))?;
+    let size = plan.elem.size();
+    let range = c.start as usize * size..(c.start + c.len) as usize * size;
+    let n = c.index;
+    let mut partial = input.slice(range.clone());
+    if let Some(from) = r.reduce_from {
+        let got = comm.recv(from, tag(Phase::ReduceChain, n)).await?;
+        let mut acc = partial.to_vec();
+        add(comm, plan, &mut acc, &got)?;
+        partial = Bytes::from(acc);
+    }
+    let result = if let Some(to) = r.reduce_to {
+        comm.send(to, tag(Phase::ReduceChain, n), partial).await?;
+        let from = r
+            .gather_from
+            .expect("a chain member has a predecessor back");
+        comm.recv(from, tag(Phase::GatherChain, n)).await?
+    } else {
+        let send = comm.send_all(&r.partial_to, tag(Phase::ReduceWide, n), &partial);
+        let get = async {
+            if let Some(from) = r.result_from {
+                return comm.recv(from, tag(Phase::GatherWide, n)).await;
+            }
+            let got = try_join_all(
+                r.partials_from
+                    .iter()
+                    .map(|p| comm.recv(*p, tag(Phase::ReduceWide, n))),
+            )
+            .await?;
+            let mut acc = partial.to_vec();
+            for g in got {
+                add(comm, plan, &mut acc, &g)?;
+            }
+            Ok(Bytes::from(acc))
+        };
+        let ((), result) = futures::try_join!(send, get)?;
+        comm.send_all(&r.result_to, tag(Phase::GatherWide, n), &result)
+            .await?;
+        result
+    };
+    if let Some(to) = r.gather_to {
+        comm.send(to, tag(Phase::GatherChain, n), result.clone())
+            .await?;
+    }
+    Ok(result)
+}
+
+async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
+    let (i, prev, next) =
+        route::ring(plan, comm.me()).ok_or_else(|| comm.error("this node is not in the plan"))?;
+    let n = plan.members.len();
+    let size = plan.elem.size();
+    let mut acc = input.to_vec();
+    let seg = |s: usize| {
+        let (a, len) = route::segment(plan.len, n, s % n);
+        a as usize * size..(a + len) as usize * size
+    };
+    for step in 0..n.saturating_sub(1) {
+        let out = Bytes::copy_from_slice(&acc[seg(i + n - step)]);
+        let t = tag(Phase::RingReduce, step as u32);
+        let ((), got) = futures::try_join!(comm.send(next, t, out), comm.recv(prev, t))?;
+        add(comm, plan, &mut acc[seg(i + 2 * n - step - 1)], &got)?;
+    }
+    for step in 0..n.saturating_sub(1) {
+        let out = Bytes::copy_from_slice(&acc[seg(i + 1 + n - step)]);
+        let t = tag(Phase::RingGather, step as u32);
+        let ((), got) = futures::try_join!(comm.send(next, t, out), comm.recv(prev, t))?;
+        let range = seg(i + n - step);
+        if got.len() != range.len() {
+            return Err(comm.error("a ring segment of the wrong length"));
+        }
+        acc[range].copy_from_slice(&got);
+    }
+    Ok(acc)
+}
+
+async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
+    let (parent, children) =
+        route::tree(plan, comm.me()).ok_or_else(|| comm.error("this node is not in the plan"))?;
+    let up = tag(Phase::TreeUp, 0);
+    let down = tag(Phase::TreeDown, 0);
+    let got = try_join_all(children.iter().map(|c| comm.recv(*c, up))).await?;
+    let mut acc = input.to_vec();
+    for g in got {
+        add(comm, plan, &mut acc, &g)?;
+    }
+    let result = match parent {
+        Some(p) => {
+            comm.send(p, up, Bytes::from(acc)).await?;
+            comm.recv(p, down).await?
+        }
+        None => Bytes::from(acc),
+    };
+    comm.send_all(&children, down, &result).await?;
+    Ok(result.to_vec())
+}

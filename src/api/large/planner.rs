@@ -1,0 +1,279 @@
+//! The planner's side: the rendezvous, the plan of each attempt, watching the
+//! participants, and the commit.
+
+use super::comm::Comm;
+use super::{BulkOptions, Call};
+use crate::api::{Node, NodeError};
+use crate::net::driver::ApiCommand;
+use crate::proto::NodeId;
+use crate::proto::bulk::model::{Network, predict, predict_all};
+use crate::proto::bulk::{BulkPlan, Control, control};
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tracing::{debug, info};
+
+/// How often the planner looks for lost participants.
+const WATCH: Duration = Duration::from_millis(100);
+/// How long a reported failure may wait for the failure detector to name a lost member
+/// before the operation is given up.
+const FAILURE_GRACE: Duration = Duration::from_secs(5);
+
+/// Plans and watches the operation; returns the attempts it made. On failure every
+/// participant still waiting is told why.
+pub async fn run(
+    node: &Node,
+    comm: &Comm<'_>,
+    call: Call<'_>,
+    options: &BulkOptions,
+) -> Result<u32, NodeError> {
+    let expected = node.live_members();
+    let (mut members, refused) = rendezvous(node, comm, call, options, &expected).await;
+    for (m, why) in &refused {
+        let msg = Control::Refused(why.clone());
+        let _ = comm
+            .send(*m, control::plan(0), Bytes::from(msg.encode()))
+            .await;
+    }
+    let bytes = call.len * call.elem.size() as u64;
+    let mut attempt = 0;
+    loop {
+        let missing: Vec<NodeId> = expected
+            .iter()
+            .filter(|m| !members.contains(m))
+            .copied()
+            .collect();
+        let net = network(node, &members, options.groups.as_deref()).await;
+        let algorithm = match options.algorithm {
+            Some(a) => a,
+            None => {
+                let p = predict_all(&net, call.len, call.elem.size());
+                let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
+                tuner.choose(
+                    "allreduce",
+                    bytes,
+                    p.iter().map(|p| (p.algorithm, p.seconds)),
+                )
+            }
+        };
+        let prediction = predict(&net, algorithm, call.len, call.elem.size());
+        let plan = BulkPlan {
+            attempt,
+            algorithm,
+            groups: net
+                .groups
+                .iter()
+                .map(|g| {
+                    g.iter()
+                        .map(|m| members.binary_search(m).expect("a participant") as u32)
+                        .collect()
+                })
+                .collect(),
+            members: members.clone(),
+            missing,
+            shares: prediction.shares.clone(),
+            len: call.len,
+            elem: call.elem,
+            op: call.op,
+            chunk: prediction.chunk,
+            predicted_s: prediction.seconds,
+        };
+        info!(
+            attempt,
+            algorithm = algorithm.name(),
+            participants = members.len(),
+            bytes,
+            predicted_s = prediction.seconds,
+            "large allreduce planned"
+        );
+        let started = Instant::now();
+        let msg = Bytes::from(Control::Plan(plan).encode());
+        comm.send_all(&members, control::plan(attempt), &msg)
+            .await?;
+        match watch(node, comm, &members, attempt).await {
+            Watched::Done => {
+                let elapsed = started.elapsed().as_secs_f64();
+                if options.algorithm.is_none() {
+                    let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
+                    tuner.record("allreduce", bytes, algorithm, elapsed);
+                }
+                let commit = Bytes::from(Control::Commit { attempt }.encode());
+                comm.send_all(&members, control::commit(attempt), &commit)
+                    .await?;
+                return Ok(attempt + 1);
+            }
+            Watched::Lost(lost) => {
+                info!(
+                    attempt,
+                    lost = lost.len(),
+                    "participants lost: trying again without them"
+                );
+                members.retain(|m| !lost.contains(m));
+                attempt += 1;
+            }
+            Watched::Failed(reason) => {
+                let msg = Bytes::from(Control::Refused(reason.clone()).encode());
+                let _ = comm
+                    .send_all(&members, control::plan(attempt + 1), &msg)
+                    .await;
+                return Err(comm.error(reason));
+            }
+        }
+    }
+}
+
+/// Collects the callers' readies: the participants (sorted) and the callers refused.
+async fn rendezvous(
+    node: &Node,
+    comm: &Comm<'_>,
+    call: Call<'_>,
+    options: &BulkOptions,
+    expected: &[NodeId],
+) -> (Vec<NodeId>, Vec<(NodeId, String)>) {
+    let deadline = tokio::time::Instant::now() + options.rendezvous;
+    let mut waiting: FuturesUnordered<_> = expected
+        .iter()
+        .map(|m| async move { (*m, comm.recv(*m, control::ready()).await) })
+        .collect();
+    let mut pending: Vec<NodeId> = expected.to_vec();
+    let (mut members, mut refused) = (Vec::new(), Vec::new());
+    while !pending.is_empty() {
+        tokio::select! {
+            Some((m, got)) = waiting.next() => {
+                pending.retain(|p| *p != m);
+                match got.ok().and_then(|b| Control::decode(&b).ok()) {
+                    Some(Control::Ready { len, elem, op, .. })
+                        if len == call.len && elem == call.elem && op == call.op =>
+                    {
+                        members.push(m)
+                    }
+                    Some(Control::Ready { len, elem, op, .. }) => refused.push((
+                        m,
+                        format!(
+                            "this node called with {len} x {elem:?} {op:?}, the planner with {} x {:?} {:?}",
+                            call.len, call.elem, call.op
+                        ),
+                    )),
+                    _ => {}
+                }
+            }
+            () = tokio::time::sleep(WATCH) => pending.retain(|p| node.is_live(*p)),
+            () = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    if !pending.is_empty() {
+        debug!(late = pending.len(), "rendezvous over without every member");
+    }
+    members.sort();
+    (members, refused)
+}
+
+enum Watched {
+    Done,
+    Lost(Vec<NodeId>),
+    Failed(String),
+}
+
+/// Waits until every participant is done with `attempt`, one is lost, or one failed and no
+/// loss explains it within [`FAILURE_GRACE`].
+async fn watch(node: &Node, comm: &Comm<'_>, members: &[NodeId], attempt: u32) -> Watched {
+    let mut waiting: FuturesUnordered<_> = members
+        .iter()
+        .map(|m| async move { comm.recv(*m, control::done(attempt)).await })
+        .collect();
+    let mut left = members.len();
+    let mut failed: Option<(String, Instant)> = None;
+    loop {
+        let lost: Vec<NodeId> = members
+            .iter()
+            .filter(|m| !node.is_live(**m))
+            .copied()
+            .collect();
+        if !lost.is_empty() {
+            return Watched::Lost(lost);
+        }
+        if let Some((reason, at)) = &failed
+            && at.elapsed() > FAILURE_GRACE
+        {
+            return Watched::Failed(reason.clone());
+        }
+        if left == 0 && failed.is_none() {
+            return Watched::Done;
+        }
+        tokio::select! {
+            Some(got) = waiting.next() => {
+                left -= 1;
+                match got.ok().and_then(|b| Control::decode(&b).ok()) {
+                    Some(Control::Done { .. }) => {}
+                    Some(Control::Failed { reason, .. }) => {
+                        failed.get_or_insert((reason, Instant::now()));
+                    }
+                    _ => {
+                        failed.get_or_insert(("a participant sent garbage".into(), Instant::now()));
+                    }
+                }
+            }
+            // Also once all answered and one failed: the grace runs out, or a loss shows.
+            () = tokio::time::sleep(WATCH) => {}
+        }
+    }
+}
+
+/// The participants' clusters (the discovered ones, or `groups` if given) and what this
+/// node measured between them.
+pub async fn network(node: &Node, members: &[NodeId], groups: Option<&[Vec<NodeId>]>) -> Network {
+    let (tx, rx) = oneshot::channel();
+    let view = match node.commands.send(ApiCommand::Bandwidth(tx)).await {
+        Ok(()) => rx.await.unwrap_or_default(),
+        Err(_) => Default::default(),
+    };
+    let clusters: Vec<Vec<NodeId>> = groups.map(<[_]>::to_vec).unwrap_or(view.clusters.clone());
+    // Each participant in the first cluster that names it; the others alone.
+    let mut out: Vec<(usize, Vec<NodeId>)> = Vec::new();
+    let mut placed = std::collections::HashSet::new();
+    for (i, c) in clusters.iter().enumerate() {
+        let g: Vec<NodeId> = c
+            .iter()
+            .filter(|m| members.binary_search(m).is_ok() && placed.insert(**m))
+            .copied()
+            .collect();
+        if !g.is_empty() {
+            out.push((i, g));
+        }
+    }
+    for m in members {
+        if placed.insert(*m) {
+            out.push((usize::MAX, vec![*m]));
+        }
+    }
+    for (_, g) in &mut out {
+        g.sort();
+    }
+    let mut net = Network::unmeasured(out.iter().map(|(_, g)| g.clone()).collect());
+    if groups.is_some() {
+        return net;
+    }
+    let at: Vec<usize> = out.iter().map(|(i, _)| *i).collect();
+    let index = |cluster: usize| at.iter().position(|i| *i == cluster);
+    for l in &view.links {
+        if let (Some(a), Some(b)) = (index(l.from), index(l.to)) {
+            if a == b {
+                net.lan_bps[a] = l.bps;
+            } else {
+                net.wide_bps[a][b] = l.bps;
+            }
+        }
+    }
+    for (a, &ca) in at.iter().enumerate() {
+        for (b, &cb) in at.iter().enumerate() {
+            if let Some(us) = view.latency_us.get(ca).and_then(|r| r.get(cb))
+                && *us > 0
+            {
+                net.latency_s[a][b] = f64::from(*us) / 1e6;
+            }
+        }
+    }
+    net
+}

@@ -1,0 +1,235 @@
+//! Large collectives (allreduce of big vectors) planned on the measured network and run
+//! as point-to-point transfers: what every participant agrees on, the arithmetic, the
+//! performance model that picks the algorithm, and the run-time tuning table.
+//!
+//! Nothing here does I/O. A planner (the participant with the smallest id) gathers one
+//! [`Control::Ready`] from every caller, builds a [`BulkPlan`] from its bandwidth view
+//! ([`model`]) and its decision table ([`tune`]), and sends it to every participant; each
+//! participant derives its own sends and receives from the plan alone ([`route`]), so no
+//! per-node instructions travel. The transfers and their ordering are the driver's (`net`)
+//! and the API's business.
+//!
+//! Transfers are keyed by (operation, sender, [`Tag`]); a tag names a phase and a chunk,
+//! so every transfer of one attempt has its own key and a retry (a new attempt, a new
+//! operation number) never meets the bytes of an abandoned one.
+
+pub mod combine;
+pub mod model;
+pub mod route;
+pub mod tune;
+
+pub use self::combine::{Elem, ReduceOp};
+pub use self::model::{Network, Prediction};
+pub use self::tune::{TuneEntry, Tuner};
+
+use super::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// How a large allreduce moves its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Algorithm {
+    /// Ours: reduce-scatter and allgather over the discovered clusters. Each cluster owns
+    /// a share of the vector sized from the measured wide-area bandwidths; inside a
+    /// cluster the chunks flow along pipelined chains.
+    Clustered,
+    /// Static hierarchy (MagPIe/HAN style): reduce inside each cluster to its first
+    /// member, every coordinator sends its whole partial to every other, each combines
+    /// them all, then a broadcast inside the cluster. Chunked and pipelined.
+    Hierarchical,
+    /// Gloo style: reduce-scatter and allgather around a ring of all nodes in id order.
+    Ring,
+    /// The naive tree: whole vectors up a binary tree in id order, the result back down.
+    Tree,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order the tables list them.
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::Clustered,
+        Algorithm::Hierarchical,
+        Algorithm::Ring,
+        Algorithm::Tree,
+    ];
+
+    /// A short name for tables and options: `clustered`, `hierarchical`, `ring`, `tree`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Clustered => "clustered",
+            Algorithm::Hierarchical => "hierarchical",
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+        }
+    }
+
+    /// The algorithm called `name` (see [`Algorithm::name`]).
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
+/// What every participant of one attempt follows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BulkPlan {
+    /// Starts at 0; a participant lost mid-operation makes the planner try again with
+    /// the others under the next number.
+    pub attempt: u32,
+    /// How the data moves.
+    pub algorithm: Algorithm,
+    /// The participants, in id order: their values are in the result.
+    pub members: Vec<NodeId>,
+    /// Members the planner expected that are not in it (not ready in time, lost, or
+    /// with a vector that does not match).
+    pub missing: Vec<NodeId>,
+    /// The clusters as indices into `members`, each sorted; every member in exactly one.
+    pub groups: Vec<Vec<u32>>,
+    /// Elements owned by each group (reduce-scatter shares, [`Algorithm::Clustered`]);
+    /// they add up to `len`.
+    pub shares: Vec<u64>,
+    /// Elements in the vector.
+    pub len: u64,
+    /// Element type and operation.
+    pub elem: Elem,
+    /// How elements are combined.
+    pub op: ReduceOp,
+    /// Elements per chunk: the unit that is pipelined.
+    pub chunk: u64,
+    /// What the model predicted for this plan, in seconds.
+    pub predicted_s: f64,
+}
+
+/// The small messages of the rendezvous and the commit, sent like any transfer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Control {
+    /// A caller is ready: its vector's length and type, the operation, and what it asks
+    /// for (only the planner's own request decides).
+    Ready {
+        len: u64,
+        elem: Elem,
+        op: ReduceOp,
+        algorithm: Option<Algorithm>,
+        groups: Option<Vec<Vec<NodeId>>>,
+    },
+    /// The plan of an attempt.
+    Plan(BulkPlan),
+    /// The planner cannot run the operation with this caller (mismatched vectors).
+    Refused(String),
+    /// A participant finished its part of an attempt.
+    Done { attempt: u32 },
+    /// A participant's part of an attempt failed (a peer unreachable, a bad transfer).
+    Failed { attempt: u32, reason: String },
+    /// Every participant finished: write the result.
+    Commit { attempt: u32 },
+}
+
+impl Control {
+    /// Encodes for the wire.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).expect("control messages always encode")
+    }
+
+    /// Decodes what [`Control::encode`] made; never panics.
+    pub fn decode(bytes: &[u8]) -> Result<Control, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+}
+
+/// The phase of a transfer; with a chunk or step number it makes a [`Tag`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Phase {
+    /// Rendezvous and commit messages ([`Control`]); the number says which.
+    Control = 0,
+    /// A partial sum along a cluster's chain.
+    ReduceChain = 1,
+    /// A cluster's partial to an owner across clusters.
+    ReduceWide = 2,
+    /// A result from an owner to another cluster.
+    GatherWide = 3,
+    /// A result along a cluster's chain.
+    GatherChain = 4,
+    /// Ring reduce-scatter step.
+    RingReduce = 5,
+    /// Ring allgather step.
+    RingGather = 6,
+    /// Tree: a subtree's sum to the parent.
+    TreeUp = 7,
+    /// Tree: the result to a child.
+    TreeDown = 8,
+}
+
+/// A transfer's name within one operation: phase in the top 4 bits, number below.
+pub type Tag = u32;
+
+/// Numbers under a phase are below this.
+pub const TAG_NUMBERS: u32 = 1 << 28;
+
+/// The tag of `phase` number `n` (`n` below [`TAG_NUMBERS`]).
+pub fn tag(phase: Phase, n: u32) -> Tag {
+    debug_assert!(n < TAG_NUMBERS);
+    ((phase as u32) << 28) | (n & (TAG_NUMBERS - 1))
+}
+
+/// Control message numbers (under [`Phase::Control`]): the kind in the low 4 bits, the
+/// attempt above.
+pub mod control {
+    use super::{Phase, Tag, tag};
+    /// A caller's [`super::Control::Ready`].
+    pub fn ready() -> Tag {
+        tag(Phase::Control, 0)
+    }
+    /// The planner's plan (or refusal) for `attempt`.
+    pub fn plan(attempt: u32) -> Tag {
+        tag(Phase::Control, 1 | (attempt << 4))
+    }
+    /// A participant's [`super::Control::Done`] for `attempt`.
+    pub fn done(attempt: u32) -> Tag {
+        tag(Phase::Control, 2 | (attempt << 4))
+    }
+    /// The planner's [`super::Control::Commit`] for `attempt`.
+    pub fn commit(attempt: u32) -> Tag {
+        tag(Phase::Control, 3 | (attempt << 4))
+    }
+}
+
+/// The operation number of a call: the name and how many calls with that name this node
+/// made before (every participant makes the same calls), so reusing a name is safe.
+pub fn operation(name: &str, call: u64) -> u64 {
+    // FNV-1a: stable across builds and platforms, which `DefaultHasher` is not.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.as_bytes().iter().chain(&call.to_le_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The operation number the data of `attempt` of operation `op` travels under.
+pub fn attempt_operation(op: u64, attempt: u32) -> u64 {
+    operation(&format!("{op:x}"), u64::from(attempt) + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_of_different_phases_and_attempts_differ() {
+        let mut seen = std::collections::HashSet::new();
+        for a in 0..4 {
+            assert!(seen.insert(control::plan(a)));
+            assert!(seen.insert(control::done(a)));
+            assert!(seen.insert(control::commit(a)));
+        }
+        assert!(seen.insert(control::ready()));
+        assert_ne!(tag(Phase::ReduceChain, 5), tag(Phase::GatherChain, 5));
+        assert_ne!(operation("x", 0), operation("x", 1));
+        assert_ne!(attempt_operation(7, 0), attempt_operation(7, 1));
+    }
+
+    #[test]
+    fn control_messages_round_trip_and_garbage_is_an_error() {
+        let m = Control::Done { attempt: 3 };
+        assert_eq!(Control::decode(&m.encode()).unwrap(), m);
+        assert!(Control::decode(&[0xff, 0xff, 0xff]).is_err());
+    }
+}

@@ -1,0 +1,354 @@
+//! The performance model: predicted completion of each algorithm on the measured
+//! clusters, and the clustered algorithm's shares.
+//!
+//! The model is a LogP-style sum of what the busiest resource carries over its rate plus
+//! the pipeline's fill. Rates are the measured cluster bandwidths; where a figure is
+//! missing a default stands in and the tuning table ([`super::tune`]) corrects the pick
+//! from measured call times.
+
+use super::Algorithm;
+use crate::proto::NodeId;
+
+/// Stands in for an unmeasured link between clusters.
+pub const DEFAULT_WIDE_BPS: f64 = 10e6;
+/// Stands in for an unmeasured cluster inside.
+pub const DEFAULT_LAN_BPS: f64 = 400e6;
+/// Stands in for an unknown one-way latency between clusters, seconds.
+pub const DEFAULT_WIDE_LATENCY_S: f64 = 5e-3;
+/// What a transfer costs beyond its bytes (a stream opened, a task woken), seconds.
+pub const TRANSFER_OVERHEAD_S: f64 = 5e-4;
+
+/// The participants' clusters and what was measured between them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Network {
+    /// Participants by cluster, each sorted.
+    pub groups: Vec<Vec<NodeId>>,
+    /// Bits per second from cluster `c` to `d` (`wide_bps[c][d]`; 0: not measured).
+    pub wide_bps: Vec<Vec<f64>>,
+    /// Bits per second between two members of a cluster (0: not measured).
+    pub lan_bps: Vec<f64>,
+    /// One-way latency between clusters, seconds (`latency_s[c][c]`: inside).
+    pub latency_s: Vec<Vec<f64>>,
+}
+
+impl Network {
+    /// A network of `groups` with nothing measured.
+    pub fn unmeasured(groups: Vec<Vec<NodeId>>) -> Network {
+        let k = groups.len();
+        Network {
+            groups,
+            wide_bps: vec![vec![0.0; k]; k],
+            lan_bps: vec![0.0; k],
+            latency_s: vec![vec![0.0; k]; k],
+        }
+    }
+
+    fn wide(&self, c: usize, d: usize) -> f64 {
+        match self.wide_bps[c][d] {
+            b if b > 0.0 => b,
+            _ => DEFAULT_WIDE_BPS,
+        }
+    }
+
+    fn lan(&self, c: usize) -> f64 {
+        match self.lan_bps[c] {
+            b if b > 0.0 => b,
+            _ => DEFAULT_LAN_BPS,
+        }
+    }
+
+    fn latency(&self, c: usize, d: usize) -> f64 {
+        match self.latency_s[c][d] {
+            l if l > 0.0 => l,
+            _ if c == d => 1e-4,
+            _ => DEFAULT_WIDE_LATENCY_S,
+        }
+    }
+
+    /// Whether every cluster pair and inside has a measured figure.
+    pub fn complete(&self) -> bool {
+        let k = self.groups.len();
+        (0..k).all(|c| {
+            (self.lan_bps[c] > 0.0 || self.groups[c].len() < 2)
+                && (0..k).all(|d| c == d || self.wide_bps[c][d] > 0.0)
+        })
+    }
+
+    fn members(&self) -> Vec<(NodeId, usize)> {
+        let mut all: Vec<(NodeId, usize)> = self
+            .groups
+            .iter()
+            .enumerate()
+            .flat_map(|(g, m)| m.iter().map(move |id| (*id, g)))
+            .collect();
+        all.sort();
+        all
+    }
+}
+
+/// One algorithm's predicted completion for a size.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    pub algorithm: Algorithm,
+    pub seconds: f64,
+    /// Elements per share of each group (the clustered algorithm's; empty otherwise).
+    pub shares: Vec<u64>,
+    /// Elements per chunk.
+    pub chunk: u64,
+}
+
+/// The chunk for a vector of `bytes`: about a 64th of it, 32 KiB to 1 MiB.
+pub fn chunk_bytes(bytes: u64) -> u64 {
+    (bytes / 64).clamp(32 * 1024, 1024 * 1024)
+}
+
+/// Predictions of every algorithm for an allreduce of `len` elements of `elem_size` bytes.
+pub fn predict_all(net: &Network, len: u64, elem_size: usize) -> Vec<Prediction> {
+    Algorithm::ALL
+        .into_iter()
+        .map(|a| predict(net, a, len, elem_size))
+        .collect()
+}
+
+/// The prediction for one algorithm.
+pub fn predict(net: &Network, algorithm: Algorithm, len: u64, elem_size: usize) -> Prediction {
+    let bytes = (len * elem_size as u64) as f64;
+    let chunk = (chunk_bytes(len * elem_size as u64) / elem_size as u64).max(1);
+    let chunk_b = (chunk * elem_size as u64) as f64 * 8.0;
+    let bits = bytes * 8.0;
+    let (seconds, shares) = match algorithm {
+        Algorithm::Clustered => {
+            let f = shares(net);
+            let t = grouped(net, bits, chunk_b, |c, d| bits * (f[c] + f[d]), 0.0);
+            (t, split(len, &f))
+        }
+        Algorithm::Hierarchical => {
+            let k = net.groups.len() as f64;
+            // The coordinator also sends the whole vector to every other cluster.
+            let t = grouped(net, bits, chunk_b, |_, _| bits, bits * (k - 1.0));
+            (t, Vec::new())
+        }
+        Algorithm::Ring => (ring(net, bits), Vec::new()),
+        Algorithm::Tree => (tree(net, bits), Vec::new()),
+    };
+    Prediction {
+        algorithm,
+        seconds,
+        shares,
+        chunk,
+    }
+}
+
+/// Clustered and hierarchical: the busiest wide link or member, plus the pipeline fill.
+fn grouped(
+    net: &Network,
+    bits: f64,
+    chunk_b: f64,
+    wide_load: impl Fn(usize, usize) -> f64,
+    gateway_extra: f64,
+) -> f64 {
+    let k = net.groups.len();
+    let mut busiest: f64 = 0.0;
+    let mut fill = 0.0f64;
+    let mut wide_fill: f64 = 0.0;
+    for c in 0..k {
+        let m = net.groups[c].len() as f64;
+        // Along the chains every member sends the vector about twice.
+        let inside = if m > 1.0 { 2.0 * bits } else { 0.0 };
+        busiest = busiest.max((inside + gateway_extra) / net.lan(c));
+        let hops = 2.0 * (m - 1.0);
+        fill = fill.max(hops * (chunk_b / net.lan(c) + net.latency(c, c) + TRANSFER_OVERHEAD_S));
+        for d in 0..k {
+            if c != d {
+                busiest = busiest.max(wide_load(c, d) / net.wide(c, d));
+                wide_fill = wide_fill.max(chunk_b / net.wide(c, d) + net.latency(c, d));
+            }
+        }
+    }
+    busiest + fill + 2.0 * (wide_fill + TRANSFER_OVERHEAD_S)
+}
+
+/// Ring in id order: 2(n-1) steps of a segment, each as slow as its slowest edge (edges
+/// crossing the same cluster pair share that link).
+fn ring(net: &Network, bits: f64) -> f64 {
+    let all = net.members();
+    let n = all.len();
+    if n < 2 {
+        return 0.0;
+    }
+    let k = net.groups.len();
+    let mut count = vec![vec![0usize; k]; k];
+    for i in 0..n {
+        count[all[i].1][all[(i + 1) % n].1] += 1;
+    }
+    let seg = bits / n as f64;
+    let mut step: f64 = 0.0;
+    for (c, row) in count.iter().enumerate() {
+        for (d, &m) in row.iter().enumerate() {
+            if m > 0 {
+                let rate = if c == d {
+                    net.lan(c)
+                } else {
+                    net.wide(c, d) / m as f64
+                };
+                step = step.max(seg / rate + net.latency(c, d));
+            }
+        }
+    }
+    2.0 * (n - 1) as f64 * (step + TRANSFER_OVERHEAD_S)
+}
+
+/// Binary tree in id order, whole vectors stored and forwarded, up then down; the two
+/// children of a node share its link when they sit in the same cluster.
+fn tree(net: &Network, bits: f64) -> f64 {
+    let all = net.members();
+    let n = all.len();
+    let mut total = 0.0;
+    let mut level_start = 1;
+    let mut width = 2;
+    while level_start < n {
+        let level_end = (level_start + width).min(n);
+        let mut up: f64 = 0.0;
+        let mut down: f64 = 0.0;
+        for i in level_start..level_end {
+            let (c, p) = (all[i].1, all[(i - 1) / 2].1);
+            let sibling = if i % 2 == 1 { i + 1 } else { i - 1 };
+            let shared = sibling < n && all[sibling].1 == c && c != p;
+            let share: f64 = if shared { 2.0 } else { 1.0 };
+            let (to_parent, to_child) = if c == p {
+                (net.lan(c), net.lan(c) / share.max(1.0))
+            } else {
+                (net.wide(c, p) / share, net.wide(p, c) / share)
+            };
+            up = up.max(bits / to_parent + net.latency(c, p));
+            down = down.max(bits / to_child + net.latency(p, c));
+        }
+        total += up + down + 2.0 * TRANSFER_OVERHEAD_S;
+        level_start = level_end;
+        width *= 2;
+    }
+    total
+}
+
+/// The fraction of the vector each cluster owns: the wide-area time of the clustered
+/// algorithm is `max over c != d of (f_c + f_d) * bits / rate(c, d)`. Exponentiated
+/// gradient on a soft maximum of the link times (sharpened as it goes): a cluster on many
+/// busy links sheds share faster than one on a single busy link.
+pub fn shares(net: &Network) -> Vec<f64> {
+    let k = net.groups.len();
+    if k <= 1 {
+        return vec![1.0; k];
+    }
+    let pairs: Vec<(usize, usize, f64)> = (0..k)
+        .flat_map(|c| (0..k).filter(move |d| *d != c).map(move |d| (c, d)))
+        .map(|(c, d)| (c, d, 1.0 / net.wide(c, d)))
+        .collect();
+    let worst = |f: &[f64]| {
+        pairs
+            .iter()
+            .map(|(c, d, inv)| (f[*c] + f[*d]) * inv)
+            .fold(0.0, f64::max)
+    };
+    let mut f = vec![1.0 / k as f64; k];
+    let mut best = f.clone();
+    let mut best_t = worst(&f);
+    for round in 0..2000 {
+        let t = worst(&f);
+        if t < best_t {
+            best_t = t;
+            best = f.clone();
+        }
+        // Soft-max weights of the links, relative to the worst (sharper over time).
+        let beta = 5.0 + round as f64 / 20.0;
+        let mut grad = vec![0.0f64; k];
+        for (c, d, inv) in &pairs {
+            let w = (beta * ((f[*c] + f[*d]) * inv / t - 1.0)).exp();
+            grad[*c] += w * inv;
+            grad[*d] += w * inv;
+        }
+        let scale = grad.iter().cloned().fold(0.0, f64::max).max(1e-300);
+        for c in 0..k {
+            f[c] *= (-0.5 * grad[c] / scale).exp();
+        }
+        let sum: f64 = f.iter().sum::<f64>() + 1e-300;
+        f.iter_mut().for_each(|x| *x /= sum);
+    }
+    best
+}
+
+/// `len` elements split by fractions `f` (the last takes the rounding).
+pub fn split(len: u64, f: &[f64]) -> Vec<u64> {
+    let mut out: Vec<u64> = f.iter().map(|x| (x * len as f64).floor() as u64).collect();
+    let used: u64 = out.iter().sum();
+    if let Some(last) = out.last_mut() {
+        *last += len - used;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// das-4's four clusters (VU 16, Leiden 8, UvA 8, Delft 8) as the nodes would
+    /// measure them: the figures are the topology file's, typed here because the model
+    /// is pure arithmetic over whatever was measured.
+    fn four(wide: [[f64; 4]; 4]) -> Network {
+        let sizes = [16u64, 8, 8, 8];
+        let mut next = 0;
+        let groups = sizes
+            .iter()
+            .map(|s| {
+                let g = (next..next + s).map(|i| NodeId::from_seed(9, i)).collect();
+                next += s;
+                g
+            })
+            .collect();
+        Network {
+            groups,
+            wide_bps: wide
+                .iter()
+                .map(|r| r.iter().map(|m| m * 1e6).collect())
+                .collect(),
+            lan_bps: vec![400e6; 4],
+            latency_s: vec![vec![3e-3; 4]; 4],
+        }
+    }
+
+    #[test]
+    fn a_slow_cluster_owns_less_and_clustered_wins_on_large_vectors() {
+        // Cluster 1 sends slowly to everyone.
+        let net = four([
+            [0.0, 5.0, 26.0, 7.0],
+            [3.5, 0.0, 4.0, 3.0],
+            [28.0, 6.0, 0.0, 7.5],
+            [7.0, 4.0, 7.5, 0.0],
+        ]);
+        let f = shares(&net);
+        assert!(f[1] < 0.1, "{f:?}");
+        let p = predict_all(&net, 4 << 20, 4);
+        let t = |a| p.iter().find(|x| x.algorithm == a).unwrap().seconds;
+        assert!(
+            t(Algorithm::Clustered) < 0.6 * t(Algorithm::Hierarchical),
+            "{p:?}"
+        );
+        assert!(t(Algorithm::Hierarchical) < t(Algorithm::Ring), "{p:?}");
+        let clustered = &p[0];
+        assert_eq!(clustered.shares.iter().sum::<u64>(), 4 << 20);
+    }
+
+    #[test]
+    fn equal_links_give_equal_shares_and_unmeasured_networks_still_predict() {
+        let net = four([[10.0; 4]; 4]);
+        let f = shares(&net);
+        assert!(f.iter().all(|x| (x - 0.25).abs() < 0.01), "{f:?}");
+        let groups = vec![vec![NodeId::from_seed(1, 1)], vec![NodeId::from_seed(1, 2)]];
+        let net = Network::unmeasured(groups);
+        assert!(!net.complete());
+        assert!(
+            predict_all(&net, 1000, 8)
+                .iter()
+                .all(|p| p.seconds.is_finite())
+        );
+    }
+}

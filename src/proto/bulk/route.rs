@@ -1,0 +1,295 @@
+//! What one participant sends and receives, derived from the plan alone.
+//!
+//! Clustered and hierarchical plans cut the vector into chunks; for each chunk every
+//! cluster has a *gateway* (the member that talks across clusters for it) and the
+//! clusters that *own* it (combine every cluster's partial). Inside a cluster a chunk's
+//! partial sum runs along a chain that ends at the gateway, and the result runs back
+//! along a chain that starts there. A non-owner's gateway sends its partial to every
+//! owner and gets the result from one; an owner's gateway gets every other cluster's
+//! partial and sends the result to the non-owners it serves.
+//! - [`Algorithm::Clustered`]: one owner per chunk (the cluster whose share holds it), the
+//!   gateway rotates over a cluster's members by owner, so a cluster's wide-area traffic
+//!   leaves from several machines.
+//! - [`Algorithm::Hierarchical`]: every cluster owns every chunk, the gateway is always
+//!   the cluster's first member.
+
+use super::{Algorithm, BulkPlan};
+use crate::proto::NodeId;
+
+/// A run of elements moved and combined as one unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// Its number (in tags).
+    pub index: u32,
+    /// First element.
+    pub start: u64,
+    /// Elements.
+    pub len: u64,
+    /// The group whose share holds it.
+    pub share: usize,
+}
+
+/// The chunks of a clustered or hierarchical plan, share by share.
+pub fn chunks(plan: &BulkPlan) -> Vec<Chunk> {
+    let step = plan.chunk.max(1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    let shares: Vec<u64> = match plan.algorithm {
+        Algorithm::Clustered => plan.shares.clone(),
+        _ => vec![plan.len],
+    };
+    for (share, &len) in shares.iter().enumerate() {
+        let end = start + len;
+        let mut at = start;
+        while at < end {
+            let n = step.min(end - at);
+            out.push(Chunk {
+                index: out.len() as u32,
+                start: at,
+                len: n,
+                share,
+            });
+            at += n;
+        }
+        start = end;
+    }
+    out
+}
+
+/// One participant's part in one chunk (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChunkRoute {
+    /// Where the partial sum comes from along the chain (none: this node starts it).
+    pub reduce_from: Option<NodeId>,
+    /// Where it goes next (none: this node is the gateway).
+    pub reduce_to: Option<NodeId>,
+    /// Gateways whose cluster partials this node combines (it owns the chunk).
+    pub partials_from: Vec<NodeId>,
+    /// Owners this gateway sends its cluster's partial to.
+    pub partial_to: Vec<NodeId>,
+    /// The owner this gateway gets the result from (none: it computes it).
+    pub result_from: Option<NodeId>,
+    /// Gateways this owner sends the result to.
+    pub result_to: Vec<NodeId>,
+    /// Where the result comes from along the chain (none: this node is the gateway).
+    pub gather_from: Option<NodeId>,
+    /// Where it goes next (none: the chain ends here).
+    pub gather_to: Option<NodeId>,
+}
+
+impl ChunkRoute {
+    /// Whether this node is its cluster's gateway for the chunk.
+    pub fn gateway(&self) -> bool {
+        self.reduce_to.is_none()
+    }
+}
+
+/// The gateway of group `g` for a chunk of share `share`, as a position in the group.
+fn gateway_at(plan: &BulkPlan, g: usize, share: usize) -> usize {
+    match plan.algorithm {
+        Algorithm::Clustered => share % plan.groups[g].len(),
+        _ => 0,
+    }
+}
+
+fn member(plan: &BulkPlan, g: usize, pos: usize) -> NodeId {
+    let group = &plan.groups[g];
+    plan.members[group[pos % group.len()] as usize]
+}
+
+/// The groups that own a chunk of share `share`.
+fn owners(plan: &BulkPlan, share: usize) -> Vec<usize> {
+    match plan.algorithm {
+        Algorithm::Clustered => vec![share],
+        _ => (0..plan.groups.len()).collect(),
+    }
+}
+
+/// `me`'s part in `chunk`; `None` if `me` is not a participant.
+pub fn chunk_route(plan: &BulkPlan, me: NodeId, chunk: &Chunk) -> Option<ChunkRoute> {
+    let index = plan.members.iter().position(|m| *m == me)? as u32;
+    let g = plan.groups.iter().position(|grp| grp.contains(&index))?;
+    let k = plan.groups[g].len();
+    let pos = plan.groups[g].iter().position(|i| *i == index)?;
+    let gate = gateway_at(plan, g, chunk.share);
+    // Position along the reduce chain: gate+1, ..., gate+k-1, gate.
+    let along = (pos + k - gate - 1) % k;
+    let mut r = ChunkRoute::default();
+    if along > 0 {
+        r.reduce_from = Some(member(plan, g, pos + k - 1));
+    }
+    if along + 1 < k {
+        r.reduce_to = Some(member(plan, g, pos + 1));
+    }
+    // Position along the gather chain: gate, gate+1, ..., gate+k-1.
+    let down = (pos + k - gate) % k;
+    if down > 0 {
+        r.gather_from = Some(member(plan, g, pos + k - 1));
+    }
+    if down + 1 < k {
+        r.gather_to = Some(member(plan, g, pos + 1));
+    }
+    if !r.gateway() {
+        return Some(r);
+    }
+    let owners = owners(plan, chunk.share);
+    let gateway_of = |h: usize| member(plan, h, gateway_at(plan, h, chunk.share));
+    // A non-owner is served by the owner its index picks (one owner: that one).
+    let server = |h: usize| owners[h % owners.len()];
+    let groups = plan.groups.len();
+    if owners.contains(&g) {
+        r.partials_from = (0..groups).filter(|h| *h != g).map(gateway_of).collect();
+        r.partial_to = owners
+            .iter()
+            .filter(|o| **o != g)
+            .map(|o| gateway_of(*o))
+            .collect();
+        r.result_to = (0..groups)
+            .filter(|h| !owners.contains(h) && server(*h) == g)
+            .map(gateway_of)
+            .collect();
+    } else {
+        r.partial_to = owners.iter().map(|o| gateway_of(*o)).collect();
+        r.result_from = Some(gateway_of(server(g)));
+    }
+    Some(r)
+}
+
+/// The ring of a [`Algorithm::Ring`] plan: `me`'s position, predecessor and successor.
+pub fn ring(plan: &BulkPlan, me: NodeId) -> Option<(usize, NodeId, NodeId)> {
+    let n = plan.members.len();
+    let i = plan.members.iter().position(|m| *m == me)?;
+    Some((i, plan.members[(i + n - 1) % n], plan.members[(i + 1) % n]))
+}
+
+/// Segment `s` of `n` of a vector of `len` elements: (first element, elements).
+pub fn segment(len: u64, n: usize, s: usize) -> (u64, u64) {
+    let n = n as u64;
+    let s = s as u64;
+    let a = len * s / n;
+    let b = len * (s + 1) / n;
+    (a, b - a)
+}
+
+/// `me`'s parent and children in a [`Algorithm::Tree`] plan (binary, in id order).
+pub fn tree(plan: &BulkPlan, me: NodeId) -> Option<(Option<NodeId>, Vec<NodeId>)> {
+    let n = plan.members.len();
+    let i = plan.members.iter().position(|m| *m == me)?;
+    let parent = (i > 0).then(|| plan.members[(i - 1) / 2]);
+    let children = [2 * i + 1, 2 * i + 2]
+        .into_iter()
+        .filter(|c| *c < n)
+        .map(|c| plan.members[c])
+        .collect();
+    Some((parent, children))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::bulk::{Elem, ReduceOp};
+    use std::collections::HashMap;
+
+    fn plan(algorithm: Algorithm, sizes: &[usize]) -> BulkPlan {
+        let n: usize = sizes.iter().sum();
+        let members: Vec<NodeId> = (0..n as u64).map(|i| NodeId::from_seed(1, i)).collect();
+        let mut members = members;
+        members.sort();
+        let mut groups = Vec::new();
+        let mut at = 0u32;
+        for s in sizes {
+            groups.push((at..at + *s as u32).collect());
+            at += *s as u32;
+        }
+        BulkPlan {
+            attempt: 0,
+            algorithm,
+            members,
+            missing: Vec::new(),
+            groups,
+            shares: vec![10; sizes.len()],
+            len: 10 * sizes.len() as u64,
+            elem: Elem::F32,
+            op: ReduceOp::Sum,
+            chunk: 4,
+            predicted_s: 0.0,
+        }
+    }
+
+    /// Simulates the routes: every node's value is 1; counts, per chunk, how many
+    /// contributions each node ends up with. Exact allreduce: all of them, everywhere.
+    fn check(plan: &BulkPlan) {
+        let n = plan.members.len();
+        for chunk in chunks(plan) {
+            let routes: HashMap<NodeId, ChunkRoute> = plan
+                .members
+                .iter()
+                .map(|m| (*m, chunk_route(plan, *m, &chunk).unwrap()))
+                .collect();
+            // Reduce chains: follow each chain from its start.
+            let mut partial: HashMap<NodeId, usize> = HashMap::new();
+            for (m, r) in &routes {
+                if r.reduce_from.is_none() {
+                    let (mut at, mut sum) = (*m, 1);
+                    while let Some(next) = routes[&at].reduce_to {
+                        assert_eq!(routes[&next].reduce_from, Some(at));
+                        at = next;
+                        sum += 1;
+                    }
+                    partial.insert(at, sum);
+                }
+            }
+            let mut result: HashMap<NodeId, usize> = HashMap::new();
+            for (m, r) in &routes {
+                if r.gateway() && r.result_from.is_none() {
+                    let mut sum = partial[m];
+                    for p in &r.partials_from {
+                        assert!(routes[p].partial_to.contains(m));
+                        sum += partial[p];
+                    }
+                    result.insert(*m, sum);
+                }
+            }
+            for (m, r) in &routes {
+                if let Some(from) = r.result_from {
+                    assert!(routes[&from].result_to.contains(m));
+                    result.insert(*m, result[&from]);
+                }
+            }
+            for (m, r) in &routes {
+                if r.gather_from.is_none() {
+                    let mut at = *m;
+                    while let Some(next) = routes[&at].gather_to {
+                        result.insert(next, result[m]);
+                        at = next;
+                    }
+                }
+            }
+            assert_eq!(result.len(), n, "chunk {} reached everyone", chunk.index);
+            assert!(result.values().all(|v| *v == n), "{result:?}");
+        }
+    }
+
+    #[test]
+    fn clustered_and_hierarchical_routes_reduce_everything_exactly_once() {
+        for algorithm in [Algorithm::Clustered, Algorithm::Hierarchical] {
+            check(&plan(algorithm, &[4, 2, 3, 1]));
+            check(&plan(algorithm, &[1]));
+            check(&plan(algorithm, &[5]));
+            check(&plan(algorithm, &[1, 1, 1]));
+        }
+    }
+
+    #[test]
+    fn chunks_cover_the_shares_in_order() {
+        let p = plan(Algorithm::Clustered, &[2, 2, 2]);
+        let c = chunks(&p);
+        assert_eq!(c.len(), 9);
+        assert_eq!(c[2].start, 8);
+        assert_eq!(c[2].len, 2);
+        assert_eq!(c[3].share, 1);
+        assert_eq!(c.iter().map(|c| c.len).sum::<u64>(), p.len);
+        let s: u64 = (0..7).map(|s| segment(100, 7, s).1).sum();
+        assert_eq!(s, 100);
+    }
+}

@@ -1,0 +1,159 @@
+//! The decision table: per collective and size class, the algorithms' predictions and
+//! measured call times, and which one the node uses (STAR-MPI style tuning).
+//!
+//! An algorithm's *score* is its last measured time if it has one, else its prediction.
+//! The node uses the lowest score. So when the model's pick turns out slower than it
+//! predicted, beyond what the runner-up promises, the runner-up is tried on the next call
+//! of that size class and the faster of the two is kept; at most one call per algorithm
+//! is spent exploring. When the chosen algorithm's time moves by more than [`MARGIN`]
+//! between calls (the network changed), the others' measurements are dropped as stale and
+//! the model's predictions compete again.
+
+use super::Algorithm;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// How far a measured time may move before the others' measurements count as stale.
+pub const MARGIN: f64 = 0.25;
+
+/// One row of the table.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TuneEntry {
+    /// The collective (`allreduce`).
+    pub collective: String,
+    /// Size class: vectors of `2^class` to `2^(class+1)` bytes.
+    pub class: u32,
+    /// The algorithm the next call uses.
+    pub chosen: Option<Algorithm>,
+    /// Predicted seconds, from the model at the last call.
+    pub predicted_s: BTreeMap<Algorithm, f64>,
+    /// Last measured seconds.
+    pub measured_s: BTreeMap<Algorithm, f64>,
+    /// Calls recorded.
+    pub calls: u32,
+    /// Times the choice changed after a measurement.
+    pub switches: u32,
+}
+
+impl TuneEntry {
+    fn score(&self, a: Algorithm) -> Option<f64> {
+        self.measured_s
+            .get(&a)
+            .or_else(|| self.predicted_s.get(&a))
+            .copied()
+    }
+
+    fn best(&self) -> Option<Algorithm> {
+        self.predicted_s
+            .keys()
+            .chain(self.measured_s.keys())
+            .copied()
+            .filter_map(|a| self.score(a).map(|s| (a, s)))
+            .min_by(|x, y| x.1.total_cmp(&y.1))
+            .map(|(a, _)| a)
+    }
+}
+
+/// The table of one node (the planner of the operations it runs).
+#[derive(Clone, Debug, Default)]
+pub struct Tuner {
+    entries: BTreeMap<(String, u32), TuneEntry>,
+}
+
+/// The size class of `bytes`.
+pub fn class(bytes: u64) -> u32 {
+    63 - bytes.max(1).leading_zeros()
+}
+
+impl Tuner {
+    /// Updates the predictions for `collective` on `bytes` and returns the algorithm to use.
+    pub fn choose(
+        &mut self,
+        collective: &str,
+        bytes: u64,
+        predicted: impl IntoIterator<Item = (Algorithm, f64)>,
+    ) -> Algorithm {
+        let e = self.entry(collective, bytes);
+        e.predicted_s = predicted.into_iter().collect();
+        let best = e.best().unwrap_or(Algorithm::Clustered);
+        e.chosen = Some(best);
+        best
+    }
+
+    /// Records that a call of `collective` on `bytes` with `algorithm` took `seconds`.
+    pub fn record(&mut self, collective: &str, bytes: u64, algorithm: Algorithm, seconds: f64) {
+        let e = self.entry(collective, bytes);
+        e.calls += 1;
+        if let Some(old) = e.measured_s.get(&algorithm)
+            && (seconds - old).abs() > MARGIN * old
+        {
+            // The network changed under us: what the others measured is stale.
+            e.measured_s.retain(|a, _| *a == algorithm);
+        }
+        e.measured_s.insert(algorithm, seconds);
+        let before = e.chosen;
+        e.chosen = e.best();
+        if before.is_some() && e.chosen != before {
+            e.switches += 1;
+        }
+    }
+
+    /// The rows, by collective and size class.
+    pub fn entries(&self) -> Vec<TuneEntry> {
+        self.entries.values().cloned().collect()
+    }
+
+    fn entry(&mut self, collective: &str, bytes: u64) -> &mut TuneEntry {
+        let c = class(bytes);
+        self.entries
+            .entry((collective.to_string(), c))
+            .or_insert_with(|| TuneEntry {
+                collective: collective.to_string(),
+                class: c,
+                ..TuneEntry::default()
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Algorithm::*;
+
+    #[test]
+    fn a_wrong_pick_is_corrected_after_one_call_and_kept_while_it_holds() {
+        let mut t = Tuner::default();
+        let model = [(Clustered, 1.0), (Hierarchical, 2.0), (Ring, 5.0)];
+        assert_eq!(t.choose("allreduce", 1 << 20, model), Clustered);
+        // The model was wrong: clustered took 4 s.
+        t.record("allreduce", 1 << 20, Clustered, 4.0);
+        assert_eq!(t.choose("allreduce", 1 << 20, model), Hierarchical);
+        t.record("allreduce", 1 << 20, Hierarchical, 2.1);
+        for _ in 0..3 {
+            assert_eq!(t.choose("allreduce", 1 << 20, model), Hierarchical);
+            t.record("allreduce", 1 << 20, Hierarchical, 2.0);
+        }
+        let e = &t.entries()[0];
+        assert_eq!(e.switches, 1);
+        assert_eq!(e.calls, 5);
+        // Another size class is its own row.
+        assert_eq!(t.choose("allreduce", 1 << 10, model), Clustered);
+    }
+
+    #[test]
+    fn a_changed_network_makes_old_measurements_stale() {
+        let mut t = Tuner::default();
+        let model = [(Clustered, 1.0), (Hierarchical, 2.0)];
+        t.choose("allreduce", 100, model);
+        t.record("allreduce", 100, Clustered, 1.0);
+        t.choose("allreduce", 100, model);
+        t.record("allreduce", 100, Hierarchical, 2.0);
+        assert_eq!(t.choose("allreduce", 100, model), Clustered);
+        // Clustered's links slowed down: 3 s now; hierarchical's old 2 s is stale, and its
+        // prediction (2 s) competes.
+        t.record("allreduce", 100, Clustered, 3.0);
+        let e = &t.entries()[0];
+        assert!(!e.measured_s.contains_key(&Hierarchical));
+        assert_eq!(t.choose("allreduce", 100, model), Hierarchical);
+    }
+}
