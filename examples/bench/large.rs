@@ -60,3 +60,25 @@ pub(crate) fn crossover(
     }
     Ok(serde_json::to_value(&outcome)?)
 }
+
+/// Large allreduce: the default against every algorithm forced.
+pub(crate) fn collectives_large(
+    cli: &Cli,
+    topology_name: &str,
+    max_mib: u64,
+    nodes_per_cluster: usize,
+) -> anyhow::Result<serde_json::Value> {
+    use overlay::bench::collectives_large as bench;
+    let opts = bench::Options {
+        topology: topology(topology_name)?,
+        nodes_per_cluster,
+        max_bytes: max_mib.saturating_mul(1 << 20),
+    };
+    let outcome = bench::run(&opts, &progress)?;
+    std::fs::create_dir_all(&cli.out)?;
+    std::fs::write(cli.out.join(bench::SVG), bench::svg(&outcome))?;
+    if !cli.json {
+        println!("{}", bench::text(&outcome));
+    }
+    Ok(serde_json::to_value(&outcome)?)
+}

@@ -9,6 +9,7 @@
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
 //! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--contenders default,single-tree,store-and-forward]
 //! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--nodes-per-cluster N]
+//! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
 //!
@@ -47,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use collectives::collectives;
 use fig5::fig5;
-use large::{crossover, large};
+use large::{collectives_large, crossover, large};
 use markdown::markdown;
 use quic::quic;
 use sim_jobs::{
@@ -145,6 +146,20 @@ enum What {
         max_mib: u64,
         /// Nodes started in every cluster.
         #[arg(long, default_value_t = overlay::bench::large::DEFAULT_NODES_PER_CLUSTER)]
+        nodes_per_cluster: usize,
+    },
+    /// Allreduce of f32 vectors from 64 KiB to 64 MiB with emulated bandwidth over real
+    /// QUIC, every node taking part: the default against each algorithm forced (see
+    /// overlay::bench::collectives_large).
+    CollectivesLarge {
+        /// The topology: a name under topologies/ or a file.
+        #[arg(long, default_value = "das-4")]
+        topology: String,
+        /// Skip vectors larger than this many MiB.
+        #[arg(long, default_value_t = 16)]
+        max_mib: u64,
+        /// Nodes started in every cluster.
+        #[arg(long, default_value_t = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER)]
         nodes_per_cluster: usize,
     },
     /// Everything above; writes docs/BENCHMARKS.md and the plots, carrying over the
@@ -321,6 +336,16 @@ fn main() -> anyhow::Result<()> {
             max_mib,
             nodes_per_cluster,
         )?],
+        What::CollectivesLarge {
+            topology,
+            max_mib,
+            nodes_per_cluster,
+        } => vec![collectives_large(
+            &cli,
+            &topology,
+            max_mib,
+            nodes_per_cluster,
+        )?],
         What::All => {
             // The real-QUIC Fig. 5 first and alone: it times sub-millisecond hops, which
             // anything else running beside it would disturb.
@@ -339,7 +364,10 @@ fn main() -> anyhow::Result<()> {
                 let big = s.spawn(|| {
                     let nodes = overlay::bench::large::DEFAULT_NODES_PER_CLUSTER;
                     let large = large(&cli, nodes, usize::MAX, "das-4", "VU", &[])?;
-                    Ok::<_, anyhow::Error>([large, crossover(&cli, "das-4", "VU", 64, nodes)?])
+                    let crossover = crossover(&cli, "das-4", "VU", 64, nodes)?;
+                    let per_cluster = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER;
+                    let allreduce = collectives_large(&cli, "das-4", 16, per_cluster)?;
+                    Ok::<_, anyhow::Error>([large, crossover, allreduce])
                 });
                 let first = fig5(&cli).and_then(|f| Ok(vec![f, collectives(&cli)?]));
                 (

@@ -255,10 +255,34 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     md.push('\n');
                 }
             }
+            Some("collectives-large") => {
+                if let Ok(o) = serde_json::from_value(r.clone()) {
+                    md.push_str(&collectives_large_section(&o));
+                }
+            }
             _ => {}
         }
     }
     md
+}
+
+/// The large-allreduce section: how to run it, the table, the decision table, the plot.
+pub(crate) fn collectives_large_section(o: &overlay::bench::collectives_large::Outcome) -> String {
+    use overlay::bench::collectives_large as bench;
+    format!(
+        "## Large allreduce: the algorithm chosen on the measured network\n\n\
+         `cargo run --release --example bench -- collectives-large` (das-4, {} nodes, every \
+         one taking part, f32 sums; emulated bandwidth over real QUIC; each size in one run). \
+         `default` is what a caller gets with no options; the others are forced. Best \
+         contender: the fastest of hierarchical (static, the file's clusters), ring and tree; \
+         best candidate: the fastest of every algorithm the default could pick.\n\n{}\n\
+         The planner's decision table after the run (default calls only):\n\n{}\n\
+         ![allreduce completion]({})\n\n",
+        o.nodes,
+        bench::markdown(o),
+        bench::table_markdown(&o.table),
+        bench::SVG
+    )
 }
 
 /// Opens a block of docs/BENCHMARKS.md that `all` carries over as it is: figures from runs

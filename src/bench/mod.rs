@@ -6,6 +6,7 @@
 //! `examples/bench/`.
 
 pub mod bandwidth;
+pub mod collectives_large;
 pub mod crossover;
 pub mod large;
 pub mod large_magpie;

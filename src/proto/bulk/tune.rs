@@ -10,14 +10,14 @@
 //! the model's predictions compete again.
 
 use super::Algorithm;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// How far a measured time may move before the others' measurements count as stale.
 pub const MARGIN: f64 = 0.25;
 
 /// One row of the table.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TuneEntry {
     /// The collective (`allreduce`).
     pub collective: String,
