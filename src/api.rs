@@ -124,7 +124,9 @@ impl Node {
             .send(ApiCommand::Status(tx))
             .await
             .map_err(|_| NodeError::Stopped)?;
-        rx.await.map_err(|_| NodeError::Stopped)
+        let mut status = rx.await.map_err(|_| NodeError::Stopped)?;
+        status.collectives = self.collective_table();
+        Ok(status)
     }
 
     /// Every member known (this node included), sorted by id. Read from a view the node

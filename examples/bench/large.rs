@@ -73,6 +73,7 @@ pub(crate) fn collectives_large(
         topology: topology(topology_name)?,
         nodes_per_cluster,
         max_bytes: max_mib.saturating_mul(1 << 20),
+        collectives: bench::Collective::ALL.to_vec(),
     };
     let outcome = bench::run(&opts, &progress)?;
     std::fs::create_dir_all(&cli.out)?;

@@ -270,16 +270,18 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
 pub(crate) fn collectives_large_section(o: &overlay::bench::collectives_large::Outcome) -> String {
     use overlay::bench::collectives_large as bench;
     format!(
-        "## Large allreduce: the algorithm chosen on the measured network\n\n\
+        "## Large collectives: the algorithm chosen on the measured network\n\n\
          `cargo run --release --example bench -- collectives-large` (das-4, {} nodes, every \
-         one taking part, f32 sums; emulated bandwidth over real QUIC; each size in one run). \
-         `default` is what a caller gets with no options; the others are forced. Best \
-         contender: the fastest of hierarchical (static, the file's clusters), ring and tree; \
-         best candidate: the fastest of every algorithm the default could pick.\n\n{}\n\
-         The planner's decision table after the run (default calls only):\n\n{}\n\
-         ![allreduce completion]({})\n\n",
+         one taking part; allreduce of f32 sums; scatter and gather of equal pieces, the \
+         root VU's first node, sizes in all; emulated bandwidth over real QUIC; each size \
+         in one run). `default` is what a caller gets with no options; the others are \
+         forced. Best contender: the fastest of the forced algorithms other than ours \
+         (clustered, relayed); best candidate: the fastest of every algorithm the default \
+         could pick.\n\n{}\n\
+         The planners' decision tables after the run (default calls only):\n\n{}\n\
+         ![large collectives completion]({})\n\n",
         o.nodes,
-        bench::markdown(o),
+        bench::tables(o),
         bench::table_markdown(&o.table),
         bench::SVG
     )

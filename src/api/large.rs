@@ -26,20 +26,22 @@
 mod comm;
 mod exec;
 mod planner;
+mod routes;
+mod session;
 
 pub use crate::proto::bulk::model::Prediction;
 pub use crate::proto::bulk::{Algorithm, Elem, ReduceOp, TuneEntry, combine::Element};
 
-use self::comm::Comm;
+use self::session::{Input, Job, Output};
 use crate::api::{Node, NodeError};
 use crate::net::bulk::Mailbox;
-use crate::proto::bulk::{BulkPlan, Control, Tuner, attempt_operation, control, operation};
-use crate::proto::{Liveness, NodeId};
+use crate::proto::NodeId;
+use crate::proto::bulk::Tuner;
+use crate::proto::bulk::paths::Direction;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tracing::debug;
+use std::time::Duration;
 
 /// A node's state for large collectives, shared by its API handles.
 #[derive(Default)]
@@ -125,16 +127,101 @@ impl Node {
         let mut input = Vec::new();
         T::put(data, &mut input);
         let call = Call {
-            name,
             elem: T::ELEM,
             len: data.len() as u64,
             op,
         };
+        let input = Bytes::from(input);
         let (out, report) = self
-            .allreduce_bytes(call, Bytes::from(input), options)
+            .run_bulk(name, Job::Reduce(call), Input::Vector(&input), options)
             .await?;
-        T::get(&out, data);
+        match out {
+            Output::Vector(v) => T::get(&v, data),
+            Output::Pieces(_) => unreachable!("an allreduce gives a vector"),
+        }
         Ok(report)
+    }
+
+    /// Sends `pieces[m]` to every member `m` (this node is the root); every other live
+    /// member calls [`Node::scatter_receive`] with the same name. Returns this node's own
+    /// piece (empty if it gave itself none). Members without a piece get an empty one;
+    /// pieces for members that did not take part are reported missing.
+    ///
+    /// ```no_run
+    /// # async fn demo(node: overlay::Node, worker: overlay::NodeId) -> Result<(), overlay::NodeError> {
+    /// use std::collections::HashMap;
+    /// let pieces = HashMap::from([(worker, bytes::Bytes::from(vec![7u8; 1 << 20]))]);
+    /// let (_mine, report) = node.scatter_pieces("tasks-1", pieces, Default::default()).await?;
+    /// println!("{} received, {}", report.contributors.len(), report.algorithm.name());
+    /// # Ok(()) }
+    /// ```
+    pub async fn scatter_pieces(
+        &self,
+        name: &str,
+        pieces: HashMap<NodeId, Bytes>,
+        options: BulkOptions,
+    ) -> Result<(Bytes, BulkReport), NodeError> {
+        let sizes: HashMap<NodeId, u64> =
+            pieces.iter().map(|(m, p)| (*m, p.len() as u64)).collect();
+        let job = Job::Route {
+            direction: Direction::Scatter,
+            root: self.id,
+            len: 0,
+            sizes: Some(&sizes),
+        };
+        let input = Input::Pieces(routes::Pieces::Scatter(&pieces));
+        let (out, report) = self.run_bulk(name, job, input, options).await?;
+        Ok((own_piece(out, self.id), report))
+    }
+
+    /// This node's piece of the scatter `name` that `root` runs ([`Node::scatter_pieces`]).
+    pub async fn scatter_receive(
+        &self,
+        name: &str,
+        root: NodeId,
+        options: BulkOptions,
+    ) -> Result<(Bytes, BulkReport), NodeError> {
+        let job = Job::Route {
+            direction: Direction::Scatter,
+            root,
+            len: 0,
+            sizes: None,
+        };
+        let empty = Bytes::new();
+        let input = Input::Pieces(routes::Pieces::Own(&empty));
+        let (out, report) = self.run_bulk(name, job, input, options).await?;
+        Ok((own_piece(out, self.id), report))
+    }
+
+    /// Every live member calls this with its `piece`; `root` gets every piece by member
+    /// (in id order), the others an empty list.
+    ///
+    /// ```no_run
+    /// # async fn demo(node: overlay::Node, root: overlay::NodeId) -> Result<(), overlay::NodeError> {
+    /// let result = bytes::Bytes::from(vec![1u8; 1 << 20]);
+    /// let (all, _report) = node.gather_pieces("results-1", root, result, Default::default()).await?;
+    /// for (member, piece) in all { println!("{member}: {} bytes", piece.len()); }
+    /// # Ok(()) }
+    /// ```
+    pub async fn gather_pieces(
+        &self,
+        name: &str,
+        root: NodeId,
+        piece: Bytes,
+        options: BulkOptions,
+    ) -> Result<(Vec<(NodeId, Bytes)>, BulkReport), NodeError> {
+        let job = Job::Route {
+            direction: Direction::Gather,
+            root,
+            len: piece.len() as u64,
+            sizes: None,
+        };
+        let input = Input::Pieces(routes::Pieces::Own(&piece));
+        let (out, report) = self.run_bulk(name, job, input, options).await?;
+        match out {
+            Output::Pieces(all) => Ok((all, report)),
+            Output::Vector(_) => unreachable!("a gather gives pieces"),
+        }
     }
 
     /// The decision table of the large collectives this node planned: per collective and
@@ -150,173 +237,24 @@ impl Node {
         let net = planner::network(self, &members, None).await;
         crate::proto::bulk::model::predict_all(&net, len, elem.size())
     }
-
-    async fn allreduce_bytes(
-        &self,
-        call: Call<'_>,
-        input: Bytes,
-        options: BulkOptions,
-    ) -> Result<(Vec<u8>, BulkReport), NodeError> {
-        if self.is_stopped() {
-            return Err(NodeError::Stopped);
-        }
-        let started = Instant::now();
-        let number = {
-            let mut calls = self.bulk.calls.lock().expect("not poisoned");
-            let c = calls.entry(call.name.to_string()).or_default();
-            *c += 1;
-            *c - 1
-        };
-        let ctl = operation(call.name, number);
-        let comm = Comm::new(self, ctl, call.name);
-        let planner = *self.live_members().first().expect("a node counts itself");
-        let ready = Control::Ready {
-            len: call.len,
-            elem: call.elem,
-            op: call.op,
-            algorithm: options.algorithm,
-            groups: options.groups.clone(),
-        };
-        let work = async {
-            comm.send(planner, control::ready(), Bytes::from(ready.encode()))
-                .await?;
-            let part = self.participate(&comm, planner, &input);
-            if planner != self.id {
-                return part
-                    .await
-                    .map(|(out, plan, attempts)| (out, plan, attempts, None));
-            }
-            let plan = planner::run(self, &comm, call, &options);
-            let (planned, part) = tokio::join!(plan, part);
-            let (out, plan, attempts) = part?;
-            Ok((out, plan, attempts, planned.ok()))
-        };
-        let outcome = tokio::time::timeout(options.timeout, work).await;
-        self.bulk.mailbox.forget(ctl);
-        let (out, plan, attempts, planned) =
-            outcome.map_err(|_| comm.error(format!("not done within {:?}", options.timeout)))??;
-        let report = BulkReport {
-            contributors: plan.members.clone(),
-            missing: plan.missing.clone(),
-            algorithm: plan.algorithm,
-            predicted: Duration::from_secs_f64(plan.predicted_s.max(0.0)),
-            elapsed: started.elapsed(),
-            attempts: planned.unwrap_or(attempts),
-        };
-        Ok((out, report))
-    }
-
-    /// Waits for the plans of `planner` and runs them until one commits.
-    async fn participate(
-        &self,
-        ctl: &Comm<'_>,
-        planner: NodeId,
-        input: &Bytes,
-    ) -> Result<(Vec<u8>, BulkPlan, u32), NodeError> {
-        let mut msg = self.control(ctl, planner, control::plan(0)).await?;
-        let mut attempts = 0;
-        loop {
-            let plan = match msg {
-                Control::Plan(p) => p,
-                Control::Refused(reason) => return Err(ctl.error(reason)),
-                other => return Err(ctl.error(format!("unexpected {other:?}"))),
-            };
-            attempts += 1;
-            if !plan.members.contains(&self.id) {
-                return Err(ctl.error("left out of the operation (not ready in time)"));
-            }
-            let attempt = plan.attempt;
-            let data = Comm::new(self, attempt_operation(ctl.op, attempt), "");
-            let next = self.control(ctl, planner, control::plan(attempt + 1));
-            tokio::pin!(next);
-            let ran = tokio::select! {
-                r = exec::run(&data, &plan, input) => r,
-                m = &mut next => {
-                    self.bulk.mailbox.forget(data.op);
-                    msg = m?;
-                    continue;
-                }
-            };
-            let done = match &ran {
-                Ok(_) => Control::Done { attempt },
-                Err(e) => Control::Failed {
-                    attempt,
-                    reason: e.to_string(),
-                },
-            };
-            ctl.send(planner, control::done(attempt), Bytes::from(done.encode()))
-                .await?;
-            let Ok(out) = ran else {
-                debug!(attempt, "this attempt failed here: waiting for the next");
-                self.bulk.mailbox.forget(data.op);
-                msg = next.await?;
-                continue;
-            };
-            tokio::select! {
-                c = self.control(ctl, planner, control::commit(attempt)) => {
-                    c?;
-                    self.bulk.mailbox.forget(data.op);
-                    return Ok((out, plan, attempts));
-                }
-                m = &mut next => {
-                    self.bulk.mailbox.forget(data.op);
-                    msg = m?;
-                }
-            }
-        }
-    }
-
-    /// The control message `tag` from `from`; an error if `from` is lost first.
-    async fn control(&self, comm: &Comm<'_>, from: NodeId, tag: u32) -> Result<Control, NodeError> {
-        tokio::select! {
-            got = comm.recv(from, tag) => {
-                Control::decode(&got?).map_err(|e| comm.error(format!("bad control message: {e}")))
-            }
-            () = self.lost(from) => Err(comm.error(format!("the planner {} was lost", from.short()))),
-        }
-    }
-
-    /// Returns once `id` is no longer a live member.
-    async fn lost(&self, id: NodeId) {
-        while self.is_live(id) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Whether `id` is a live member (nobody is, once this node stopped).
-    fn is_live(&self, id: NodeId) -> bool {
-        if self.is_stopped() {
-            return false;
-        }
-        id == self.id
-            || self
-                .members
-                .snapshot()
-                .iter()
-                .any(|m| m.id == id && matches!(m.state, Liveness::Alive | Liveness::Suspect))
-    }
-
-    /// Live members and this node, sorted.
-    fn live_members(&self) -> Vec<NodeId> {
-        let mut all: Vec<NodeId> = self
-            .members
-            .snapshot()
-            .into_iter()
-            .filter(|m| matches!(m.state, Liveness::Alive | Liveness::Suspect))
-            .map(|m| m.id)
-            .chain([self.id])
-            .collect();
-        all.sort();
-        all.dedup();
-        all
-    }
 }
 
-/// What a caller asks for.
+/// What an allreduce caller asks for.
 #[derive(Clone, Copy, Debug)]
-struct Call<'a> {
-    name: &'a str,
+pub(crate) struct Call {
     elem: Elem,
     len: u64,
     op: ReduceOp,
+}
+
+/// This node's piece out of a scatter's result.
+fn own_piece(out: Output, me: NodeId) -> Bytes {
+    match out {
+        Output::Pieces(p) => p
+            .into_iter()
+            .find(|(m, _)| *m == me)
+            .map(|(_, b)| b)
+            .unwrap_or_default(),
+        Output::Vector(v) => Bytes::from(v),
+    }
 }

@@ -1,12 +1,16 @@
-//! `collectives-large`: allreduce of f32 vectors from 64 KiB to 64 MiB over real QUIC on a
-//! topology with its bandwidths emulated (das-4 unless told), every node of the overlay
-//! taking part. Contenders side by side, each size in one run:
+//! `collectives-large`: allreduce of f32 vectors, scatter and gather of pieces, from 64 KiB
+//! to 64 MiB in all, over real QUIC on a topology with its bandwidths emulated (das-4
+//! unless told), every node of the overlay taking part. Contenders side by side, each size
+//! in one run:
 //! - `default`: what a caller gets with no options (the planner's model and decision
 //!   table pick the algorithm; successive calls of a size class may switch);
-//! - `clustered`: ours forced (reduce-scatter/allgather over the discovered clusters);
-//! - `hierarchical`: static MagPIe/HAN style, its clusters from the topology file;
-//! - `ring`: Gloo style, all nodes in id order;
-//! - `tree`: the naive tree (whole vectors up a binary tree, the result down).
+//! - allreduce: `clustered` (ours forced: reduce-scatter/allgather over the discovered
+//!   clusters), `hierarchical` (static MagPIe/HAN style, its clusters from the topology
+//!   file), `ring` (Gloo style, all nodes in id order), `tree` (whole vectors up a binary
+//!   tree, the result down);
+//! - scatter and gather (the root is the first node of the first cluster): `relayed`
+//!   (ours forced: chunks direct or through a third cluster), `direct` (flat),
+//!   `hierarchical` (through each cluster's first member, the file's clusters), `tree`.
 //!
 //! Completion is when the last node returned, from when the calls were started. Every
 //! node's result is checked exactly.
@@ -18,6 +22,7 @@ use crate::api::{Algorithm, BulkOptions, Node, ReduceOp, TuneEntry};
 use crate::proto::NodeId;
 use crate::topology::Topology;
 use anyhow::{Context, bail};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -40,21 +45,53 @@ pub enum Contender {
 }
 
 impl Contender {
-    /// In run order.
-    pub const ALL: [Contender; 5] = [
-        Contender::Default,
-        Contender::Forced(Algorithm::Clustered),
-        Contender::Forced(Algorithm::Hierarchical),
-        Contender::Forced(Algorithm::Ring),
-        Contender::Forced(Algorithm::Tree),
-    ];
-
     /// `default` or the algorithm's name.
     pub fn name(self) -> &'static str {
         match self {
             Contender::Default => "default",
             Contender::Forced(a) => a.name(),
         }
+    }
+}
+
+/// The collectives measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Collective {
+    Allreduce,
+    Scatter,
+    Gather,
+}
+
+impl Collective {
+    /// In run order.
+    pub const ALL: [Collective; 3] = [
+        Collective::Allreduce,
+        Collective::Scatter,
+        Collective::Gather,
+    ];
+
+    /// `allreduce`, `scatter` or `gather`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::Allreduce => "allreduce",
+            Collective::Scatter => "scatter",
+            Collective::Gather => "gather",
+        }
+    }
+
+    /// The algorithms forced beside the default, ours first.
+    pub fn algorithms(self) -> [Algorithm; 4] {
+        match self {
+            Collective::Allreduce => Algorithm::ALLREDUCE,
+            _ => Algorithm::ROUTED,
+        }
+    }
+
+    /// The contenders in run order.
+    pub fn contenders(self) -> Vec<Contender> {
+        std::iter::once(Contender::Default)
+            .chain(self.algorithms().map(Contender::Forced))
+            .collect()
     }
 }
 
@@ -65,11 +102,14 @@ pub struct Options {
     pub nodes_per_cluster: usize,
     /// Sizes above this are skipped.
     pub max_bytes: u64,
+    /// The collectives to measure.
+    pub collectives: Vec<Collective>,
 }
 
 /// One contender at one size.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
+    pub collective: Collective,
     pub bytes: u64,
     pub contender: Contender,
     /// Median completion over the calls, s.
@@ -98,7 +138,13 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
 
 async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
     let wall = Instant::now();
-    let first = opts.topology.clusters.first().context("no clusters")?.name.clone();
+    let first = opts
+        .topology
+        .clusters
+        .first()
+        .context("no clusters")?
+        .name
+        .clone();
     let bed = Testbed::start(
         &opts.topology,
         opts.nodes_per_cluster,
@@ -114,34 +160,49 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         file_groups[*c].push(n.id());
     }
     let mut rows = Vec::new();
-    for bytes in SIZES.into_iter().filter(|&b| b <= opts.max_bytes) {
-        for contender in Contender::ALL {
-            let repeat = if bytes < 1 << 20 { REPEAT_SMALL } else { 1 };
-            let mut calls = Vec::new();
-            for rep in 0..repeat {
-                let name = format!("{}-{}-{rep}", contender.name(), bytes);
-                let call = all_reduce(nodes, &name, bytes, contender, &file_groups).await?;
-                progress(&format!(
-                    "collectives-large: {} {}: {:.3} s ({})",
-                    size_label(bytes),
-                    contender.name(),
-                    call.1,
-                    call.0.name()
-                ));
-                calls.push(call);
+    for &collective in &opts.collectives {
+        for bytes in SIZES.into_iter().filter(|&b| b <= opts.max_bytes) {
+            for contender in collective.contenders() {
+                let repeat = if bytes < 1 << 20 { REPEAT_SMALL } else { 1 };
+                let mut calls = Vec::new();
+                for rep in 0..repeat {
+                    let c = (collective, contender);
+                    let name =
+                        format!("{}-{}-{}-{rep}", collective.name(), contender.name(), bytes);
+                    let call = match collective {
+                        Collective::Allreduce => {
+                            all_reduce(nodes, &name, bytes, contender, &file_groups).await?
+                        }
+                        _ => routed(nodes, c, &name, bytes, &file_groups).await?,
+                    };
+                    progress(&format!(
+                        "collectives-large: {} {} {}: {:.3} s ({})",
+                        collective.name(),
+                        size_label(bytes),
+                        contender.name(),
+                        call.1,
+                        call.0.name()
+                    ));
+                    calls.push(call);
+                }
+                let mut times: Vec<f64> = calls.iter().map(|c| c.1).collect();
+                times.sort_by(f64::total_cmp);
+                rows.push(Row {
+                    collective,
+                    bytes,
+                    contender,
+                    completion_s: times[times.len() / 2],
+                    calls,
+                });
             }
-            let mut times: Vec<f64> = calls.iter().map(|c| c.1).collect();
-            times.sort_by(f64::total_cmp);
-            rows.push(Row {
-                bytes,
-                contender,
-                completion_s: times[times.len() / 2],
-                calls,
-            });
         }
     }
+    // The allreduce planner (the smallest id) and the scatter/gather root keep the tables.
     let planner = nodes.iter().min_by_key(|n| n.id()).context("no nodes")?;
-    let table = planner.collective_table();
+    let mut table = planner.collective_table();
+    if nodes[0].id() != planner.id() {
+        table.extend(nodes[0].collective_table());
+    }
     let topology = bed.topo.name.clone();
     let count = nodes.len();
     bed.overlay.shutdown().await;
@@ -200,7 +261,11 @@ async fn all_reduce(
     });
     let mut last: f64 = 0.0;
     let mut ran = None;
-    for (i, r) in futures::future::join_all(calls).await.into_iter().enumerate() {
+    for (i, r) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
         let (report, exact, done) = r.context("a call panicked")?;
         let report = report.with_context(|| format!("node {i}"))?;
         if !exact || report.contributors.len() != n {
@@ -213,48 +278,59 @@ async fn all_reduce(
     Ok((algorithm, last, predicted))
 }
 
-fn row(o: &Outcome, bytes: u64, c: Contender) -> Option<&Row> {
-    o.rows.iter().find(|r| r.bytes == bytes && r.contender == c)
+fn row(o: &Outcome, collective: Collective, bytes: u64, c: Contender) -> Option<&Row> {
+    o.rows
+        .iter()
+        .find(|r| r.collective == collective && r.bytes == bytes && r.contender == c)
 }
 
-/// The table as markdown: completion per contender, what the default ran, the default over
-/// the best contender (ring, hierarchical, tree) and over the best candidate (every
-/// algorithm it could have picked, forced).
-pub fn markdown(o: &Outcome) -> String {
-    let mut out = String::from(
-        "| size | default s | clustered s | hierarchical s | ring s | tree s | default ran | default / best contender | default / best candidate |\n|---|---|---|---|---|---|---|---|---|\n",
-    );
-    let mut sizes: Vec<u64> = o.rows.iter().map(|r| r.bytes).collect();
+/// One collective's table as markdown: completion per contender, what the default ran,
+/// the default over the best contender (every forced algorithm but ours) and over the best
+/// candidate (every algorithm it could have picked, forced).
+pub fn markdown(o: &Outcome, collective: Collective) -> String {
+    let algorithms = collective.algorithms();
+    let mut out = String::from("| size | default s |");
+    for a in algorithms {
+        let _ = write!(out, " {} s |", a.name());
+    }
+    out.push_str(" default ran | default / best contender | default / best candidate |\n|---|---|");
+    out.push_str(&"---|".repeat(algorithms.len() + 3));
+    out.push('\n');
+    let mut sizes: Vec<u64> = (o.rows.iter())
+        .filter(|r| r.collective == collective)
+        .map(|r| r.bytes)
+        .collect();
     sizes.dedup();
     for bytes in sizes {
-        let secs = |c: Contender| row(o, bytes, c).map(|r| r.completion_s);
+        let secs = |c: Contender| row(o, collective, bytes, c).map(|r| r.completion_s);
         let fmt = |s: Option<f64>| s.map_or_else(|| "-".into(), |s| format!("{s:.3}"));
         let best = |set: &[Algorithm]| {
             set.iter()
                 .filter_map(|a| secs(Contender::Forced(*a)).map(|s| (*a, s)))
                 .min_by(|x, y| x.1.total_cmp(&y.1))
         };
-        let contenders = best(&[Algorithm::Hierarchical, Algorithm::Ring, Algorithm::Tree]);
-        let candidates = best(&Algorithm::ALL);
         let ratio = |b: Option<(Algorithm, f64)>| match (secs(Contender::Default), b) {
             (Some(d), Some((a, s))) => format!("{:.2} ({})", d / s, a.name()),
             _ => "-".into(),
         };
-        let ran: Vec<&str> = row(o, bytes, Contender::Default)
+        let ran: Vec<&str> = row(o, collective, bytes, Contender::Default)
             .map(|r| r.calls.iter().map(|c| c.0.name()).collect())
             .unwrap_or_default();
+        let _ = write!(
+            out,
+            "| {} | {} |",
+            size_label(bytes),
+            fmt(secs(Contender::Default))
+        );
+        for a in algorithms {
+            let _ = write!(out, " {} |", fmt(secs(Contender::Forced(a))));
+        }
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            size_label(bytes),
-            fmt(secs(Contender::Default)),
-            fmt(secs(Contender::Forced(Algorithm::Clustered))),
-            fmt(secs(Contender::Forced(Algorithm::Hierarchical))),
-            fmt(secs(Contender::Forced(Algorithm::Ring))),
-            fmt(secs(Contender::Forced(Algorithm::Tree))),
+            " {} | {} | {} |",
             ran.join(", "),
-            ratio(contenders),
-            ratio(candidates),
+            ratio(best(&algorithms[1..])),
+            ratio(best(&algorithms)),
         );
     }
     out
@@ -263,12 +339,13 @@ pub fn markdown(o: &Outcome) -> String {
 /// The planner's decision table as markdown.
 pub fn table_markdown(table: &[TuneEntry]) -> String {
     let mut out = String::from(
-        "| collective | size class | chosen | predicted s (clustered / hierarchical / ring / tree) | measured s | calls | switches |\n|---|---|---|---|---|---|---|\n",
+        "| collective | size class | chosen | predicted s | measured s | calls | switches |\n|---|---|---|---|---|---|---|\n",
     );
     for e in table {
-        let predicted: Vec<String> = Algorithm::ALL
+        let predicted: Vec<String> = e
+            .predicted_s
             .iter()
-            .map(|a| e.predicted_s.get(a).map_or("-".into(), |s| format!("{s:.3}")))
+            .map(|(a, s)| format!("{} {s:.3}", a.name()))
             .collect();
         let measured: Vec<String> = e
             .measured_s
@@ -281,7 +358,7 @@ pub fn table_markdown(table: &[TuneEntry]) -> String {
             e.collective,
             size_label(1 << e.class),
             e.chosen.map_or("-", Algorithm::name),
-            predicted.join(" / "),
+            predicted.join(", "),
             measured.join(", "),
             e.calls,
             e.switches
@@ -290,39 +367,143 @@ pub fn table_markdown(table: &[TuneEntry]) -> String {
     out
 }
 
+/// The tables of every collective measured, each under a heading.
+pub fn tables(o: &Outcome) -> String {
+    let mut out = String::new();
+    for c in Collective::ALL {
+        if o.rows.iter().any(|r| r.collective == c) {
+            let _ = writeln!(out, "**{}**\n\n{}", c.name(), markdown(o, c));
+        }
+    }
+    out
+}
+
 /// The report printed by `bench collectives-large`.
 pub fn text(o: &Outcome) -> String {
     format!(
-        "collectives-large: allreduce of f32 on {} ({} nodes), {:.0} s wall\n{}\nThe planner's decision table (default calls only):\n{}",
+        "collectives-large on {} ({} nodes), {:.0} s wall\n{}\nThe planners' decision tables (default calls only):\n{}",
         o.topology,
         o.nodes,
         o.wall_s,
-        markdown(o),
+        tables(o),
         table_markdown(&o.table)
     )
 }
 
-/// Completion time against size, one line per contender (log-log by taking logs of y).
+/// Completion time against size: every allreduce contender, and the default and direct
+/// scatter and gather.
 pub fn svg(o: &Outcome) -> String {
-    let series: Vec<Series> = Contender::ALL
-        .iter()
-        .map(|c| Series {
-            name: c.name().into(),
-            points: o
-                .rows
-                .iter()
-                .filter(|r| r.contender == *c)
+    let mut lines: Vec<(Collective, Contender)> = Collective::Allreduce
+        .contenders()
+        .into_iter()
+        .map(|c| (Collective::Allreduce, c))
+        .collect();
+    for c in [Collective::Scatter, Collective::Gather] {
+        lines.push((c, Contender::Default));
+        lines.push((c, Contender::Forced(Algorithm::Direct)));
+    }
+    let series: Vec<Series> = lines
+        .into_iter()
+        .filter(|(col, _)| o.rows.iter().any(|r| r.collective == *col))
+        .map(|(col, c)| Series {
+            name: format!("{} {}", col.name(), c.name()),
+            points: (o.rows.iter())
+                .filter(|r| r.collective == col && r.contender == c)
                 .map(|r| (r.bytes as f64 / 1024.0, r.completion_s))
                 .collect(),
         })
         .collect();
     line_chart(
-        &format!("{}, {} nodes: allreduce completion", o.topology, o.nodes),
-        "vector (KiB, log scale)",
+        &format!("{}, {} nodes: large collectives", o.topology, o.nodes),
+        "bytes in all (KiB, log scale)",
         "completion (s)",
         &series,
         true,
     )
+}
+
+/// A piece of member `i`: its index repeated.
+fn piece(i: usize, len: usize) -> Bytes {
+    Bytes::from(vec![i as u8; len])
+}
+
+/// One scatter or gather on every node, the first node the root: (what ran, completion s,
+/// predicted s). Fails if any node failed or a piece came wrong.
+async fn routed(
+    nodes: &[Node],
+    (collective, contender): (Collective, Contender),
+    name: &str,
+    bytes: u64,
+    file_groups: &[Vec<NodeId>],
+) -> anyhow::Result<(Algorithm, f64, f64)> {
+    let n = nodes.len();
+    let each = (bytes / n as u64) as usize;
+    let root = nodes[0].id();
+    let options = BulkOptions {
+        algorithm: match contender {
+            Contender::Default => None,
+            Contender::Forced(a) => Some(a),
+        },
+        groups: (contender == Contender::Forced(Algorithm::Hierarchical))
+            .then(|| file_groups.to_vec()),
+        timeout: Duration::from_secs(900),
+        ..BulkOptions::default()
+    };
+    let ids: Vec<NodeId> = nodes.iter().map(Node::id).collect();
+    let start = Instant::now();
+    let calls = nodes.iter().enumerate().map(|(i, node)| {
+        let (node, options, name, ids) =
+            (node.clone(), options.clone(), name.to_string(), ids.clone());
+        tokio::spawn(async move {
+            let out = match (collective, i) {
+                (Collective::Scatter, 0) => {
+                    let pieces = ids
+                        .iter()
+                        .enumerate()
+                        .map(|(j, id)| (*id, piece(j, each)))
+                        .collect();
+                    node.scatter_pieces(&name, pieces, options)
+                        .await
+                        .map(|(p, r)| (vec![(ids[0], p)], r))
+                }
+                (Collective::Scatter, _) => node
+                    .scatter_receive(&name, root, options)
+                    .await
+                    .map(|(p, r)| (vec![(ids[i], p)], r)),
+                _ => {
+                    node.gather_pieces(&name, root, piece(i, each), options)
+                        .await
+                }
+            };
+            (out, start.elapsed().as_secs_f64())
+        })
+    });
+    let mut last: f64 = 0.0;
+    let mut ran = None;
+    for (i, r) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let (out, done) = r.context("a call panicked")?;
+        let (got, report) = out.with_context(|| format!("node {i}"))?;
+        let want: Vec<(NodeId, Bytes)> = match (collective, i) {
+            (Collective::Scatter, _) => vec![(ids[i], piece(i, each))],
+            (_, 0) => ids
+                .iter()
+                .enumerate()
+                .map(|(j, id)| (*id, piece(j, each)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if got != want || report.contributors.len() != n {
+            bail!("node {i}: a wrong {} ({report:?})", collective.name());
+        }
+        last = last.max(done);
+        ran = Some((report.algorithm, report.predicted.as_secs_f64()));
+    }
+    let (algorithm, predicted) = ran.context("no nodes")?;
+    Ok((algorithm, last, predicted))
 }
 
 #[cfg(test)]
@@ -332,6 +513,7 @@ mod tests {
     #[test]
     fn the_table_names_the_best_contender_and_candidate() {
         let r = |bytes, contender, s: f64, a| Row {
+            collective: Collective::Allreduce,
             bytes,
             contender,
             completion_s: s,
@@ -343,15 +525,35 @@ mod tests {
             nodes: 16,
             rows: vec![
                 r(16 << 20, Contender::Default, 10.0, Algorithm::Clustered),
-                r(16 << 20, Contender::Forced(Algorithm::Clustered), 9.5, Algorithm::Clustered),
-                r(16 << 20, Contender::Forced(Algorithm::Hierarchical), 25.0, Algorithm::Hierarchical),
-                r(16 << 20, Contender::Forced(Algorithm::Ring), 50.0, Algorithm::Ring),
-                r(16 << 20, Contender::Forced(Algorithm::Tree), 80.0, Algorithm::Tree),
+                r(
+                    16 << 20,
+                    Contender::Forced(Algorithm::Clustered),
+                    9.5,
+                    Algorithm::Clustered,
+                ),
+                r(
+                    16 << 20,
+                    Contender::Forced(Algorithm::Hierarchical),
+                    25.0,
+                    Algorithm::Hierarchical,
+                ),
+                r(
+                    16 << 20,
+                    Contender::Forced(Algorithm::Ring),
+                    50.0,
+                    Algorithm::Ring,
+                ),
+                r(
+                    16 << 20,
+                    Contender::Forced(Algorithm::Tree),
+                    80.0,
+                    Algorithm::Tree,
+                ),
             ],
             table: Vec::new(),
             wall_s: 1.0,
         };
-        let md = markdown(&o);
+        let md = markdown(&o, Collective::Allreduce);
         assert!(
             md.contains("| 16 MiB | 10.000 | 9.500 | 25.000 | 50.000 | 80.000 | clustered | 0.40 (hierarchical) | 1.05 (clustered) |"),
             "{md}"

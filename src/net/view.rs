@@ -148,6 +148,10 @@ pub struct NodeStatus {
     pub probe_bytes_sent: u64,
     #[serde(default)]
     pub probe_bytes_received: u64,
+    /// The decision table of the large collectives this node planned (see
+    /// `Node::collective_table`).
+    #[serde(default)]
+    pub collectives: Vec<crate::proto::bulk::TuneEntry>,
 }
 
 /// One directed cluster-to-cluster bandwidth estimate (clusters named by their smallest

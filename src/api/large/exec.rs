@@ -22,6 +22,7 @@ pub async fn run(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<
         Algorithm::Clustered | Algorithm::Hierarchical => grouped(comm, plan, input).await,
         Algorithm::Ring => ring(comm, plan, input).await,
         Algorithm::Tree => tree(comm, plan, input).await,
+        Algorithm::Relayed | Algorithm::Direct => Err(comm.error("not an allreduce algorithm")),
     }
 }
 

@@ -1,16 +1,19 @@
 //! The planner's side: the rendezvous, the plan of each attempt, watching the
 //! participants, and the commit.
 
+use super::BulkOptions;
 use super::comm::Comm;
-use super::{BulkOptions, Call};
+use super::session::Job;
 use crate::api::{Node, NodeError};
 use crate::net::driver::ApiCommand;
 use crate::proto::NodeId;
 use crate::proto::bulk::model::{Network, predict, predict_all};
-use crate::proto::bulk::{BulkPlan, Control, control};
+use crate::proto::bulk::paths::{self, Direction};
+use crate::proto::bulk::{Algorithm, BulkPlan, Control, RoutePlan, control};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tracing::{debug, info};
@@ -26,70 +29,50 @@ const FAILURE_GRACE: Duration = Duration::from_secs(5);
 pub async fn run(
     node: &Node,
     comm: &Comm<'_>,
-    call: Call<'_>,
+    job: Job<'_>,
     options: &BulkOptions,
 ) -> Result<u32, NodeError> {
     let expected = node.live_members();
-    let (mut members, refused) = rendezvous(node, comm, call, options, &expected).await;
+    let (mut members, refused, lens) = rendezvous(node, comm, job, options, &expected).await;
     for (m, why) in &refused {
         let msg = Control::Refused(why.clone());
         let _ = comm
             .send(*m, control::plan(0), Bytes::from(msg.encode()))
             .await;
     }
-    let bytes = call.len * call.elem.size() as u64;
     let mut attempt = 0;
     loop {
-        let missing: Vec<NodeId> = expected
+        let mut missing: Vec<NodeId> = expected
             .iter()
             .filter(|m| !members.contains(m))
             .copied()
             .collect();
+        if let Job::Route { sizes: Some(s), .. } = job {
+            // Pieces for members that are not taking part are missing too.
+            missing.extend(s.keys().filter(|m| !members.contains(m)));
+            missing.sort();
+            missing.dedup();
+        }
         let net = network(node, &members, options.groups.as_deref()).await;
-        let algorithm = match options.algorithm {
-            Some(a) => a,
-            None => {
-                let p = predict_all(&net, call.len, call.elem.size());
-                let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
-                tuner.choose(
-                    "allreduce",
-                    bytes,
-                    p.iter().map(|p| (p.algorithm, p.seconds)),
-                )
+        let made = make_plan(node, job, options, &net, &members, missing, &lens, attempt);
+        let (collective, bytes, plan, algorithm) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                let msg = Bytes::from(Control::Refused(e.to_string()).encode());
+                let _ = comm.send_all(&members, control::plan(attempt), &msg).await;
+                return Err(e);
             }
-        };
-        let prediction = predict(&net, algorithm, call.len, call.elem.size());
-        let plan = BulkPlan {
-            attempt,
-            algorithm,
-            groups: net
-                .groups
-                .iter()
-                .map(|g| {
-                    g.iter()
-                        .map(|m| members.binary_search(m).expect("a participant") as u32)
-                        .collect()
-                })
-                .collect(),
-            members: members.clone(),
-            missing,
-            shares: prediction.shares.clone(),
-            len: call.len,
-            elem: call.elem,
-            op: call.op,
-            chunk: prediction.chunk,
-            predicted_s: prediction.seconds,
         };
         info!(
             attempt,
+            collective,
             algorithm = algorithm.name(),
             participants = members.len(),
             bytes,
-            predicted_s = prediction.seconds,
-            "large allreduce planned"
+            "large collective planned"
         );
         let started = Instant::now();
-        let msg = Bytes::from(Control::Plan(plan).encode());
+        let msg = Bytes::from(plan.encode());
         comm.send_all(&members, control::plan(attempt), &msg)
             .await?;
         match watch(node, comm, &members, attempt).await {
@@ -97,7 +80,7 @@ pub async fn run(
                 let elapsed = started.elapsed().as_secs_f64();
                 if options.algorithm.is_none() {
                     let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
-                    tuner.record("allreduce", bytes, algorithm, elapsed);
+                    tuner.record(collective, bytes, algorithm, elapsed);
                 }
                 let commit = Bytes::from(Control::Commit { attempt }.encode());
                 comm.send_all(&members, control::commit(attempt), &commit)
@@ -124,39 +107,142 @@ pub async fn run(
     }
 }
 
-/// Collects the callers' readies: the participants (sorted) and the callers refused.
+/// The plan of one attempt: (collective, bytes, the plan message, the algorithm).
+#[allow(clippy::too_many_arguments)]
+fn make_plan(
+    node: &Node,
+    job: Job<'_>,
+    options: &BulkOptions,
+    net: &Network,
+    members: &[NodeId],
+    missing: Vec<NodeId>,
+    lens: &HashMap<NodeId, u64>,
+    attempt: u32,
+) -> Result<(&'static str, u64, Control, Algorithm), NodeError> {
+    match job {
+        Job::Reduce(call) => {
+            let bytes = call.len * call.elem.size() as u64;
+            let algorithm = match options.algorithm {
+                Some(a) => a,
+                None => {
+                    let p = predict_all(net, call.len, call.elem.size());
+                    let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
+                    tuner.choose(
+                        "allreduce",
+                        bytes,
+                        p.iter().map(|p| (p.algorithm, p.seconds)),
+                    )
+                }
+            };
+            let prediction = predict(net, algorithm, call.len, call.elem.size());
+            let plan = BulkPlan {
+                attempt,
+                algorithm,
+                groups: groups_of(net, members),
+                members: members.to_vec(),
+                missing,
+                shares: prediction.shares.clone(),
+                len: call.len,
+                elem: call.elem,
+                op: call.op,
+                chunk: prediction.chunk,
+                predicted_s: prediction.seconds,
+            };
+            Ok(("allreduce", bytes, Control::Plan(plan), algorithm))
+        }
+        Job::Route {
+            direction, sizes, ..
+        } => {
+            let sizes: Vec<u64> = members
+                .iter()
+                .map(|m| match sizes {
+                    Some(s) => s.get(m).copied().unwrap_or(0),
+                    None => lens.get(m).copied().unwrap_or(0),
+                })
+                .collect();
+            let bytes: u64 = sizes.iter().sum();
+            let collective = match direction {
+                Direction::Scatter => "scatter",
+                Direction::Gather => "gather",
+            };
+            let plan_for = |a| paths::plan(net, direction, a, node.id, members, &sizes);
+            let algorithm = match options.algorithm {
+                Some(a) if Algorithm::ROUTED.contains(&a) => a,
+                Some(a) => {
+                    return Err(NodeError::Bulk {
+                        name: collective.into(),
+                        reason: format!("{} is not a scatter or gather algorithm", a.name()),
+                    });
+                }
+                None => {
+                    let p: Vec<(Algorithm, f64)> = Algorithm::ROUTED
+                        .iter()
+                        .map(|a| (*a, plan_for(*a).2))
+                        .collect();
+                    let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
+                    tuner.choose(collective, bytes, p)
+                }
+            };
+            let (chunk, paths, predicted_s) = plan_for(algorithm);
+            let plan = RoutePlan {
+                attempt,
+                direction,
+                algorithm,
+                root: node.id,
+                members: members.to_vec(),
+                missing,
+                sizes,
+                chunk,
+                paths,
+                predicted_s,
+            };
+            Ok((collective, bytes, Control::RoutePlan(plan), algorithm))
+        }
+    }
+}
+
+/// The groups of `net` as indices into `members`.
+fn groups_of(net: &Network, members: &[NodeId]) -> Vec<Vec<u32>> {
+    net.groups
+        .iter()
+        .map(|g| {
+            g.iter()
+                .map(|m| members.binary_search(m).expect("a participant") as u32)
+                .collect()
+        })
+        .collect()
+}
+
+/// Collects the callers' readies: the participants (sorted), the callers refused, and
+/// each participant's piece length (gather).
 async fn rendezvous(
     node: &Node,
     comm: &Comm<'_>,
-    call: Call<'_>,
+    job: Job<'_>,
     options: &BulkOptions,
     expected: &[NodeId],
-) -> (Vec<NodeId>, Vec<(NodeId, String)>) {
+) -> (Vec<NodeId>, Vec<(NodeId, String)>, HashMap<NodeId, u64>) {
     let deadline = tokio::time::Instant::now() + options.rendezvous;
     let mut waiting: FuturesUnordered<_> = expected
         .iter()
         .map(|m| async move { (*m, comm.recv(*m, control::ready()).await) })
         .collect();
     let mut pending: Vec<NodeId> = expected.to_vec();
-    let (mut members, mut refused) = (Vec::new(), Vec::new());
+    let (mut members, mut refused, mut lens) = (Vec::new(), Vec::new(), HashMap::new());
     while !pending.is_empty() {
         tokio::select! {
             Some((m, got)) = waiting.next() => {
                 pending.retain(|p| *p != m);
-                match got.ok().and_then(|b| Control::decode(&b).ok()) {
-                    Some(Control::Ready { len, elem, op, .. })
-                        if len == call.len && elem == call.elem && op == call.op =>
-                    {
-                        members.push(m)
+                let Some(ready) = got.ok().and_then(|b| Control::decode(&b).ok()) else {
+                    refused.push((m, "an unreadable ready".to_string()));
+                    continue;
+                };
+                match accepts(job, node.id, &ready) {
+                    Ok(len) => {
+                        members.push(m);
+                        lens.insert(m, len);
                     }
-                    Some(Control::Ready { len, elem, op, .. }) => refused.push((
-                        m,
-                        format!(
-                            "this node called with {len} x {elem:?} {op:?}, the planner with {} x {:?} {:?}",
-                            call.len, call.elem, call.op
-                        ),
-                    )),
-                    _ => {}
+                    Err(why) => refused.push((m, why)),
                 }
             }
             () = tokio::time::sleep(WATCH) => pending.retain(|p| node.is_live(*p)),
@@ -167,7 +253,32 @@ async fn rendezvous(
         debug!(late = pending.len(), "rendezvous over without every member");
     }
     members.sort();
-    (members, refused)
+    (members, refused, lens)
+}
+
+/// Whether a caller's ready fits the planner's own call; its piece's length if so.
+fn accepts(job: Job<'_>, me: NodeId, ready: &Control) -> Result<u64, String> {
+    match (job, ready) {
+        (Job::Reduce(call), Control::Ready { len, elem, op, .. }) => {
+            if *len == call.len && *elem == call.elem && *op == call.op {
+                Ok(0)
+            } else {
+                Err(format!(
+                    "this node called with {len} x {elem:?} {op:?}, the planner with {} x {:?} {:?}",
+                    call.len, call.elem, call.op
+                ))
+            }
+        }
+        (
+            Job::Route { direction, .. },
+            Control::ReadyRoute {
+                direction: d,
+                root,
+                len,
+            },
+        ) if *d == direction && *root == me => Ok(*len),
+        _ => Err("this node called another kind of operation under the same name".into()),
+    }
 }
 
 enum Watched {

@@ -78,6 +78,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         "  packet trains: {} bytes sent, {} received",
         s.probe_bytes_sent, s.probe_bytes_received
     );
+    print_collectives(&s.collectives);
     println!("\ntrees ({}):", s.trees.len());
     println!(
         "  {:<16} {:<16} {:>9} {:>7}  children",
@@ -228,4 +229,36 @@ fn wrap(names: &[String], width: usize) -> Vec<String> {
         }
     }
     lines
+}
+
+/// The decision table of the large collectives this node planned.
+fn print_collectives(table: &[overlay::bulk::TuneEntry]) {
+    if table.is_empty() {
+        return;
+    }
+    println!(
+        "\nlarge collectives planned here (per size class: chosen, predicted and measured s):"
+    );
+    for e in table {
+        let mut cells = Vec::new();
+        for a in e.predicted_s.keys().copied() {
+            let p = e
+                .predicted_s
+                .get(&a)
+                .map_or("-".into(), |s| format!("{s:.3}"));
+            let m = e
+                .measured_s
+                .get(&a)
+                .map_or("-".into(), |s| format!("{s:.3}"));
+            cells.push(format!("{} {p}/{m}", a.name()));
+        }
+        println!(
+            "  {} {:>9}: {:<12} {}  ({} calls)",
+            e.collective,
+            format!(">={} B", 1u64 << e.class),
+            e.chosen.map_or("-", |a| a.name()),
+            cells.join("  "),
+            e.calls
+        );
+    }
 }

@@ -148,6 +148,8 @@ impl Driver {
             bandwidth: cluster_bandwidth(&core.bandwidth_view()),
             probe_bytes_sent: core.bandwidth_stats().train_bytes_sent,
             probe_bytes_received: core.bandwidth_stats().train_bytes_received,
+            // Kept by the API handle, which fills it in.
+            collectives: Vec::new(),
         }
     }
 }

@@ -15,6 +15,7 @@
 
 pub mod combine;
 pub mod model;
+pub mod paths;
 pub mod route;
 pub mod tune;
 
@@ -38,16 +39,38 @@ pub enum Algorithm {
     Hierarchical,
     /// Gloo style: reduce-scatter and allgather around a ring of all nodes in id order.
     Ring,
-    /// The naive tree: whole vectors up a binary tree in id order, the result back down.
+    /// The naive tree: whole vectors up a binary tree in id order, the result back down
+    /// (scatter and gather: whole pieces along a binary tree rooted at the root).
     Tree,
+    /// Ours for scatter and gather: every chunk on the direct path or through a member of
+    /// a third cluster, whichever the measured rates finish soonest ([`paths`]).
+    Relayed,
+    /// Scatter and gather straight between the root and every member (flat).
+    Direct,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order the tables list them.
-    pub const ALL: [Algorithm; 4] = [
+    pub const ALL: [Algorithm; 6] = [
         Algorithm::Clustered,
         Algorithm::Hierarchical,
         Algorithm::Ring,
+        Algorithm::Tree,
+        Algorithm::Relayed,
+        Algorithm::Direct,
+    ];
+    /// The allreduce candidates.
+    pub const ALLREDUCE: [Algorithm; 4] = [
+        Algorithm::Clustered,
+        Algorithm::Hierarchical,
+        Algorithm::Ring,
+        Algorithm::Tree,
+    ];
+    /// The scatter and gather candidates.
+    pub const ROUTED: [Algorithm; 4] = [
+        Algorithm::Relayed,
+        Algorithm::Direct,
+        Algorithm::Hierarchical,
         Algorithm::Tree,
     ];
 
@@ -58,6 +81,8 @@ impl Algorithm {
             Algorithm::Hierarchical => "hierarchical",
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
+            Algorithm::Relayed => "relayed",
+            Algorithm::Direct => "direct",
         }
     }
 
@@ -97,6 +122,44 @@ pub struct BulkPlan {
     pub predicted_s: f64,
 }
 
+/// What every participant of one scatter or gather attempt follows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RoutePlan {
+    /// As in [`BulkPlan::attempt`].
+    pub attempt: u32,
+    /// Scatter or gather.
+    pub direction: paths::Direction,
+    /// How the chunks travel.
+    pub algorithm: Algorithm,
+    /// Where the pieces come from (scatter) or go to (gather).
+    pub root: NodeId,
+    /// The participants, in id order.
+    pub members: Vec<NodeId>,
+    /// As in [`BulkPlan::missing`].
+    pub missing: Vec<NodeId>,
+    /// Bytes of each member's piece.
+    pub sizes: Vec<u64>,
+    /// Bytes per chunk (a piece smaller than that is one chunk).
+    pub chunk: u64,
+    /// The members each chunk passes through ([`paths::Paths`]).
+    pub paths: paths::Paths,
+    /// What the model predicted, in seconds.
+    pub predicted_s: f64,
+}
+
+impl RoutePlan {
+    /// The chunks of member `m`'s piece: (number in tags, first byte, bytes).
+    pub fn chunks(&self, m: usize) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
+        let first: u64 = self.paths[..m].iter().map(|p| p.len() as u64).sum();
+        let size = self.sizes[m];
+        let step = self.chunk.min(size).max(1);
+        (0..self.paths[m].len() as u64).map(move |k| {
+            let at = k * step;
+            ((first + k) as u32, at, step.min(size - at))
+        })
+    }
+}
+
 /// The small messages of the rendezvous and the commit, sent like any transfer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Control {
@@ -109,8 +172,17 @@ pub enum Control {
         algorithm: Option<Algorithm>,
         groups: Option<Vec<Vec<NodeId>>>,
     },
+    /// A caller of a scatter or gather is ready: which, whose, and (gather) its piece's
+    /// length.
+    ReadyRoute {
+        direction: paths::Direction,
+        root: NodeId,
+        len: u64,
+    },
     /// The plan of an attempt.
     Plan(BulkPlan),
+    /// The plan of a scatter or gather attempt.
+    RoutePlan(RoutePlan),
     /// The planner cannot run the operation with this caller (mismatched vectors).
     Refused(String),
     /// A participant finished its part of an attempt.
@@ -155,6 +227,8 @@ pub enum Phase {
     TreeUp = 7,
     /// Tree: the result to a child.
     TreeDown = 8,
+    /// A chunk of a scatter's or gather's piece, on one hop of its path.
+    Route = 9,
 }
 
 /// A transfer's name within one operation: phase in the top 4 bits, number below.

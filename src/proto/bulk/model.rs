@@ -43,21 +43,24 @@ impl Network {
         }
     }
 
-    fn wide(&self, c: usize, d: usize) -> f64 {
+    /// The rate from cluster `c` to `d`: measured, else the default.
+    pub fn wide(&self, c: usize, d: usize) -> f64 {
         match self.wide_bps[c][d] {
             b if b > 0.0 => b,
             _ => DEFAULT_WIDE_BPS,
         }
     }
 
-    fn lan(&self, c: usize) -> f64 {
+    /// The rate inside cluster `c`: measured, else the default.
+    pub fn lan(&self, c: usize) -> f64 {
         match self.lan_bps[c] {
             b if b > 0.0 => b,
             _ => DEFAULT_LAN_BPS,
         }
     }
 
-    fn latency(&self, c: usize, d: usize) -> f64 {
+    /// One-way latency from `c` to `d`: measured, else the default.
+    pub fn latency(&self, c: usize, d: usize) -> f64 {
         match self.latency_s[c][d] {
             l if l > 0.0 => l,
             _ if c == d => 1e-4,
@@ -104,7 +107,7 @@ pub fn chunk_bytes(bytes: u64) -> u64 {
 
 /// Predictions of every algorithm for an allreduce of `len` elements of `elem_size` bytes.
 pub fn predict_all(net: &Network, len: u64, elem_size: usize) -> Vec<Prediction> {
-    Algorithm::ALL
+    Algorithm::ALLREDUCE
         .into_iter()
         .map(|a| predict(net, a, len, elem_size))
         .collect()
@@ -130,6 +133,8 @@ pub fn predict(net: &Network, algorithm: Algorithm, len: u64, elem_size: usize) 
         }
         Algorithm::Ring => (ring(net, bits), Vec::new()),
         Algorithm::Tree => (tree(net, bits), Vec::new()),
+        // Not allreduce algorithms: never picked.
+        Algorithm::Relayed | Algorithm::Direct => (f64::INFINITY, Vec::new()),
     };
     Prediction {
         algorithm,

@@ -5,9 +5,11 @@
 //! The node uses the lowest score. So when the model's pick turns out slower than it
 //! predicted, beyond what the runner-up promises, the runner-up is tried on the next call
 //! of that size class and the faster of the two is kept; at most one call per algorithm
-//! is spent exploring. When the chosen algorithm's time moves by more than [`MARGIN`]
-//! between calls (the network changed), the others' measurements are dropped as stale and
-//! the model's predictions compete again.
+//! is spent exploring. A measurement is stale, and the prediction counts again, when the
+//! network changed since: the chosen algorithm's time moved by more than [`MARGIN`]
+//! between calls (the others' measurements are dropped), or the model's prediction for
+//! the algorithm moved by more than [`MARGIN`] since it was measured (the nodes measured
+//! the links again).
 
 use super::Algorithm;
 use serde::{Deserialize, Serialize};
@@ -29,6 +31,9 @@ pub struct TuneEntry {
     pub predicted_s: BTreeMap<Algorithm, f64>,
     /// Last measured seconds.
     pub measured_s: BTreeMap<Algorithm, f64>,
+    /// The prediction each measurement was made under.
+    #[serde(default)]
+    pub measured_under_s: BTreeMap<Algorithm, f64>,
     /// Calls recorded.
     pub calls: u32,
     /// Times the choice changed after a measurement.
@@ -75,6 +80,20 @@ impl Tuner {
     ) -> Algorithm {
         let e = self.entry(collective, bytes);
         e.predicted_s = predicted.into_iter().collect();
+        let moved: Vec<Algorithm> = e
+            .measured_under_s
+            .iter()
+            .filter(|(a, under)| {
+                e.predicted_s
+                    .get(a)
+                    .is_some_and(|now| (now - *under).abs() > MARGIN * *under)
+            })
+            .map(|(a, _)| *a)
+            .collect();
+        for a in moved {
+            e.measured_s.remove(&a);
+            e.measured_under_s.remove(&a);
+        }
         let best = e.best().unwrap_or(Algorithm::Clustered);
         e.chosen = Some(best);
         best
@@ -91,6 +110,9 @@ impl Tuner {
             e.measured_s.retain(|a, _| *a == algorithm);
         }
         e.measured_s.insert(algorithm, seconds);
+        if let Some(p) = e.predicted_s.get(&algorithm) {
+            e.measured_under_s.insert(algorithm, *p);
+        }
         let before = e.chosen;
         e.chosen = e.best();
         if before.is_some() && e.chosen != before {
@@ -155,5 +177,24 @@ mod tests {
         let e = &t.entries()[0];
         assert!(!e.measured_s.contains_key(&Hierarchical));
         assert_eq!(t.choose("allreduce", 100, model), Hierarchical);
+    }
+
+    #[test]
+    fn a_measurement_made_under_another_model_is_stale() {
+        let mut t = Tuner::default();
+        t.choose("allreduce", 100, [(Clustered, 1.0), (Ring, 2.0)]);
+        t.record("allreduce", 100, Clustered, 5.0);
+        // Ring (2 s predicted) beats clustered's measured 5 s.
+        assert_eq!(
+            t.choose("allreduce", 100, [(Clustered, 1.0), (Ring, 2.0)]),
+            Ring
+        );
+        t.record("allreduce", 100, Ring, 2.0);
+        // The nodes measured the links again: clustered is now predicted at 0.5 s, its
+        // old 5 s was made under a model that no longer holds.
+        assert_eq!(
+            t.choose("allreduce", 100, [(Clustered, 0.5), (Ring, 2.0)]),
+            Clustered
+        );
     }
 }

@@ -1,0 +1,122 @@
+//! Large scatter and gather over real QUIC: das-4 with two nodes per cluster and its
+//! bandwidths emulated. Every algorithm delivers every piece whole to the right member.
+//!
+//! `cargo test --release --test integration quic_scatter_gather -- --nocapture` prints times.
+
+use crate::quic_bandwidth::start_das4;
+use bytes::Bytes;
+use overlay::bulk::{Algorithm, BulkOptions};
+use overlay::{Node, NodeId};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The piece of member `id`: its id's bytes repeated, `len` bytes (a different length
+/// for each member, some empty).
+fn piece(id: NodeId, len: usize) -> Bytes {
+    id.to_hex()
+        .into_bytes()
+        .into_iter()
+        .cycle()
+        .take(len)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+fn options(algorithm: Option<Algorithm>) -> BulkOptions {
+    BulkOptions {
+        algorithm,
+        timeout: Duration::from_secs(120),
+        ..BulkOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_scatters_and_gathers_every_piece_whole() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let nodes: Vec<Node> = overlay.nodes.clone();
+    let root = nodes[0].id();
+    let len_of = |i: usize| if i == 3 { 0 } else { 100_000 + 7919 * i };
+    let choices = [
+        None,
+        Some(Algorithm::Relayed),
+        Some(Algorithm::Direct),
+        Some(Algorithm::Hierarchical),
+        Some(Algorithm::Tree),
+    ];
+    for algorithm in choices {
+        let label = algorithm.map_or("default", Algorithm::name);
+        // Scatter from node 0.
+        let start = Instant::now();
+        let calls = nodes.iter().enumerate().map(|(i, node)| {
+            let node = node.clone();
+            let pieces: HashMap<NodeId, Bytes> = (0..nodes.len())
+                .map(|j| (nodes[j].id(), piece(nodes[j].id(), len_of(j))))
+                .collect();
+            async move {
+                let got = if i == 0 {
+                    node.scatter_pieces("s", pieces, options(algorithm)).await
+                } else {
+                    node.scatter_receive("s", root, options(algorithm)).await
+                };
+                (
+                    i,
+                    got.unwrap_or_else(|e| panic!("scatter {label}, node {i}: {e}")),
+                )
+            }
+        });
+        for (i, (got, report)) in futures::future::join_all(calls).await {
+            assert_eq!(
+                got,
+                piece(nodes[i].id(), len_of(i)),
+                "scatter {label}, node {i}"
+            );
+            assert_eq!(report.contributors.len(), nodes.len());
+            if let Some(a) = algorithm {
+                assert_eq!(report.algorithm, a);
+            }
+        }
+        let scattered = start.elapsed();
+        // Gather to node 0.
+        let start = Instant::now();
+        let calls = nodes.iter().enumerate().map(|(i, node)| {
+            let node = node.clone();
+            async move {
+                let mine = piece(node.id(), len_of(i));
+                let got = node
+                    .gather_pieces("g", root, mine, options(algorithm))
+                    .await;
+                (
+                    i,
+                    got.unwrap_or_else(|e| panic!("gather {label}, node {i}: {e}")),
+                )
+            }
+        });
+        for (i, (all, _)) in futures::future::join_all(calls).await {
+            if i != 0 {
+                assert!(all.is_empty());
+                continue;
+            }
+            assert_eq!(all.len(), nodes.len());
+            for (id, p) in all {
+                let j = nodes.iter().position(|n| n.id() == id).expect("a member");
+                assert_eq!(
+                    p,
+                    piece(id, len_of(j)),
+                    "gather {label}: the piece of node {j}"
+                );
+            }
+        }
+        println!(
+            "{label:<12} scatter {scattered:?}, gather {:?} ({} nodes)",
+            start.elapsed(),
+            nodes.len()
+        );
+    }
+    // A forced allreduce algorithm is refused at once for a scatter.
+    let e = nodes[0]
+        .scatter_pieces("bad", HashMap::new(), options(Some(Algorithm::Ring)))
+        .await;
+    assert!(e.is_err());
+    overlay.shutdown().await;
+}

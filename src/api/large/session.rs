@@ -1,0 +1,274 @@
+//! One large collective call from the caller's side: the operation number, the ready to
+//! the planner, the plans of each attempt run until one commits, the report.
+
+use super::comm::Comm;
+use super::routes::{self, Pieces};
+use super::{BulkOptions, BulkReport, Call, exec, planner};
+use crate::api::{Node, NodeError};
+use crate::proto::bulk::paths::Direction;
+use crate::proto::bulk::{Algorithm, Control, attempt_operation, control, operation};
+use crate::proto::{Liveness, NodeId};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tracing::debug;
+
+/// What is being run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Job<'a> {
+    Reduce(Call),
+    Route {
+        direction: Direction,
+        root: NodeId,
+        /// This caller's piece (gather).
+        len: u64,
+        /// The root's pieces' sizes (scatter, at the root).
+        sizes: Option<&'a HashMap<NodeId, u64>>,
+    },
+}
+
+impl Job<'_> {
+    /// The ready this caller sends.
+    fn ready(&self, options: &BulkOptions) -> Control {
+        match *self {
+            Job::Reduce(c) => Control::Ready {
+                len: c.len,
+                elem: c.elem,
+                op: c.op,
+                algorithm: options.algorithm,
+                groups: options.groups.clone(),
+            },
+            Job::Route {
+                direction,
+                root,
+                len,
+                ..
+            } => Control::ReadyRoute {
+                direction,
+                root,
+                len,
+            },
+        }
+    }
+}
+
+/// What a caller brings.
+pub(crate) enum Input<'a> {
+    Vector(&'a Bytes),
+    Pieces(Pieces<'a>),
+}
+
+/// What a caller gets.
+pub(crate) enum Output {
+    Vector(Vec<u8>),
+    Pieces(Vec<(NodeId, Bytes)>),
+}
+
+/// What the report says of the committed attempt.
+struct Summary {
+    members: Vec<NodeId>,
+    missing: Vec<NodeId>,
+    algorithm: Algorithm,
+    predicted_s: f64,
+}
+
+impl Node {
+    pub(crate) async fn run_bulk(
+        &self,
+        name: &str,
+        job: Job<'_>,
+        input: Input<'_>,
+        options: BulkOptions,
+    ) -> Result<(Output, BulkReport), NodeError> {
+        if self.is_stopped() {
+            return Err(NodeError::Stopped);
+        }
+        let fits = match job {
+            Job::Reduce(_) => &Algorithm::ALLREDUCE[..],
+            Job::Route { .. } => &Algorithm::ROUTED[..],
+        };
+        if let Some(a) = options.algorithm.filter(|a| !fits.contains(a)) {
+            return Err(NodeError::Bulk {
+                name: name.into(),
+                reason: format!("{} cannot run this collective", a.name()),
+            });
+        }
+        let started = Instant::now();
+        let number = {
+            let mut calls = self.bulk.calls.lock().expect("not poisoned");
+            let c = calls.entry(name.to_string()).or_default();
+            *c += 1;
+            *c - 1
+        };
+        let ctl = operation(name, number);
+        let comm = Comm::new(self, ctl, name);
+        let planner = match job {
+            Job::Reduce(_) => *self.live_members().first().expect("a node counts itself"),
+            Job::Route { root, .. } => root,
+        };
+        let ready = Bytes::from(job.ready(&options).encode());
+        let work = async {
+            comm.send(planner, control::ready(), ready).await?;
+            let part = self.participate(&comm, planner, &input);
+            if planner != self.id {
+                return part
+                    .await
+                    .map(|(out, s, attempts)| (out, s, attempts, None));
+            }
+            let plan = planner::run(self, &comm, job, &options);
+            let (planned, part) = tokio::join!(plan, part);
+            let (out, s, attempts) = part?;
+            Ok((out, s, attempts, planned.ok()))
+        };
+        let outcome = tokio::time::timeout(options.timeout, work).await;
+        self.bulk.mailbox.forget(ctl);
+        let (out, s, attempts, planned) =
+            outcome.map_err(|_| comm.error(format!("not done within {:?}", options.timeout)))??;
+        let report = BulkReport {
+            contributors: s.members,
+            missing: s.missing,
+            algorithm: s.algorithm,
+            predicted: Duration::from_secs_f64(s.predicted_s.clamp(0.0, 1e9)),
+            elapsed: started.elapsed(),
+            attempts: planned.unwrap_or(attempts),
+        };
+        Ok((out, report))
+    }
+
+    /// Waits for the plans of `planner` and runs them until one commits.
+    async fn participate(
+        &self,
+        ctl: &Comm<'_>,
+        planner: NodeId,
+        input: &Input<'_>,
+    ) -> Result<(Output, Summary, u32), NodeError> {
+        let mut msg = self.control(ctl, planner, control::plan(0)).await?;
+        let mut attempts = 0;
+        loop {
+            let (attempt, summary) = match &msg {
+                Control::Plan(p) => (
+                    p.attempt,
+                    Summary {
+                        members: p.members.clone(),
+                        missing: p.missing.clone(),
+                        algorithm: p.algorithm,
+                        predicted_s: p.predicted_s,
+                    },
+                ),
+                Control::RoutePlan(p) => (
+                    p.attempt,
+                    Summary {
+                        members: p.members.clone(),
+                        missing: p.missing.clone(),
+                        algorithm: p.algorithm,
+                        predicted_s: p.predicted_s,
+                    },
+                ),
+                Control::Refused(reason) => return Err(ctl.error(reason)),
+                other => return Err(ctl.error(format!("unexpected {other:?}"))),
+            };
+            attempts += 1;
+            if !summary.members.contains(&self.id) {
+                return Err(ctl.error("left out of the operation (not ready in time)"));
+            }
+            let data = Comm::new(self, attempt_operation(ctl.op, attempt), "");
+            let next = self.control(ctl, planner, control::plan(attempt + 1));
+            tokio::pin!(next);
+            let ran = tokio::select! {
+                r = run_plan(&data, &msg, input) => r,
+                m = &mut next => {
+                    self.bulk.mailbox.forget(data.op);
+                    msg = m?;
+                    continue;
+                }
+            };
+            let done = match &ran {
+                Ok(_) => Control::Done { attempt },
+                Err(e) => Control::Failed {
+                    attempt,
+                    reason: e.to_string(),
+                },
+            };
+            ctl.send(planner, control::done(attempt), Bytes::from(done.encode()))
+                .await?;
+            let Ok(out) = ran else {
+                debug!(attempt, "this attempt failed here: waiting for the next");
+                self.bulk.mailbox.forget(data.op);
+                msg = next.await?;
+                continue;
+            };
+            tokio::select! {
+                c = self.control(ctl, planner, control::commit(attempt)) => {
+                    c?;
+                    self.bulk.mailbox.forget(data.op);
+                    return Ok((out, summary, attempts));
+                }
+                m = &mut next => {
+                    self.bulk.mailbox.forget(data.op);
+                    msg = m?;
+                }
+            }
+        }
+    }
+
+    /// The control message `tag` from `from`; an error if `from` is lost first.
+    pub(super) async fn control(
+        &self,
+        comm: &Comm<'_>,
+        from: NodeId,
+        tag: u32,
+    ) -> Result<Control, NodeError> {
+        tokio::select! {
+            got = comm.recv(from, tag) => {
+                Control::decode(&got?).map_err(|e| comm.error(format!("bad control message: {e}")))
+            }
+            () = self.lost(from) => Err(comm.error(format!("{} was lost", from.short()))),
+        }
+    }
+
+    /// Returns once `id` is no longer a live member.
+    async fn lost(&self, id: NodeId) {
+        while self.is_live(id) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Whether `id` is a live member (nobody is, once this node stopped).
+    pub(super) fn is_live(&self, id: NodeId) -> bool {
+        if self.is_stopped() {
+            return false;
+        }
+        id == self.id
+            || self
+                .members
+                .snapshot()
+                .iter()
+                .any(|m| m.id == id && matches!(m.state, Liveness::Alive | Liveness::Suspect))
+    }
+
+    /// Live members and this node, sorted.
+    pub(super) fn live_members(&self) -> Vec<NodeId> {
+        let mut all: Vec<NodeId> = self
+            .members
+            .snapshot()
+            .into_iter()
+            .filter(|m| matches!(m.state, Liveness::Alive | Liveness::Suspect))
+            .map(|m| m.id)
+            .chain([self.id])
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+}
+
+/// Runs this node's part of the plan in `msg`.
+async fn run_plan(data: &Comm<'_>, msg: &Control, input: &Input<'_>) -> Result<Output, NodeError> {
+    match (msg, input) {
+        (Control::Plan(p), Input::Vector(v)) => exec::run(data, p, v).await.map(Output::Vector),
+        (Control::RoutePlan(p), Input::Pieces(pieces)) => {
+            routes::run(data, p, pieces).await.map(Output::Pieces)
+        }
+        _ => Err(data.error("the plan is for another kind of operation")),
+    }
+}
