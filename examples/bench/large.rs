@@ -77,9 +77,10 @@ pub(crate) fn collectives_large(
     };
     let outcome = bench::run(&opts, &progress)?;
     std::fs::create_dir_all(&cli.out)?;
-    std::fs::write(cli.out.join(bench::SVG), bench::svg(&outcome))?;
+    let report = overlay::bench::collectives_large_report::svg(&outcome);
+    std::fs::write(cli.out.join(bench::SVG), report)?;
     if !cli.json {
-        println!("{}", bench::text(&outcome));
+        println!("{}", overlay::bench::collectives_large_report::text(&outcome));
     }
     Ok(serde_json::to_value(&outcome)?)
 }

@@ -268,7 +268,7 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
 
 /// The large-allreduce section: how to run it, the table, the decision table, the plot.
 pub(crate) fn collectives_large_section(o: &overlay::bench::collectives_large::Outcome) -> String {
-    use overlay::bench::collectives_large as bench;
+    use overlay::bench::collectives_large_report as report;
     format!(
         "## Large collectives: the algorithm chosen on the measured network\n\n\
          `cargo run --release --example bench -- collectives-large` (das-4, {} nodes, every \
@@ -279,11 +279,15 @@ pub(crate) fn collectives_large_section(o: &overlay::bench::collectives_large::O
          (clustered, relayed); best candidate: the fastest of every algorithm the default \
          could pick.\n\n{}\n\
          The planners' decision tables after the run (default calls only):\n\n{}\n\
+         Online tuning: default scatters of 2 MiB from the root; after the second, every \
+         link between two clusters other than the root's slows to 5% of its rate, told to \
+         nobody, and the next calls follow at once:\n\n{}\n\
          ![large collectives completion]({})\n\n",
         o.nodes,
-        bench::tables(o),
-        bench::table_markdown(&o.table),
-        bench::SVG
+        report::tables(o),
+        report::table_markdown(&o.table),
+        report::tuning_markdown(o),
+        overlay::bench::collectives_large::SVG
     )
 }
 

@@ -17,14 +17,12 @@
 
 use super::large::size_label;
 use super::large_setup::{Testbed, block_on};
-use super::plot::{Series, line_chart};
 use crate::api::{Algorithm, BulkOptions, Node, ReduceOp, TuneEntry};
 use crate::proto::NodeId;
 use crate::topology::Topology;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 /// Vector sizes, bytes.
@@ -128,7 +126,27 @@ pub struct Outcome {
     pub rows: Vec<Row>,
     /// The planner's decision table at the end.
     pub table: Vec<TuneEntry>,
+    /// The online-tuning run (see [`tuning`]).
+    #[serde(default)]
+    pub tuning: Vec<TuningCall>,
     pub wall_s: f64,
+}
+
+/// Scatter size of the online-tuning run (a size class the table does not use).
+pub const TUNING_BYTES: u64 = 2 << 20;
+/// What the links between the other clusters slow to, as a share of the file's rate.
+pub const TUNING_SLOWED: f64 = 0.05;
+/// Default calls before and after the change.
+const TUNING_CALLS: (usize, usize) = (2, 5);
+
+/// One default scatter of the online-tuning run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TuningCall {
+    /// Whether the links had slowed.
+    pub after_change: bool,
+    pub algorithm: Algorithm,
+    pub seconds: f64,
+    pub predicted_s: f64,
 }
 
 /// Runs the benchmark on a runtime of its own; `progress` gets one line at a time.
@@ -203,6 +221,11 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
     if nodes[0].id() != planner.id() {
         table.extend(nodes[0].collective_table());
     }
+    let tuning = if opts.collectives.contains(&Collective::Scatter) {
+        tuning(&bed, &file_groups, progress).await?
+    } else {
+        Vec::new()
+    };
     let topology = bed.topo.name.clone();
     let count = nodes.len();
     bed.overlay.shutdown().await;
@@ -212,8 +235,53 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         nodes: count,
         rows,
         table,
+        tuning,
         wall_s: wall.elapsed().as_secs_f64(),
     })
+}
+
+/// The online-tuning run: default scatters of [`TUNING_BYTES`] from the root, then every
+/// link between two clusters other than the root's slows to [`TUNING_SLOWED`] of its rate
+/// (the links a relayed plan feeds clusters through), told to nobody, and more default
+/// scatters follow at once: the first after the change runs the plan made on the old
+/// figures; the table's measured time then makes the next call take the runner-up (or
+/// the nodes' own new figures re-plan it).
+async fn tuning(
+    bed: &Testbed,
+    file_groups: &[Vec<NodeId>],
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Vec<TuningCall>> {
+    let nodes = &bed.overlay.nodes;
+    let root_cluster = bed.overlay.clusters[0];
+    let mut out = Vec::new();
+    for i in 0..TUNING_CALLS.0 + TUNING_CALLS.1 {
+        let after_change = i >= TUNING_CALLS.0;
+        if i == TUNING_CALLS.0 {
+            let k = bed.topo.clusters.len();
+            for a in (0..k).filter(|a| *a != root_cluster) {
+                for b in (0..k).filter(|b| *b != root_cluster && *b != a) {
+                    let rate = bed.topo.bandwidth_mbit(a, b).unwrap_or(0.0);
+                    bed.overlay.map.set_link_mbit(a, b, rate * TUNING_SLOWED);
+                }
+            }
+            progress("collectives-large: tuning: the links between the other clusters slowed");
+        }
+        let name = format!("tuning-{i}");
+        let c = (Collective::Scatter, Contender::Default);
+        let (algorithm, seconds, predicted_s) =
+            routed(nodes, c, &name, TUNING_BYTES, file_groups).await?;
+        progress(&format!(
+            "collectives-large: tuning call {i}: {} {seconds:.3} s (predicted {predicted_s:.3})",
+            algorithm.name()
+        ));
+        out.push(TuningCall {
+            after_change,
+            algorithm,
+            seconds,
+            predicted_s,
+        });
+    }
+    Ok(out)
 }
 
 /// Node `i`'s value at `j`: small integers, so f32 sums are exact in any order.
@@ -276,150 +344,6 @@ async fn all_reduce(
     }
     let (algorithm, predicted) = ran.context("no nodes")?;
     Ok((algorithm, last, predicted))
-}
-
-fn row(o: &Outcome, collective: Collective, bytes: u64, c: Contender) -> Option<&Row> {
-    o.rows
-        .iter()
-        .find(|r| r.collective == collective && r.bytes == bytes && r.contender == c)
-}
-
-/// One collective's table as markdown: completion per contender, what the default ran,
-/// the default over the best contender (every forced algorithm but ours) and over the best
-/// candidate (every algorithm it could have picked, forced).
-pub fn markdown(o: &Outcome, collective: Collective) -> String {
-    let algorithms = collective.algorithms();
-    let mut out = String::from("| size | default s |");
-    for a in algorithms {
-        let _ = write!(out, " {} s |", a.name());
-    }
-    out.push_str(" default ran | default / best contender | default / best candidate |\n|---|---|");
-    out.push_str(&"---|".repeat(algorithms.len() + 3));
-    out.push('\n');
-    let mut sizes: Vec<u64> = (o.rows.iter())
-        .filter(|r| r.collective == collective)
-        .map(|r| r.bytes)
-        .collect();
-    sizes.dedup();
-    for bytes in sizes {
-        let secs = |c: Contender| row(o, collective, bytes, c).map(|r| r.completion_s);
-        let fmt = |s: Option<f64>| s.map_or_else(|| "-".into(), |s| format!("{s:.3}"));
-        let best = |set: &[Algorithm]| {
-            set.iter()
-                .filter_map(|a| secs(Contender::Forced(*a)).map(|s| (*a, s)))
-                .min_by(|x, y| x.1.total_cmp(&y.1))
-        };
-        let ratio = |b: Option<(Algorithm, f64)>| match (secs(Contender::Default), b) {
-            (Some(d), Some((a, s))) => format!("{:.2} ({})", d / s, a.name()),
-            _ => "-".into(),
-        };
-        let ran: Vec<&str> = row(o, collective, bytes, Contender::Default)
-            .map(|r| r.calls.iter().map(|c| c.0.name()).collect())
-            .unwrap_or_default();
-        let _ = write!(
-            out,
-            "| {} | {} |",
-            size_label(bytes),
-            fmt(secs(Contender::Default))
-        );
-        for a in algorithms {
-            let _ = write!(out, " {} |", fmt(secs(Contender::Forced(a))));
-        }
-        let _ = writeln!(
-            out,
-            " {} | {} | {} |",
-            ran.join(", "),
-            ratio(best(&algorithms[1..])),
-            ratio(best(&algorithms)),
-        );
-    }
-    out
-}
-
-/// The planner's decision table as markdown.
-pub fn table_markdown(table: &[TuneEntry]) -> String {
-    let mut out = String::from(
-        "| collective | size class | chosen | predicted s | measured s | calls | switches |\n|---|---|---|---|---|---|---|\n",
-    );
-    for e in table {
-        let predicted: Vec<String> = e
-            .predicted_s
-            .iter()
-            .map(|(a, s)| format!("{} {s:.3}", a.name()))
-            .collect();
-        let measured: Vec<String> = e
-            .measured_s
-            .iter()
-            .map(|(a, s)| format!("{} {s:.3}", a.name()))
-            .collect();
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            e.collective,
-            size_label(1 << e.class),
-            e.chosen.map_or("-", Algorithm::name),
-            predicted.join(", "),
-            measured.join(", "),
-            e.calls,
-            e.switches
-        );
-    }
-    out
-}
-
-/// The tables of every collective measured, each under a heading.
-pub fn tables(o: &Outcome) -> String {
-    let mut out = String::new();
-    for c in Collective::ALL {
-        if o.rows.iter().any(|r| r.collective == c) {
-            let _ = writeln!(out, "**{}**\n\n{}", c.name(), markdown(o, c));
-        }
-    }
-    out
-}
-
-/// The report printed by `bench collectives-large`.
-pub fn text(o: &Outcome) -> String {
-    format!(
-        "collectives-large on {} ({} nodes), {:.0} s wall\n{}\nThe planners' decision tables (default calls only):\n{}",
-        o.topology,
-        o.nodes,
-        o.wall_s,
-        tables(o),
-        table_markdown(&o.table)
-    )
-}
-
-/// Completion time against size: every allreduce contender, and the default and direct
-/// scatter and gather.
-pub fn svg(o: &Outcome) -> String {
-    let mut lines: Vec<(Collective, Contender)> = Collective::Allreduce
-        .contenders()
-        .into_iter()
-        .map(|c| (Collective::Allreduce, c))
-        .collect();
-    for c in [Collective::Scatter, Collective::Gather] {
-        lines.push((c, Contender::Default));
-        lines.push((c, Contender::Forced(Algorithm::Direct)));
-    }
-    let series: Vec<Series> = lines
-        .into_iter()
-        .filter(|(col, _)| o.rows.iter().any(|r| r.collective == *col))
-        .map(|(col, c)| Series {
-            name: format!("{} {}", col.name(), c.name()),
-            points: (o.rows.iter())
-                .filter(|r| r.collective == col && r.contender == c)
-                .map(|r| (r.bytes as f64 / 1024.0, r.completion_s))
-                .collect(),
-        })
-        .collect();
-    line_chart(
-        &format!("{}, {} nodes: large collectives", o.topology, o.nodes),
-        "bytes in all (KiB, log scale)",
-        "completion (s)",
-        &series,
-        true,
-    )
 }
 
 /// A piece of member `i`: its index repeated.
@@ -506,58 +430,3 @@ async fn routed(
     Ok((algorithm, last, predicted))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_table_names_the_best_contender_and_candidate() {
-        let r = |bytes, contender, s: f64, a| Row {
-            collective: Collective::Allreduce,
-            bytes,
-            contender,
-            completion_s: s,
-            calls: vec![(a, s, s)],
-        };
-        let o = Outcome {
-            benchmark: "collectives-large".into(),
-            topology: "das-4".into(),
-            nodes: 16,
-            rows: vec![
-                r(16 << 20, Contender::Default, 10.0, Algorithm::Clustered),
-                r(
-                    16 << 20,
-                    Contender::Forced(Algorithm::Clustered),
-                    9.5,
-                    Algorithm::Clustered,
-                ),
-                r(
-                    16 << 20,
-                    Contender::Forced(Algorithm::Hierarchical),
-                    25.0,
-                    Algorithm::Hierarchical,
-                ),
-                r(
-                    16 << 20,
-                    Contender::Forced(Algorithm::Ring),
-                    50.0,
-                    Algorithm::Ring,
-                ),
-                r(
-                    16 << 20,
-                    Contender::Forced(Algorithm::Tree),
-                    80.0,
-                    Algorithm::Tree,
-                ),
-            ],
-            table: Vec::new(),
-            wall_s: 1.0,
-        };
-        let md = markdown(&o, Collective::Allreduce);
-        assert!(
-            md.contains("| 16 MiB | 10.000 | 9.500 | 25.000 | 50.000 | 80.000 | clustered | 0.40 (hierarchical) | 1.05 (clustered) |"),
-            "{md}"
-        );
-        assert!(svg(&o).contains("<svg"));
-    }
-}

@@ -1,0 +1,229 @@
+//! The tables and the plot of `collectives-large` ([`super::collectives_large`]).
+
+use super::collectives_large::{Collective, Contender, Outcome, Row};
+use super::large::size_label;
+use super::plot::{Series, line_chart};
+use crate::api::{Algorithm, TuneEntry};
+use std::fmt::Write as _;
+
+fn row(o: &Outcome, collective: Collective, bytes: u64, c: Contender) -> Option<&Row> {
+    o.rows
+        .iter()
+        .find(|r| r.collective == collective && r.bytes == bytes && r.contender == c)
+}
+
+/// One collective's table as markdown: completion per contender, what the default ran,
+/// the default over the best contender (every forced algorithm but ours) and over the best
+/// candidate (every algorithm it could have picked, forced).
+pub fn markdown(o: &Outcome, collective: Collective) -> String {
+    let algorithms = collective.algorithms();
+    let mut out = String::from("| size | default s |");
+    for a in algorithms {
+        let _ = write!(out, " {} s |", a.name());
+    }
+    out.push_str(" default ran | default / best contender | default / best candidate |\n|---|---|");
+    out.push_str(&"---|".repeat(algorithms.len() + 3));
+    out.push('\n');
+    let mut sizes: Vec<u64> = (o.rows.iter())
+        .filter(|r| r.collective == collective)
+        .map(|r| r.bytes)
+        .collect();
+    sizes.dedup();
+    for bytes in sizes {
+        let secs = |c: Contender| row(o, collective, bytes, c).map(|r| r.completion_s);
+        let fmt = |s: Option<f64>| s.map_or_else(|| "-".into(), |s| format!("{s:.3}"));
+        let best = |set: &[Algorithm]| {
+            set.iter()
+                .filter_map(|a| secs(Contender::Forced(*a)).map(|s| (*a, s)))
+                .min_by(|x, y| x.1.total_cmp(&y.1))
+        };
+        let ratio = |b: Option<(Algorithm, f64)>| match (secs(Contender::Default), b) {
+            (Some(d), Some((a, s))) => format!("{:.2} ({})", d / s, a.name()),
+            _ => "-".into(),
+        };
+        let ran: Vec<&str> = row(o, collective, bytes, Contender::Default)
+            .map(|r| r.calls.iter().map(|c| c.0.name()).collect())
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "| {} | {} |",
+            size_label(bytes),
+            fmt(secs(Contender::Default))
+        );
+        for a in algorithms {
+            let _ = write!(out, " {} |", fmt(secs(Contender::Forced(a))));
+        }
+        let _ = writeln!(
+            out,
+            " {} | {} | {} |",
+            ran.join(", "),
+            ratio(best(&algorithms[1..])),
+            ratio(best(&algorithms)),
+        );
+    }
+    out
+}
+
+/// The planner's decision table as markdown.
+pub fn table_markdown(table: &[TuneEntry]) -> String {
+    let mut out = String::from(
+        "| collective | size class | chosen | predicted s | measured s | calls | switches |\n|---|---|---|---|---|---|---|\n",
+    );
+    for e in table {
+        let predicted: Vec<String> = e
+            .predicted_s
+            .iter()
+            .map(|(a, s)| format!("{} {s:.3}", a.name()))
+            .collect();
+        let measured: Vec<String> = e
+            .measured_s
+            .iter()
+            .map(|(a, s)| format!("{} {s:.3}", a.name()))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            e.collective,
+            size_label(1 << e.class),
+            e.chosen.map_or("-", Algorithm::name),
+            predicted.join(", "),
+            measured.join(", "),
+            e.calls,
+            e.switches
+        );
+    }
+    out
+}
+
+/// The tables of every collective measured, each under a heading.
+pub fn tables(o: &Outcome) -> String {
+    let mut out = String::new();
+    for c in Collective::ALL {
+        if o.rows.iter().any(|r| r.collective == c) {
+            let _ = writeln!(out, "**{}**\n\n{}", c.name(), markdown(o, c));
+        }
+    }
+    out
+}
+
+/// The online-tuning run as markdown: one row per default call.
+pub fn tuning_markdown(o: &Outcome) -> String {
+    let mut out = String::from("| call | links | ran | s | predicted s |\n|---|---|---|---|---|\n");
+    for (i, c) in o.tuning.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.3} | {:.3} |",
+            i + 1,
+            if c.after_change { "slowed" } else { "as in the file" },
+            c.algorithm.name(),
+            c.seconds,
+            c.predicted_s
+        );
+    }
+    out
+}
+
+/// The report printed by `bench collectives-large`.
+pub fn text(o: &Outcome) -> String {
+    format!(
+        "collectives-large on {} ({} nodes), {:.0} s wall\n{}\nThe planners' decision tables (default calls only):\n{}\nOnline tuning (default scatters of {} from the root; then the links between the other clusters slow to {}% of their rate):\n{}",
+        o.topology,
+        o.nodes,
+        o.wall_s,
+        tables(o),
+        table_markdown(&o.table),
+        size_label(super::collectives_large::TUNING_BYTES),
+        super::collectives_large::TUNING_SLOWED * 100.0,
+        tuning_markdown(o)
+    )
+}
+
+/// Completion time against size: every allreduce contender, and the default and direct
+/// scatter and gather.
+pub fn svg(o: &Outcome) -> String {
+    let mut lines: Vec<(Collective, Contender)> = Collective::Allreduce
+        .contenders()
+        .into_iter()
+        .map(|c| (Collective::Allreduce, c))
+        .collect();
+    for c in [Collective::Scatter, Collective::Gather] {
+        lines.push((c, Contender::Default));
+        lines.push((c, Contender::Forced(Algorithm::Direct)));
+    }
+    let series: Vec<Series> = lines
+        .into_iter()
+        .filter(|(col, _)| o.rows.iter().any(|r| r.collective == *col))
+        .map(|(col, c)| Series {
+            name: format!("{} {}", col.name(), c.name()),
+            points: (o.rows.iter())
+                .filter(|r| r.collective == col && r.contender == c)
+                .map(|r| (r.bytes as f64 / 1024.0, r.completion_s))
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        &format!("{}, {} nodes: large collectives", o.topology, o.nodes),
+        "bytes in all (KiB, log scale)",
+        "completion (s)",
+        &series,
+        true,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::collectives_large::Row;
+
+    #[test]
+    fn the_table_names_the_best_contender_and_candidate() {
+        let r = |bytes, contender, s: f64, a| Row {
+            collective: Collective::Allreduce,
+            bytes,
+            contender,
+            completion_s: s,
+            calls: vec![(a, s, s)],
+        };
+        let o = Outcome {
+            benchmark: "collectives-large".into(),
+            topology: "das-4".into(),
+            nodes: 16,
+            rows: vec![
+                r(16 << 20, Contender::Default, 10.0, Algorithm::Clustered),
+                r(
+                    16 << 20,
+                    Contender::Forced(Algorithm::Clustered),
+                    9.5,
+                    Algorithm::Clustered,
+                ),
+                r(
+                    16 << 20,
+                    Contender::Forced(Algorithm::Hierarchical),
+                    25.0,
+                    Algorithm::Hierarchical,
+                ),
+                r(
+                    16 << 20,
+                    Contender::Forced(Algorithm::Ring),
+                    50.0,
+                    Algorithm::Ring,
+                ),
+                r(
+                    16 << 20,
+                    Contender::Forced(Algorithm::Tree),
+                    80.0,
+                    Algorithm::Tree,
+                ),
+            ],
+            table: Vec::new(),
+            tuning: Vec::new(),
+            wall_s: 1.0,
+        };
+        let md = markdown(&o, Collective::Allreduce);
+        assert!(
+            md.contains("| 16 MiB | 10.000 | 9.500 | 25.000 | 50.000 | 80.000 | clustered | 0.40 (hierarchical) | 1.05 (clustered) |"),
+            "{md}"
+        );
+        assert!(svg(&o).contains("<svg"));
+    }
+}
