@@ -80,7 +80,10 @@ pub(crate) fn collectives_large(
     let report = overlay::bench::collectives_large_report::svg(&outcome);
     std::fs::write(cli.out.join(bench::SVG), report)?;
     if !cli.json {
-        println!("{}", overlay::bench::collectives_large_report::text(&outcome));
+        println!(
+            "{}",
+            overlay::bench::collectives_large_report::text(&outcome)
+        );
     }
     Ok(serde_json::to_value(&outcome)?)
 }

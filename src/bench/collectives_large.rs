@@ -413,11 +413,16 @@ async fn routed(
         let (got, report) = out.with_context(|| format!("node {i}"))?;
         let want: Vec<(NodeId, Bytes)> = match (collective, i) {
             (Collective::Scatter, _) => vec![(ids[i], piece(i, each))],
-            (_, 0) => ids
-                .iter()
-                .enumerate()
-                .map(|(j, id)| (*id, piece(j, each)))
-                .collect(),
+            (_, 0) => {
+                // The root gets the pieces in id order.
+                let mut all: Vec<(NodeId, Bytes)> = ids
+                    .iter()
+                    .enumerate()
+                    .map(|(j, id)| (*id, piece(j, each)))
+                    .collect();
+                all.sort_by_key(|(id, _)| *id);
+                all
+            }
             _ => Vec::new(),
         };
         if got != want || report.contributors.len() != n {
@@ -429,4 +434,3 @@ async fn routed(
     let (algorithm, predicted) = ran.context("no nodes")?;
     Ok((algorithm, last, predicted))
 }
-

@@ -114,7 +114,11 @@ pub fn tuning_markdown(o: &Outcome) -> String {
             out,
             "| {} | {} | {} | {:.3} | {:.3} |",
             i + 1,
-            if c.after_change { "slowed" } else { "as in the file" },
+            if c.after_change {
+                "slowed"
+            } else {
+                "as in the file"
+            },
             c.algorithm.name(),
             c.seconds,
             c.predicted_s

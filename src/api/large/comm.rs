@@ -51,8 +51,10 @@ impl<'a> Comm<'a> {
     /// Sends `bytes` as transfer `tag` to `to` (to itself: straight into the mailbox).
     pub async fn send(&self, to: NodeId, tag: u32, bytes: Bytes) -> Result<(), NodeError> {
         if to == self.node.id {
-            self.shared.mailbox.post((self.op, to, tag), bytes);
-            return Ok(());
+            return match self.shared.mailbox.post((self.op, to, tag), bytes) {
+                true => Ok(()),
+                false => Err(self.error("this node's mailbox is full")),
+            };
         }
         let window = self
             .windows
