@@ -39,8 +39,13 @@ impl Driver {
                     let _ = reply.send(Some(conn));
                     return;
                 }
-                self.conn_waiters.entry(peer).or_default().push(reply);
                 let gossip = self.node.gossip();
+                if gossip.record(&peer).is_none() {
+                    // No address to dial: unreachable, now rather than never.
+                    let _ = reply.send(None);
+                    return;
+                }
+                self.conn_waiters.entry(peer).or_default().push(reply);
                 self.links.want(peer, |p| gossip.record(&p).map(|r| r.addr));
             }
             ApiCommand::Bandwidth(reply) => {
