@@ -67,13 +67,18 @@ pub(crate) fn collectives_large(
     topology_name: &str,
     max_mib: u64,
     nodes_per_cluster: usize,
+    collectives: &[overlay::bench::collectives_large::Collective],
 ) -> anyhow::Result<serde_json::Value> {
     use overlay::bench::collectives_large as bench;
     let opts = bench::Options {
         topology: topology(topology_name)?,
         nodes_per_cluster,
         max_bytes: max_mib.saturating_mul(1 << 20),
-        collectives: bench::Collective::ALL.to_vec(),
+        collectives: if collectives.is_empty() {
+            bench::Collective::ALL.to_vec()
+        } else {
+            collectives.to_vec()
+        },
     };
     let outcome = bench::run(&opts, &progress)?;
     std::fs::create_dir_all(&cli.out)?;

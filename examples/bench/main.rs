@@ -9,7 +9,7 @@
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
 //! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--contenders default,single-tree,store-and-forward]
 //! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--nodes-per-cluster N]
-//! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N]
+//! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives allreduce,scatter,gather]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
 //!
@@ -161,6 +161,10 @@ enum What {
         /// Nodes started in every cluster.
         #[arg(long, default_value_t = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER)]
         nodes_per_cluster: usize,
+        /// The collectives to measure, comma-separated (allreduce, scatter, gather); all
+        /// of them unless told. The online-tuning run comes with scatter.
+        #[arg(long, value_delimiter = ',', value_parser = collective)]
+        collectives: Vec<overlay::bench::collectives_large::Collective>,
     },
     /// Everything above; writes docs/BENCHMARKS.md and the plots, carrying over the
     /// sections of the old report marked as kept (figures from runs `all` does not make).
@@ -173,6 +177,13 @@ fn contender(name: &str) -> Result<overlay::bench::large::Contender, String> {
         let names: Vec<&str> = Contender::ALL.iter().map(|c| c.name()).collect();
         format!("no contender {name:?}; there are {}", names.join(", "))
     })
+}
+
+fn collective(name: &str) -> Result<overlay::bench::collectives_large::Collective, String> {
+    use overlay::bench::collectives_large::Collective;
+    let names: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
+    (Collective::ALL.into_iter().find(|c| c.name() == name))
+        .ok_or_else(|| format!("no collective {name:?}; there are {}", names.join(", ")))
 }
 
 fn topology(name: &str) -> anyhow::Result<Topology> {
@@ -340,11 +351,13 @@ fn main() -> anyhow::Result<()> {
             topology,
             max_mib,
             nodes_per_cluster,
+            collectives,
         } => vec![collectives_large(
             &cli,
             &topology,
             max_mib,
             nodes_per_cluster,
+            &collectives,
         )?],
         What::All => {
             // The real-QUIC Fig. 5 first and alone: it times sub-millisecond hops, which
@@ -366,7 +379,7 @@ fn main() -> anyhow::Result<()> {
                     let large = large(&cli, nodes, usize::MAX, "das-4", "VU", &[])?;
                     let crossover = crossover(&cli, "das-4", "VU", 64, nodes)?;
                     let per_cluster = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER;
-                    let allreduce = collectives_large(&cli, "das-4", 16, per_cluster)?;
+                    let allreduce = collectives_large(&cli, "das-4", 16, per_cluster, &[])?;
                     Ok::<_, anyhow::Error>([large, crossover, allreduce])
                 });
                 let first = fig5(&cli).and_then(|f| Ok(vec![f, collectives(&cli)?]));

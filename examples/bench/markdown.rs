@@ -266,9 +266,20 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
     md
 }
 
-/// The large-allreduce section: how to run it, the table, the decision table, the plot.
+/// The large-collectives section: how to run it, the tables, the decision tables, the
+/// online-tuning run, the plot.
 pub(crate) fn collectives_large_section(o: &overlay::bench::collectives_large::Outcome) -> String {
     use overlay::bench::collectives_large_report as report;
+    let tuning = if o.tuning.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "Online tuning: default scatters of 2 MiB from the root; after the second, every \
+             link between two clusters other than the root's slows to 5% of its rate, told to \
+             nobody, and the next calls follow at once:\n\n{}\n",
+            report::tuning_markdown(o)
+        )
+    };
     format!(
         "## Large collectives: the algorithm chosen on the measured network\n\n\
          `cargo run --release --example bench -- collectives-large` (das-4, {} nodes, every \
@@ -278,15 +289,12 @@ pub(crate) fn collectives_large_section(o: &overlay::bench::collectives_large::O
          forced. Best contender: the fastest of the forced algorithms other than ours \
          (clustered, relayed); best candidate: the fastest of every algorithm the default \
          could pick.\n\n{}\n\
-         The planners' decision tables after the run (default calls only):\n\n{}\n\
-         Online tuning: default scatters of 2 MiB from the root; after the second, every \
-         link between two clusters other than the root's slows to 5% of its rate, told to \
-         nobody, and the next calls follow at once:\n\n{}\n\
+         The planners' decision tables after the run (default calls only):\n\n{}\n{}\
          ![large collectives completion]({})\n\n",
         o.nodes,
         report::tables(o),
         report::table_markdown(&o.table),
-        report::tuning_markdown(o),
+        tuning,
         overlay::bench::collectives_large::SVG
     )
 }

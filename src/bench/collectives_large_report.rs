@@ -129,17 +129,24 @@ pub fn tuning_markdown(o: &Outcome) -> String {
 
 /// The report printed by `bench collectives-large`.
 pub fn text(o: &Outcome) -> String {
-    format!(
-        "collectives-large on {} ({} nodes), {:.0} s wall\n{}\nThe planners' decision tables (default calls only):\n{}\nOnline tuning (default scatters of {} from the root; then the links between the other clusters slow to {}% of their rate):\n{}",
+    let mut out = format!(
+        "collectives-large on {} ({} nodes), {:.0} s wall\n{}\nThe planners' decision tables (default calls only):\n{}",
         o.topology,
         o.nodes,
         o.wall_s,
         tables(o),
         table_markdown(&o.table),
-        size_label(super::collectives_large::TUNING_BYTES),
-        super::collectives_large::TUNING_SLOWED * 100.0,
-        tuning_markdown(o)
-    )
+    );
+    if !o.tuning.is_empty() {
+        let _ = write!(
+            out,
+            "\nOnline tuning (default scatters of {} from the root; then the links between the other clusters slow to {}% of their rate):\n{}",
+            size_label(super::collectives_large::TUNING_BYTES),
+            super::collectives_large::TUNING_SLOWED * 100.0,
+            tuning_markdown(o)
+        );
+    }
+    out
 }
 
 /// Completion time against size: every allreduce contender, and the default and direct
