@@ -5,8 +5,10 @@
 //! The sender is the connection's authenticated peer. A transfer someone already waits
 //! for is handed over as soon as its last byte is in; one nobody waits for yet (it came
 //! before the receiver reached that step) is kept, up to [`UNCLAIMED_LIMIT`] bytes in all
-//! and for [`KEEP`]; beyond the limit the stream is stopped and the sender sees an error,
-//! so a peer cannot grow a node's memory with transfers nobody asked for.
+//! (counted from the header on, before the bytes are read) and for [`KEEP`]; beyond the
+//! limit, or for an operation this node has finished, the stream is stopped and the
+//! sender sees an error, so a peer cannot grow a node's memory with transfers nobody
+//! asked for.
 
 use super::frame::write_frame;
 use crate::proto::{BulkHeader, NodeId, Packet};
@@ -15,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use tracing::{debug, warn};
+use tracing::debug;
 
 /// The largest single transfer.
 pub const MAX_TRANSFER: u64 = 1 << 30;
@@ -37,7 +39,10 @@ enum Slot {
 #[derive(Default)]
 struct Inner {
     slots: HashMap<Key, Slot>,
+    /// Bytes kept or being read for transfers nobody waits for.
     unclaimed: usize,
+    /// Operations finished or abandoned, and when: late transfers for them are refused.
+    forgotten: HashMap<u64, Instant>,
 }
 
 /// Where transfers arrive; shared by a node's connection tasks and its API handles.
@@ -74,11 +79,58 @@ impl Mailbox {
         true
     }
 
-    /// Whether a transfer of `len` bytes for `key` would be taken now.
-    pub fn has_room(&self, key: &Key, len: u64) -> bool {
-        let inner = self.inner.lock().expect("not poisoned");
-        matches!(inner.slots.get(key), Some(Slot::Waiting(_)))
-            || inner.unclaimed as u64 + len <= UNCLAIMED_LIMIT as u64
+    /// Makes room for a transfer of `len` bytes for `key` about to be read: nothing to
+    /// reserve if someone waits for it, else `len` counted against the limit until
+    /// [`Mailbox::post_reserved`] or [`Mailbox::release`]. `None`: refused (no room, or
+    /// its operation is over).
+    pub fn reserve(&self, key: &Key, len: u64) -> Option<usize> {
+        let mut inner = self.inner.lock().expect("not poisoned");
+        inner.prune(Instant::now());
+        if inner.forgotten.contains_key(&key.0) {
+            return None;
+        }
+        if matches!(inner.slots.get(key), Some(Slot::Waiting(_))) {
+            return Some(0);
+        }
+        let len = usize::try_from(len).ok()?;
+        if inner.unclaimed.checked_add(len)? > UNCLAIMED_LIMIT {
+            return None;
+        }
+        inner.unclaimed += len;
+        Some(len)
+    }
+
+    /// Posts a transfer read under a reservation of `reserved` bytes.
+    pub fn post_reserved(&self, key: Key, bytes: Bytes, reserved: usize) {
+        let mut inner = self.inner.lock().expect("not poisoned");
+        inner.unclaimed -= reserved;
+        if inner.forgotten.contains_key(&key.0) {
+            return;
+        }
+        if let Some(Slot::Waiting(_)) = inner.slots.get(&key) {
+            let Some(Slot::Waiting(tx)) = inner.slots.remove(&key) else {
+                unreachable!("just looked");
+            };
+            let _ = tx.send(bytes);
+            return;
+        }
+        // Within the reservation just released, so within the limit.
+        inner.unclaimed += bytes.len();
+        let old = inner.slots.insert(
+            key,
+            Slot::Ready {
+                bytes,
+                at: Instant::now(),
+            },
+        );
+        if let Some(Slot::Ready { bytes: old, .. }) = old {
+            inner.unclaimed -= old.len();
+        }
+    }
+
+    /// Gives back a reservation whose transfer failed.
+    pub fn release(&self, reserved: usize) {
+        self.inner.lock().expect("not poisoned").unclaimed -= reserved;
     }
 
     /// The bytes of `key` once they are in.
@@ -100,6 +152,7 @@ impl Mailbox {
     /// Forgets everything of operation `op` (a finished or abandoned attempt).
     pub fn forget(&self, op: u64) {
         let mut inner = self.inner.lock().expect("not poisoned");
+        inner.forgotten.insert(op, Instant::now());
         let mut freed = 0;
         inner.slots.retain(|k, s| {
             if k.0 != op {
@@ -131,6 +184,8 @@ impl Inner {
             _ => true,
         });
         self.unclaimed -= freed;
+        self.forgotten
+            .retain(|_, at| now.duration_since(*at) <= KEEP);
     }
 }
 
@@ -142,21 +197,27 @@ pub async fn receive(
     mut recv: quinn::RecvStream,
 ) {
     let key = (header.op, peer, header.tag);
-    if header.len > MAX_TRANSFER || !mailbox.has_room(&key, header.len) {
-        warn!(peer = %peer, len = header.len, "refused a transfer: too large or no room");
+    let reserved = match header.len > MAX_TRANSFER {
+        true => None,
+        false => mailbox.reserve(&key, header.len),
+    };
+    let Some(reserved) = reserved else {
+        debug!(peer = %peer, len = header.len, "refused a transfer: too large, no room, or over");
         let _ = recv.stop(STOP_REFUSED.into());
         return;
-    }
+    };
     match recv.read_to_end(header.len as usize).await {
         Ok(bytes) if bytes.len() as u64 == header.len => {
-            if !mailbox.post(key, Bytes::from(bytes)) {
-                warn!(peer = %peer, len = header.len, "dropped a transfer: no room");
-            }
+            mailbox.post_reserved(key, Bytes::from(bytes), reserved);
         }
         Ok(bytes) => {
+            mailbox.release(reserved);
             debug!(peer = %peer, got = bytes.len(), want = header.len, "transfer cut short")
         }
-        Err(e) => debug!(peer = %peer, error = %e, "transfer failed"),
+        Err(e) => {
+            mailbox.release(reserved);
+            debug!(peer = %peer, error = %e, "transfer failed")
+        }
     }
 }
 
@@ -227,13 +288,28 @@ mod tests {
         let big = Bytes::from(vec![0u8; UNCLAIMED_LIMIT]);
         assert!(m.post(key(2, 1), big));
         assert!(!m.post(key(2, 2), Bytes::from_static(b"x")));
-        assert!(!m.has_room(&key(2, 3), 1));
+        assert!(m.reserve(&key(2, 3), 1).is_none());
         // A waiter is always served.
         let w = m.take(key(2, 4));
-        assert!(m.has_room(&key(2, 4), 1));
+        assert_eq!(m.reserve(&key(2, 4), 1), Some(0));
         assert!(m.post(key(2, 4), Bytes::from_static(b"y")));
         assert!(w.await.is_ok());
         m.forget(2);
         assert_eq!(m.unclaimed(), 0);
+        // A reservation counts until posted or released; a forgotten operation takes nothing.
+        let r = m.reserve(&key(3, 1), 10).expect("room");
+        assert_eq!(m.unclaimed(), 10);
+        m.post_reserved(key(3, 1), Bytes::from(vec![1u8; 10]), r);
+        assert_eq!(m.unclaimed(), 10);
+        let r = m
+            .reserve(&key(3, 2), UNCLAIMED_LIMIT as u64 - 10)
+            .expect("room");
+        assert!(
+            m.reserve(&key(3, 3), 1).is_none(),
+            "reserved room is not given twice"
+        );
+        m.release(r);
+        assert_eq!(m.unclaimed(), 10);
+        assert!(m.reserve(&key(2, 9), 1).is_none(), "operation 2 is over");
     }
 }

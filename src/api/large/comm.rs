@@ -65,12 +65,17 @@ impl<'a> Comm<'a> {
             .clone();
         let _permit = window.acquire().await.expect("never closed");
         let conn = self.connection(to).await?;
-        let sent = crate::net::bulk::send(&conn, to, self.op, tag, bytes).await;
-        if sent.is_err() {
-            // Perhaps a stale connection: ask the driver afresh next time.
-            self.shared.conns.lock().expect("not poisoned").remove(&to);
+        let sent = crate::net::bulk::send(&conn, to, self.op, tag, bytes.clone()).await;
+        if sent.is_ok() {
+            return Ok(());
         }
-        sent.map_err(|e| self.error(e))
+        // Perhaps a stale connection: once more on the one the driver has now (the
+        // receiver keeps one copy per key, so a duplicate is harmless).
+        self.shared.conns.lock().expect("not poisoned").remove(&to);
+        let conn = self.connection(to).await?;
+        crate::net::bulk::send(&conn, to, self.op, tag, bytes)
+            .await
+            .map_err(|e| self.error(e))
     }
 
     /// Sends the same bytes to several peers at once.

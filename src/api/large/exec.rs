@@ -62,6 +62,7 @@ async fn chunk(
         add(comm, plan, &mut acc, &got)?;
         partial = Bytes::from(acc);
     }
+    let want = range.len();
     let result = if let Some(to) = r.reduce_to {
         comm.send(to, tag(Phase::ReduceChain, n), partial).await?;
         let from = r
@@ -80,17 +81,33 @@ async fn chunk(
                     .map(|p| comm.recv(*p, tag(Phase::ReduceWide, n))),
             )
             .await?;
-            let mut acc = partial.to_vec();
-            for g in got {
-                add(comm, plan, &mut acc, &g)?;
+            // Combined in cluster order, whoever owns the chunk: every owner of a
+            // hierarchical plan then gets the same bits (float sums depend on the order).
+            let mut parts = got.into_iter();
+            let mut acc: Option<Vec<u8>> = None;
+            for g in 0..plan.groups.len() {
+                let next = if g == r.group {
+                    partial.clone()
+                } else {
+                    parts
+                        .next()
+                        .ok_or_else(|| comm.error("a partial is missing"))?
+                };
+                match acc.as_mut() {
+                    None => acc = Some(next.to_vec()),
+                    Some(a) => add(comm, plan, a, &next)?,
+                }
             }
-            Ok(Bytes::from(acc))
+            Ok(Bytes::from(acc.unwrap_or_default()))
         };
         let ((), result) = futures::try_join!(send, get)?;
         comm.send_all(&r.result_to, tag(Phase::GatherWide, n), &result)
             .await?;
         result
     };
+    if result.len() != want {
+        return Err(comm.error("a result chunk of the wrong length"));
+    }
     if let Some(to) = r.gather_to {
         comm.send(to, tag(Phase::GatherChain, n), result.clone())
             .await?;
@@ -144,6 +161,9 @@ async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
         }
         None => Bytes::from(acc),
     };
+    if result.len() != input.len() {
+        return Err(comm.error("a result of the wrong length"));
+    }
     comm.send_all(&children, down, &result).await?;
     Ok(result.to_vec())
 }

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tracing::{debug, info};
 
+/// How long a control message may take to reach a participant.
+const CONTROL_SEND: Duration = Duration::from_secs(5);
 /// How often the planner looks for lost participants.
 const WATCH: Duration = Duration::from_millis(100);
 /// How long a reported failure may wait for the failure detector to name a lost member
@@ -33,12 +35,22 @@ pub async fn run(
     options: &BulkOptions,
 ) -> Result<u32, NodeError> {
     let expected = node.live_members();
-    let (mut members, refused, lens) = rendezvous(node, comm, job, options, &expected).await;
+    let (mut members, mut refused, lens) = rendezvous(node, comm, job, options, &expected).await;
+    // Expected callers that did not make it are told, so they do not wait for a plan.
+    for m in &expected {
+        if !members.contains(m) && !refused.iter().any(|(r, _)| r == m) && node.is_live(*m) {
+            refused.push((*m, "left out of the operation (not ready in time)".into()));
+        }
+    }
     for (m, why) in &refused {
-        let msg = Control::Refused(why.clone());
-        let _ = comm
-            .send(*m, control::plan(0), Bytes::from(msg.encode()))
-            .await;
+        let msg = Bytes::from(Control::Refused(why.clone()).encode());
+        tell(comm, &[*m], control::plan(0), &msg).await;
+    }
+    if !members.contains(&node.id) {
+        let e = comm.error("the planner's own call was not ready in time");
+        let msg = Bytes::from(Control::Refused(e.to_string()).encode());
+        tell(comm, &members, control::plan(0), &msg).await;
+        return Err(e);
     }
     let mut attempt = 0;
     loop {
@@ -59,7 +71,7 @@ pub async fn run(
             Ok(m) => m,
             Err(e) => {
                 let msg = Bytes::from(Control::Refused(e.to_string()).encode());
-                let _ = comm.send_all(&members, control::plan(attempt), &msg).await;
+                tell(comm, &members, control::plan(attempt), &msg).await;
                 return Err(e);
             }
         };
@@ -73,9 +85,14 @@ pub async fn run(
         );
         let started = Instant::now();
         let msg = Bytes::from(plan.encode());
-        comm.send_all(&members, control::plan(attempt), &msg)
-            .await?;
-        match watch(node, comm, &members, attempt).await {
+        let unreached = tell(comm, &members, control::plan(attempt), &msg).await;
+        let watched = if unreached.is_empty() {
+            watch(node, comm, &members, attempt).await
+        } else {
+            // A participant the plan cannot reach is as good as lost.
+            Watched::Lost(unreached)
+        };
+        match watched {
             Watched::Done => {
                 let elapsed = started.elapsed().as_secs_f64();
                 if options.algorithm.is_none() {
@@ -83,8 +100,7 @@ pub async fn run(
                     tuner.record(collective, bytes, algorithm, elapsed);
                 }
                 let commit = Bytes::from(Control::Commit { attempt }.encode());
-                comm.send_all(&members, control::commit(attempt), &commit)
-                    .await?;
+                tell(comm, &members, control::commit(attempt), &commit).await;
                 return Ok(attempt + 1);
             }
             Watched::Lost(lost) => {
@@ -95,16 +111,32 @@ pub async fn run(
                 );
                 members.retain(|m| !lost.contains(m));
                 attempt += 1;
+                if !members.contains(&node.id) {
+                    return Err(comm.error("the planner lost its own part"));
+                }
             }
             Watched::Failed(reason) => {
                 let msg = Bytes::from(Control::Refused(reason.clone()).encode());
-                let _ = comm
-                    .send_all(&members, control::plan(attempt + 1), &msg)
-                    .await;
+                tell(comm, &members, control::plan(attempt + 1), &msg).await;
                 return Err(comm.error(reason));
             }
         }
     }
+}
+
+/// Sends a control message to every one of `to` at once, each given [`CONTROL_SEND`]
+/// (a crashed member must not hold the others up); returns those not reached.
+async fn tell(comm: &Comm<'_>, to: &[NodeId], tag: u32, msg: &Bytes) -> Vec<NodeId> {
+    let sends = to.iter().map(|m| async move {
+        let sent = tokio::time::timeout(CONTROL_SEND, comm.send(*m, tag, msg.clone())).await;
+        (*m, matches!(sent, Ok(Ok(()))))
+    });
+    let results = futures::future::join_all(sends).await;
+    results
+        .into_iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(m, _)| m)
+        .collect()
 }
 
 /// The plan of one attempt: (collective, bytes, the plan message, the algorithm).

@@ -171,6 +171,22 @@ impl Node {
             if !summary.members.contains(&self.id) {
                 return Err(ctl.error("left out of the operation (not ready in time)"));
             }
+            let checked = match &msg {
+                Control::Plan(p) => p.check(self.id),
+                Control::RoutePlan(p) => p.check(self.id),
+                _ => Ok(()),
+            };
+            if let Err(e) = checked {
+                let failed = Bytes::from(
+                    Control::Failed {
+                        attempt,
+                        reason: e.to_string(),
+                    }
+                    .encode(),
+                );
+                let _ = ctl.send(planner, control::done(attempt), failed).await;
+                return Err(ctl.error(e));
+            }
             let data = Comm::new(self, attempt_operation(ctl.op, attempt), "");
             let next = self.control(ctl, planner, control::plan(attempt + 1));
             tokio::pin!(next);

@@ -13,6 +13,7 @@
 //! so every transfer of one attempt has its own key and a retry (a new attempt, a new
 //! operation number) never meets the bytes of an abandoned one.
 
+pub mod check;
 pub mod combine;
 pub mod model;
 pub mod paths;
@@ -266,7 +267,9 @@ pub mod control {
 }
 
 /// The operation number of a call: the name and how many calls with that name this node
-/// made before (every participant makes the same calls), so reusing a name is safe.
+/// made before, so reusing a name is safe as long as every participant made the same
+/// calls with it (a node that joined later counts from zero: elastic applications give
+/// each step its own name).
 pub fn operation(name: &str, call: u64) -> u64 {
     // FNV-1a: stable across builds and platforms, which `DefaultHasher` is not.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

@@ -59,6 +59,8 @@ pub fn chunks(plan: &BulkPlan) -> Vec<Chunk> {
 /// One participant's part in one chunk (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChunkRoute {
+    /// This node's group (partials are combined in group order).
+    pub group: usize,
     /// Where the partial sum comes from along the chain (none: this node starts it).
     pub reduce_from: Option<NodeId>,
     /// Where it goes next (none: this node is the gateway).
@@ -114,7 +116,10 @@ pub fn chunk_route(plan: &BulkPlan, me: NodeId, chunk: &Chunk) -> Option<ChunkRo
     let gate = gateway_at(plan, g, chunk.share);
     // Position along the reduce chain: gate+1, ..., gate+k-1, gate.
     let along = (pos + k - gate - 1) % k;
-    let mut r = ChunkRoute::default();
+    let mut r = ChunkRoute {
+        group: g,
+        ..ChunkRoute::default()
+    };
     if along > 0 {
         r.reduce_from = Some(member(plan, g, pos + k - 1));
     }

@@ -108,6 +108,7 @@ impl Tuner {
         {
             // The network changed under us: what the others measured is stale.
             e.measured_s.retain(|a, _| *a == algorithm);
+            e.measured_under_s.retain(|a, _| *a == algorithm);
         }
         e.measured_s.insert(algorithm, seconds);
         if let Some(p) = e.predicted_s.get(&algorithm) {

@@ -1,0 +1,207 @@
+//! Checks of a plan that came from the network, before anything is indexed by it: a plan
+//! is the planner's word, and a planner holding the token may still be buggy or hostile.
+
+use super::{Algorithm, BulkPlan, RoutePlan, TAG_NUMBERS};
+use crate::proto::NodeId;
+
+/// The most chunks (or ring steps) one plan may ask a node to handle.
+pub const MAX_CHUNKS: u64 = 1 << 20;
+/// The largest vector or piece a plan may name, bytes.
+pub const MAX_BYTES: u64 = 1 << 34;
+
+/// Why a plan was not followed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("a malformed plan: {0}")]
+pub struct BadPlan(pub &'static str);
+
+fn sorted_with(members: &[NodeId], me: NodeId) -> Result<(), BadPlan> {
+    if !members.windows(2).all(|w| w[0] < w[1]) {
+        return Err(BadPlan("members not sorted or repeated"));
+    }
+    if members.binary_search(&me).is_err() {
+        return Err(BadPlan("this node is not a member"));
+    }
+    Ok(())
+}
+
+impl BulkPlan {
+    /// Whether `me` can follow this plan without indexing out of range.
+    pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
+        sorted_with(&self.members, me)?;
+        let n = self.members.len();
+        let bytes = self.len.saturating_mul(self.elem.size() as u64);
+        if bytes > MAX_BYTES {
+            return Err(BadPlan("vector too large"));
+        }
+        let mut seen = vec![false; n];
+        for g in &self.groups {
+            if g.is_empty() {
+                return Err(BadPlan("an empty group"));
+            }
+            for &i in g {
+                match seen.get_mut(i as usize) {
+                    Some(s) if !*s => *s = true,
+                    _ => return Err(BadPlan("a group index out of range or repeated")),
+                }
+            }
+        }
+        if seen.iter().any(|s| !s) {
+            return Err(BadPlan("a member in no group"));
+        }
+        let chunks = match self.algorithm {
+            Algorithm::Clustered => {
+                if self.shares.len() != self.groups.len()
+                    || self.shares.iter().try_fold(0u64, |a, s| a.checked_add(*s)) != Some(self.len)
+                {
+                    return Err(BadPlan("shares do not add up to the vector"));
+                }
+                if self.chunk == 0 {
+                    return Err(BadPlan("a zero chunk"));
+                }
+                self.len / self.chunk + self.groups.len() as u64
+            }
+            Algorithm::Hierarchical => {
+                if self.chunk == 0 {
+                    return Err(BadPlan("a zero chunk"));
+                }
+                self.len / self.chunk + 1
+            }
+            Algorithm::Ring => 2 * n as u64,
+            Algorithm::Tree => 1,
+            Algorithm::Relayed | Algorithm::Direct => {
+                return Err(BadPlan("not an allreduce algorithm"));
+            }
+        };
+        if chunks > MAX_CHUNKS.min(u64::from(TAG_NUMBERS)) {
+            return Err(BadPlan("too many chunks"));
+        }
+        Ok(())
+    }
+}
+
+impl RoutePlan {
+    /// Whether `me` can follow this plan without indexing out of range.
+    pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
+        sorted_with(&self.members, me)?;
+        let n = self.members.len();
+        if self.members.binary_search(&self.root).is_err() {
+            return Err(BadPlan("the root is not a member"));
+        }
+        if self.sizes.len() != n || self.paths.len() != n {
+            return Err(BadPlan("sizes or paths do not match the members"));
+        }
+        if self.chunk == 0 {
+            return Err(BadPlan("a zero chunk"));
+        }
+        let mut total_chunks = 0u64;
+        for (m, (size, paths)) in self.sizes.iter().zip(&self.paths).enumerate() {
+            if *size > MAX_BYTES {
+                return Err(BadPlan("a piece too large"));
+            }
+            let step = self.chunk.min(*size).max(1);
+            let want = if self.members[m] == self.root {
+                0
+            } else {
+                size.div_ceil(step)
+            };
+            if paths.len() as u64 != want {
+                return Err(BadPlan("a piece's chunk count does not match its size"));
+            }
+            total_chunks += want;
+            if paths.iter().flatten().any(|i| *i as usize >= n) {
+                return Err(BadPlan("a path through a member out of range"));
+            }
+        }
+        if total_chunks > MAX_CHUNKS.min(u64::from(TAG_NUMBERS)) {
+            return Err(BadPlan("too many chunks"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::bulk::paths::Direction;
+    use crate::proto::bulk::{Elem, ReduceOp};
+
+    fn ids(n: u64) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = (0..n).map(|i| NodeId::from_seed(5, i)).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn bogus_allreduce_plans_are_refused_and_good_ones_pass() {
+        let members = ids(4);
+        let good = BulkPlan {
+            attempt: 0,
+            algorithm: Algorithm::Clustered,
+            members: members.clone(),
+            missing: Vec::new(),
+            groups: vec![vec![0, 1], vec![2, 3]],
+            shares: vec![60, 40],
+            len: 100,
+            elem: Elem::F32,
+            op: ReduceOp::Sum,
+            chunk: 10,
+            predicted_s: 1.0,
+        };
+        assert_eq!(good.check(members[0]), Ok(()));
+        assert!(good.check(NodeId::from_seed(6, 1)).is_err(), "not a member");
+        let bad = |f: fn(&mut BulkPlan)| {
+            let mut p = good.clone();
+            f(&mut p);
+            p.check(members[0])
+        };
+        assert!(bad(|p| p.groups = vec![vec![0, 1], vec![]]).is_err());
+        assert!(bad(|p| p.groups = vec![vec![0, 1], vec![2, 9]]).is_err());
+        assert!(bad(|p| p.groups = vec![vec![0, 1], vec![1, 2, 3]]).is_err());
+        assert!(bad(|p| p.groups = vec![vec![0, 1], vec![2]]).is_err());
+        assert!(bad(|p| p.shares = vec![60, 41]).is_err());
+        assert!(bad(|p| p.shares = vec![u64::MAX, 41]).is_err());
+        assert!(bad(|p| p.chunk = 0).is_err());
+        assert!(bad(|p| p.members.swap(0, 1)).is_err());
+        assert!(bad(|p| p.len = u64::MAX).is_err());
+        assert!(
+            bad(|p| {
+                p.len = 1 << 30;
+                p.shares = vec![1 << 29, 1 << 29];
+                p.chunk = 1
+            })
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn bogus_route_plans_are_refused_and_good_ones_pass() {
+        let members = ids(3);
+        let good = RoutePlan {
+            attempt: 0,
+            direction: Direction::Scatter,
+            algorithm: Algorithm::Relayed,
+            root: members[0],
+            members: members.clone(),
+            missing: Vec::new(),
+            sizes: vec![5, 25, 0],
+            chunk: 10,
+            paths: vec![vec![], vec![vec![], vec![2], vec![]], vec![]],
+            predicted_s: 1.0,
+        };
+        assert_eq!(good.check(members[1]), Ok(()));
+        let bad = |f: fn(&mut RoutePlan)| {
+            let mut p = good.clone();
+            f(&mut p);
+            p.check(members[1])
+        };
+        assert!(
+            bad(|p| p.paths[1].push(vec![])).is_err(),
+            "a chunk too many"
+        );
+        assert!(bad(|p| p.paths[1][1] = vec![7]).is_err());
+        assert!(bad(|p| p.sizes.pop().map(drop).unwrap_or(())).is_err());
+        assert!(bad(|p| p.root = NodeId::from_seed(6, 6)).is_err());
+        assert!(bad(|p| p.sizes[2] = u64::MAX).is_err());
+        assert!(bad(|p| p.chunk = 0).is_err());
+    }
+}
