@@ -284,6 +284,21 @@ async fn tuning(
     Ok(out)
 }
 
+/// What a contender's calls ask for: the algorithm forced (none for the default), and for
+/// the static hierarchy the topology file's clusters.
+fn options_for(contender: Contender, file_groups: &[Vec<NodeId>]) -> BulkOptions {
+    BulkOptions {
+        algorithm: match contender {
+            Contender::Default => None,
+            Contender::Forced(a) => Some(a),
+        },
+        groups: (contender == Contender::Forced(Algorithm::Hierarchical))
+            .then(|| file_groups.to_vec()),
+        timeout: Duration::from_secs(900),
+        ..BulkOptions::default()
+    }
+}
+
 /// Node `i`'s value at `j`: small integers, so f32 sums are exact in any order.
 fn value(i: usize, j: usize) -> f32 {
     ((i + 1) * (j % 5)) as f32
@@ -300,16 +315,7 @@ async fn all_reduce(
 ) -> anyhow::Result<(Algorithm, f64, f64)> {
     let len = (bytes / 4) as usize;
     let n = nodes.len();
-    let options = BulkOptions {
-        algorithm: match contender {
-            Contender::Default => None,
-            Contender::Forced(a) => Some(a),
-        },
-        groups: (contender == Contender::Forced(Algorithm::Hierarchical))
-            .then(|| file_groups.to_vec()),
-        timeout: Duration::from_secs(900),
-        ..BulkOptions::default()
-    };
+    let options = options_for(contender, file_groups);
     let start = Instant::now();
     let calls = nodes.iter().enumerate().map(|(i, node)| {
         let (node, options, name) = (node.clone(), options.clone(), name.to_string());
@@ -363,16 +369,7 @@ async fn routed(
     let n = nodes.len();
     let each = (bytes / n as u64) as usize;
     let root = nodes[0].id();
-    let options = BulkOptions {
-        algorithm: match contender {
-            Contender::Default => None,
-            Contender::Forced(a) => Some(a),
-        },
-        groups: (contender == Contender::Forced(Algorithm::Hierarchical))
-            .then(|| file_groups.to_vec()),
-        timeout: Duration::from_secs(900),
-        ..BulkOptions::default()
-    };
+    let options = options_for(contender, file_groups);
     let ids: Vec<NodeId> = nodes.iter().map(Node::id).collect();
     let start = Instant::now();
     let calls = nodes.iter().enumerate().map(|(i, node)| {

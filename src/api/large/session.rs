@@ -72,6 +72,17 @@ struct Summary {
     predicted_s: f64,
 }
 
+impl Summary {
+    fn of(members: &[NodeId], missing: &[NodeId], algorithm: Algorithm, predicted_s: f64) -> Self {
+        Summary {
+            members: members.to_vec(),
+            missing: missing.to_vec(),
+            algorithm,
+            predicted_s,
+        }
+    }
+}
+
 impl Node {
     pub(crate) async fn run_bulk(
         &self,
@@ -148,21 +159,11 @@ impl Node {
             let (attempt, summary) = match &msg {
                 Control::Plan(p) => (
                     p.attempt,
-                    Summary {
-                        members: p.members.clone(),
-                        missing: p.missing.clone(),
-                        algorithm: p.algorithm,
-                        predicted_s: p.predicted_s,
-                    },
+                    Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s),
                 ),
                 Control::RoutePlan(p) => (
                     p.attempt,
-                    Summary {
-                        members: p.members.clone(),
-                        missing: p.missing.clone(),
-                        algorithm: p.algorithm,
-                        predicted_s: p.predicted_s,
-                    },
+                    Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s),
                 ),
                 Control::Refused(reason) => return Err(ctl.error(reason)),
                 other => return Err(ctl.error(format!("unexpected {other:?}"))),
