@@ -120,6 +120,70 @@ async fn every_algorithm_gives_every_node_the_exact_sum() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_reduces_to_the_root_alone_exactly() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let n = overlay.nodes.len();
+    let len = 100_000;
+    let want = expected(&(0..n).collect::<Vec<_>>(), len);
+    // A root that is not the smallest id, so it is not the allreduce planner either.
+    let mut by_id: Vec<usize> = (0..n).collect();
+    by_id.sort_by_key(|i| overlay.nodes[*i].id());
+    let root_at = by_id[n / 2];
+    let root = overlay.nodes[root_at].id();
+    let choices = [
+        None,
+        Some(Algorithm::Clustered),
+        Some(Algorithm::Hierarchical),
+        Some(Algorithm::Ring),
+        Some(Algorithm::Tree),
+    ];
+    for algorithm in choices {
+        let start = Instant::now();
+        let calls = overlay.nodes.iter().enumerate().map(|(i, node)| {
+            let node = node.clone();
+            async move {
+                let mut data = vector(i, len);
+                let options = BulkOptions {
+                    algorithm,
+                    timeout: Duration::from_secs(120),
+                    ..BulkOptions::default()
+                };
+                let report = node
+                    .reduce_slice_with("to-root", root, &mut data, ReduceOp::Sum, options)
+                    .await
+                    .unwrap_or_else(|e| panic!("node {i}: {e}"));
+                (data, report)
+            }
+        });
+        let out = futures::future::join_all(calls).await;
+        let took = start.elapsed();
+        for (i, (data, report)) in out.iter().enumerate() {
+            assert_eq!(report.contributors.len(), n, "node {i}: {report:?}");
+            if let Some(a) = algorithm {
+                assert_eq!(report.algorithm, a);
+            }
+            if i == root_at {
+                assert!(data == &want, "the root got a wrong sum with {algorithm:?}");
+            } else {
+                assert!(data == &vector(i, len), "node {i}'s vector changed");
+            }
+        }
+        println!(
+            "reduce {:<12} {len} x f32 on {n} nodes: {took:?} (ran {})",
+            algorithm.map_or("default", Algorithm::name),
+            out[0].1.algorithm.name()
+        );
+    }
+    let table = overlay.nodes[root_at].collective_table();
+    assert!(
+        table.iter().any(|e| e.collective == "reduce" && e.calls >= 1),
+        "the root keeps the reduce's decision table: {table:?}"
+    );
+    overlay.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_crashed_mid_allreduce_leaves_an_exact_result_over_the_named_contributors() {
     let _net = crate::common::real_network();
     let (_topo, overlay) = start_das4().await;

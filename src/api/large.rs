@@ -124,12 +124,59 @@ impl Node {
         op: ReduceOp,
         options: BulkOptions,
     ) -> Result<BulkReport, NodeError> {
+        self.reduce_call(name, None, data, op, options).await
+    }
+
+    /// Combines `data` element by element with the same-named call of every live member
+    /// and leaves the result in `root`'s `data` (the others' stay as they were). Every
+    /// member passes the same `root`; the root plans the operation.
+    ///
+    /// ```no_run
+    /// # async fn demo(node: overlay::Node, root: overlay::NodeId) -> Result<(), overlay::NodeError> {
+    /// use overlay::bulk::ReduceOp;
+    /// let mut counts = vec![1u64; 1 << 20];
+    /// let report = node.reduce_slice("histogram", root, &mut counts, ReduceOp::Sum).await?;
+    /// if node.id() == root { println!("{} summed", report.contributors.len()); }
+    /// # Ok(()) }
+    /// ```
+    pub async fn reduce_slice<T: Element>(
+        &self,
+        name: &str,
+        root: NodeId,
+        data: &mut [T],
+        op: ReduceOp,
+    ) -> Result<BulkReport, NodeError> {
+        self.reduce_slice_with(name, root, data, op, BulkOptions::default())
+            .await
+    }
+
+    /// [`Node::reduce_slice`] with options.
+    pub async fn reduce_slice_with<T: Element>(
+        &self,
+        name: &str,
+        root: NodeId,
+        data: &mut [T],
+        op: ReduceOp,
+        options: BulkOptions,
+    ) -> Result<BulkReport, NodeError> {
+        self.reduce_call(name, Some(root), data, op, options).await
+    }
+
+    async fn reduce_call<T: Element>(
+        &self,
+        name: &str,
+        root: Option<NodeId>,
+        data: &mut [T],
+        op: ReduceOp,
+        options: BulkOptions,
+    ) -> Result<BulkReport, NodeError> {
         let mut input = Vec::new();
         T::put(data, &mut input);
         let call = Call {
             elem: T::ELEM,
             len: data.len() as u64,
             op,
+            root,
         };
         let input = Bytes::from(input);
         let (out, report) = self
@@ -137,7 +184,7 @@ impl Node {
             .await?;
         match out {
             Output::Vector(v) => T::get(&v, data),
-            Output::Pieces(_) => unreachable!("an allreduce gives a vector"),
+            Output::Pieces(_) => unreachable!("a reduce gives a vector"),
         }
         Ok(report)
     }
@@ -239,12 +286,14 @@ impl Node {
     }
 }
 
-/// What an allreduce caller asks for.
+/// What an allreduce or reduce caller asks for.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Call {
     elem: Elem,
     len: u64,
     op: ReduceOp,
+    /// A reduce's root (none: an allreduce).
+    root: Option<NodeId>,
 }
 
 /// This node's piece out of a scatter's result.

@@ -34,22 +34,26 @@ async fn grouped(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<
     let size = plan.elem.size();
     let chunks = route::chunks(plan);
     let results = try_join_all(chunks.iter().map(|c| chunk(comm, plan, input, c))).await?;
-    let mut out = vec![0u8; input.len()];
+    let mut out = input.to_vec();
     for (c, bytes) in chunks.iter().zip(results) {
-        let at = c.start as usize * size;
-        out[at..at + bytes.len()].copy_from_slice(&bytes);
+        // A reduce's non-root gets nothing back: its vector stays as it was.
+        if let Some(bytes) = bytes {
+            let at = c.start as usize * size;
+            out[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
     }
     Ok(out)
 }
 
 /// One chunk: along the reduce chain, across clusters if this node is the gateway, back
-/// along the gather chain. Returns the chunk's result.
+/// along the gather chain (a reduce: to the root alone). Returns the chunk's result, if
+/// this node gets one.
 async fn chunk(
     comm: &Comm<'_>,
     plan: &BulkPlan,
     input: &Bytes,
     c: &Chunk,
-) -> Result<Bytes, NodeError> {
+) -> Result<Option<Bytes>, NodeError> {
     let r = route::chunk_route(plan, comm.me(), c)
         .ok_or_else(|| comm.error("this node is not in the plan"))?;
     let size = plan.elem.size();
@@ -65,15 +69,20 @@ async fn chunk(
     let want = range.len();
     let result = if let Some(to) = r.reduce_to {
         comm.send(to, tag(Phase::ReduceChain, n), partial).await?;
-        let from = r
-            .gather_from
-            .expect("a chain member has a predecessor back");
-        comm.recv(from, tag(Phase::GatherChain, n)).await?
+        match (r.gather_from, r.result_from) {
+            (Some(from), _) => Some(comm.recv(from, tag(Phase::GatherChain, n)).await?),
+            // A reduce's root inside a chain: the owner sends it the result.
+            (None, Some(from)) => Some(comm.recv(from, tag(Phase::GatherWide, n)).await?),
+            (None, None) => None,
+        }
     } else {
         let send = comm.send_all(&r.partial_to, tag(Phase::ReduceWide, n), &partial);
         let get = async {
             if let Some(from) = r.result_from {
-                return comm.recv(from, tag(Phase::GatherWide, n)).await;
+                return comm.recv(from, tag(Phase::GatherWide, n)).await.map(Some);
+            }
+            if !r.owner {
+                return Ok(None);
             }
             let got = try_join_all(
                 r.partials_from
@@ -98,12 +107,18 @@ async fn chunk(
                     Some(a) => add(comm, plan, a, &next)?,
                 }
             }
-            Ok(Bytes::from(acc.unwrap_or_default()))
+            Ok(Some(Bytes::from(acc.unwrap_or_default())))
         };
         let ((), result) = futures::try_join!(send, get)?;
-        comm.send_all(&r.result_to, tag(Phase::GatherWide, n), &result)
-            .await?;
-        result
+        if let Some(result) = &result {
+            comm.send_all(&r.result_to, tag(Phase::GatherWide, n), result)
+                .await?;
+        }
+        // An owner that is not a reduce's root keeps nothing.
+        result.filter(|_| plan.root.is_none_or(|root| root == comm.me()))
+    };
+    let Some(result) = result else {
+        return Ok(None);
     };
     if result.len() != want {
         return Err(comm.error("a result chunk of the wrong length"));
@@ -112,7 +127,7 @@ async fn chunk(
         comm.send(to, tag(Phase::GatherChain, n), result.clone())
             .await?;
     }
-    Ok(result)
+    Ok(Some(result))
 }
 
 async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
@@ -130,6 +145,29 @@ async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
         let t = tag(Phase::RingReduce, step as u32);
         let ((), got) = futures::try_join!(comm.send(next, t, out), comm.recv(prev, t))?;
         add(comm, plan, &mut acc[seg(i + 2 * n - step - 1)], &got)?;
+    }
+    if let Some(root) = plan.root {
+        // A reduce: every member's reduced segment (i + 1) to the root.
+        let t = tag(Phase::RingGather, 0);
+        if root != comm.me() {
+            comm.send(root, t, Bytes::copy_from_slice(&acc[seg(i + 1)]))
+                .await?;
+            return Ok(input.to_vec());
+        }
+        let others = (0..n).filter(|j| *j != i);
+        let got = try_join_all(others.map(|j| async move {
+            let bytes = comm.recv(plan.members[j], t).await?;
+            Ok::<_, NodeError>((j, bytes))
+        }))
+        .await?;
+        for (j, bytes) in got {
+            let range = seg(j + 1);
+            if bytes.len() != range.len() {
+                return Err(comm.error("a ring segment of the wrong length"));
+            }
+            acc[range].copy_from_slice(&bytes);
+        }
+        return Ok(acc);
     }
     for step in 0..n.saturating_sub(1) {
         let out = Bytes::copy_from_slice(&acc[seg(i + 1 + n - step)]);
@@ -155,6 +193,11 @@ async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
         add(comm, plan, &mut acc, &g)?;
     }
     let result = match parent {
+        Some(p) if plan.root.is_some() => {
+            // A reduce: the subtree's sum goes up, nothing comes down.
+            comm.send(p, up, Bytes::from(acc)).await?;
+            return Ok(input.to_vec());
+        }
         Some(p) => {
             comm.send(p, up, Bytes::from(acc)).await?;
             comm.recv(p, down).await?
@@ -164,6 +207,8 @@ async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
     if result.len() != input.len() {
         return Err(comm.error("a result of the wrong length"));
     }
-    comm.send_all(&children, down, &result).await?;
+    if plan.root.is_none() {
+        comm.send_all(&children, down, &result).await?;
+    }
     Ok(result.to_vec())
 }

@@ -7,7 +7,7 @@ use super::session::Job;
 use crate::api::{Node, NodeError};
 use crate::net::driver::ApiCommand;
 use crate::proto::NodeId;
-use crate::proto::bulk::model::{Network, predict, predict_all};
+use crate::proto::bulk::model::{Network, predict_all_to, predict_to};
 use crate::proto::bulk::paths::{self, Direction};
 use crate::proto::bulk::{Algorithm, BulkPlan, Control, RoutePlan, control};
 use bytes::Bytes;
@@ -154,19 +154,24 @@ fn make_plan(
     match job {
         Job::Reduce(call) => {
             let bytes = call.len * call.elem.size() as u64;
+            let collective = if call.root.is_some() {
+                "reduce"
+            } else {
+                "allreduce"
+            };
             let algorithm = match options.algorithm {
                 Some(a) => a,
                 None => {
-                    let p = predict_all(net, call.len, call.elem.size());
+                    let p = predict_all_to(net, call.len, call.elem.size(), call.root);
                     let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
                     tuner.choose(
-                        "allreduce",
+                        collective,
                         bytes,
                         p.iter().map(|p| (p.algorithm, p.seconds)),
                     )
                 }
             };
-            let prediction = predict(net, algorithm, call.len, call.elem.size());
+            let prediction = predict_to(net, algorithm, call.len, call.elem.size(), call.root);
             let plan = BulkPlan {
                 attempt,
                 algorithm,
@@ -179,8 +184,9 @@ fn make_plan(
                 op: call.op,
                 chunk: prediction.chunk,
                 predicted_s: prediction.seconds,
+                root: call.root,
             };
-            Ok(("allreduce", bytes, Control::Plan(plan), algorithm))
+            Ok((collective, bytes, Control::Plan(plan), algorithm))
         }
         Job::Route {
             direction, sizes, ..
@@ -291,13 +297,30 @@ async fn rendezvous(
 /// Whether a caller's ready fits the planner's own call; its piece's length if so.
 fn accepts(job: Job<'_>, me: NodeId, ready: &Control) -> Result<u64, String> {
     match (job, ready) {
-        (Job::Reduce(call), Control::Ready { len, elem, op, .. }) => {
-            if *len == call.len && *elem == call.elem && *op == call.op {
+        (
+            Job::Reduce(call),
+            Control::Ready {
+                len,
+                elem,
+                op,
+                root,
+                ..
+            },
+        ) => {
+            if *len == call.len && *elem == call.elem && *op == call.op && *root == call.root {
                 Ok(0)
             } else {
+                let what = |root: &Option<NodeId>| match root {
+                    Some(r) => format!("a reduce to {}", r.short()),
+                    None => "an allreduce".to_string(),
+                };
                 Err(format!(
-                    "this node called with {len} x {elem:?} {op:?}, the planner with {} x {:?} {:?}",
-                    call.len, call.elem, call.op
+                    "this node called {} with {len} x {elem:?} {op:?}, the planner {} with {} x {:?} {:?}",
+                    what(root),
+                    what(&call.root),
+                    call.len,
+                    call.elem,
+                    call.op
                 ))
             }
         }

@@ -37,6 +37,7 @@ impl Job<'_> {
                 op: c.op,
                 algorithm: options.algorithm,
                 groups: options.groups.clone(),
+                root: c.root,
             },
             Job::Route {
                 direction,
@@ -114,6 +115,7 @@ impl Node {
         let ctl = operation(name, number);
         let comm = Comm::new(self, ctl, name);
         let planner = match job {
+            Job::Reduce(Call { root: Some(root), .. }) => root,
             Job::Reduce(_) => *self.live_members().first().expect("a node counts itself"),
             Job::Route { root, .. } => root,
         };

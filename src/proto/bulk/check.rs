@@ -28,6 +28,9 @@ impl BulkPlan {
     /// Whether `me` can follow this plan without indexing out of range.
     pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
         sorted_with(&self.members, me)?;
+        if self.root.is_some_and(|r| self.members.binary_search(&r).is_err()) {
+            return Err(BadPlan("the root is not a member"));
+        }
         let n = self.members.len();
         let bytes = self.len.saturating_mul(self.elem.size() as u64);
         if bytes > MAX_BYTES {
@@ -146,8 +149,14 @@ mod tests {
             op: ReduceOp::Sum,
             chunk: 10,
             predicted_s: 1.0,
+            root: None,
         };
         assert_eq!(good.check(members[0]), Ok(()));
+        let mut reduce = good.clone();
+        reduce.root = Some(members[3]);
+        assert_eq!(reduce.check(members[0]), Ok(()));
+        reduce.root = Some(NodeId::from_seed(6, 2));
+        assert!(reduce.check(members[0]).is_err(), "a root outside the plan");
         assert!(good.check(NodeId::from_seed(6, 1)).is_err(), "not a member");
         let bad = |f: fn(&mut BulkPlan)| {
             let mut p = good.clone();

@@ -121,6 +121,8 @@ pub struct BulkPlan {
     pub chunk: u64,
     /// What the model predicted for this plan, in seconds.
     pub predicted_s: f64,
+    /// A reduce: the one member that gets the result (none: an allreduce, everyone).
+    pub root: Option<NodeId>,
 }
 
 /// What every participant of one scatter or gather attempt follows.
@@ -172,6 +174,8 @@ pub enum Control {
         op: ReduceOp,
         algorithm: Option<Algorithm>,
         groups: Option<Vec<Vec<NodeId>>>,
+        /// A reduce's root (none: an allreduce).
+        root: Option<NodeId>,
     },
     /// A caller of a scatter or gather is ready: which, whose, and (gather) its piece's
     /// length.

@@ -107,32 +107,66 @@ pub fn chunk_bytes(bytes: u64) -> u64 {
 
 /// Predictions of every algorithm for an allreduce of `len` elements of `elem_size` bytes.
 pub fn predict_all(net: &Network, len: u64, elem_size: usize) -> Vec<Prediction> {
+    predict_all_to(net, len, elem_size, None)
+}
+
+/// Predictions of every algorithm for an allreduce (`root` none) or a reduce to `root`.
+pub fn predict_all_to(
+    net: &Network,
+    len: u64,
+    elem_size: usize,
+    root: Option<NodeId>,
+) -> Vec<Prediction> {
     Algorithm::ALLREDUCE
         .into_iter()
-        .map(|a| predict(net, a, len, elem_size))
+        .map(|a| predict_to(net, a, len, elem_size, root))
         .collect()
 }
 
-/// The prediction for one algorithm.
+/// The prediction for one allreduce algorithm.
 pub fn predict(net: &Network, algorithm: Algorithm, len: u64, elem_size: usize) -> Prediction {
+    predict_to(net, algorithm, len, elem_size, None)
+}
+
+/// The prediction for one algorithm of an allreduce (`root` none) or a reduce to `root`:
+/// a reduce is the allreduce's first half, with the results sent to the root instead of
+/// back to everyone.
+pub fn predict_to(
+    net: &Network,
+    algorithm: Algorithm,
+    len: u64,
+    elem_size: usize,
+    root: Option<NodeId>,
+) -> Prediction {
     let bytes = (len * elem_size as u64) as f64;
     let chunk = (chunk_bytes(len * elem_size as u64) / elem_size as u64).max(1);
     let chunk_b = (chunk * elem_size as u64) as f64 * 8.0;
     let bits = bytes * 8.0;
+    let r = root.and_then(|id| net.groups.iter().position(|g| g.contains(&id)));
+    // Passes along the in-cluster chains: reduce and back (allreduce), reduce only.
+    let passes = if r.is_some() { 1.0 } else { 2.0 };
     let (seconds, shares) = match algorithm {
         Algorithm::Clustered => {
-            let f = shares(net);
-            let t = grouped(net, bits, chunk_b, |c, d| bits * (f[c] + f[d]), 0.0);
+            let f = shares_to(net, r);
+            let load = |c: usize, d: usize| bits * share_terms(c, d, r).map(|x| f[x]).sum::<f64>();
+            let t = grouped(net, bits, chunk_b, load, 0.0, passes);
             (t, split(len, &f))
         }
         Algorithm::Hierarchical => {
             let k = net.groups.len() as f64;
-            // The coordinator also sends the whole vector to every other cluster.
-            let t = grouped(net, bits, chunk_b, |_, _| bits, bits * (k - 1.0));
+            let t = match r {
+                // The coordinator also sends the whole vector to every other cluster.
+                None => grouped(net, bits, chunk_b, |_, _| bits, bits * (k - 1.0), passes),
+                // Every coordinator sends its whole partial to the root, which takes them all.
+                Some(r) => {
+                    let load = |_: usize, d: usize| if d == r { bits } else { 0.0 };
+                    grouped(net, bits, chunk_b, load, bits * (k - 1.0), passes)
+                }
+            };
             (t, Vec::new())
         }
-        Algorithm::Ring => (ring(net, bits), Vec::new()),
-        Algorithm::Tree => (tree(net, bits), Vec::new()),
+        Algorithm::Ring => (ring(net, bits, root), Vec::new()),
+        Algorithm::Tree => (tree(net, bits, root), Vec::new()),
         // Not allreduce algorithms: never picked.
         Algorithm::Relayed | Algorithm::Direct => (f64::INFINITY, Vec::new()),
     };
@@ -144,13 +178,15 @@ pub fn predict(net: &Network, algorithm: Algorithm, len: u64, elem_size: usize) 
     }
 }
 
-/// Clustered and hierarchical: the busiest wide link or member, plus the pipeline fill.
+/// Clustered and hierarchical: the busiest wide link or member, plus the pipeline fill
+/// (`passes` along the in-cluster chains, two wide-area hops).
 fn grouped(
     net: &Network,
     bits: f64,
     chunk_b: f64,
     wide_load: impl Fn(usize, usize) -> f64,
     gateway_extra: f64,
+    passes: f64,
 ) -> f64 {
     let k = net.groups.len();
     let mut busiest: f64 = 0.0;
@@ -158,10 +194,10 @@ fn grouped(
     let mut wide_fill: f64 = 0.0;
     for c in 0..k {
         let m = net.groups[c].len() as f64;
-        // Along the chains every member sends the vector about twice.
-        let inside = if m > 1.0 { 2.0 * bits } else { 0.0 };
+        // Along the chains every member sends the vector once per pass.
+        let inside = if m > 1.0 { passes * bits } else { 0.0 };
         busiest = busiest.max((inside + gateway_extra) / net.lan(c));
-        let hops = 2.0 * (m - 1.0);
+        let hops = passes * (m - 1.0);
         fill = fill.max(hops * (chunk_b / net.lan(c) + net.latency(c, c) + TRANSFER_OVERHEAD_S));
         for d in 0..k {
             if c != d {
@@ -174,8 +210,9 @@ fn grouped(
 }
 
 /// Ring in id order: 2(n-1) steps of a segment, each as slow as its slowest edge (edges
-/// crossing the same cluster pair share that link).
-fn ring(net: &Network, bits: f64) -> f64 {
+/// crossing the same cluster pair share that link). A reduce to `root` is the first n-1
+/// steps, then every member's reduced segment to the root.
+fn ring(net: &Network, bits: f64, root: Option<NodeId>) -> f64 {
     let all = net.members();
     let n = all.len();
     if n < 2 {
@@ -200,13 +237,28 @@ fn ring(net: &Network, bits: f64) -> f64 {
             }
         }
     }
-    2.0 * (n - 1) as f64 * (step + TRANSFER_OVERHEAD_S)
+    let Some(r) = root.and_then(|id| all.iter().find(|(m, _)| *m == id).map(|(_, g)| *g)) else {
+        return 2.0 * (n - 1) as f64 * (step + TRANSFER_OVERHEAD_S);
+    };
+    // The segments to the root: its own cluster's over the LAN, the others over their link.
+    let mut gather = (n - 1) as f64 * seg / net.lan(r);
+    for c in (0..k).filter(|c| *c != r) {
+        let from = net.groups[c].len() as f64;
+        gather = gather.max(from * seg / net.wide(c, r) + net.latency(c, r));
+    }
+    (n - 1) as f64 * (step + TRANSFER_OVERHEAD_S) + gather + TRANSFER_OVERHEAD_S
 }
 
-/// Binary tree in id order, whole vectors stored and forwarded, up then down; the two
-/// children of a node share its link when they sit in the same cluster.
-fn tree(net: &Network, bits: f64) -> f64 {
-    let all = net.members();
+/// Binary tree in id order (a reduce's rooted at its root), whole vectors stored and
+/// forwarded, up then (allreduce) down; the two children of a node share its link when
+/// they sit in the same cluster.
+fn tree(net: &Network, bits: f64, root: Option<NodeId>) -> f64 {
+    let mut all = net.members();
+    if let Some(p) = root.and_then(|id| all.iter().position(|(m, _)| *m == id)) {
+        let r = all.remove(p);
+        all.insert(0, r);
+    }
+    let down_too = if root.is_some() { 0.0 } else { 1.0 };
     let n = all.len();
     let mut total = 0.0;
     let mut level_start = 1;
@@ -228,30 +280,45 @@ fn tree(net: &Network, bits: f64) -> f64 {
             up = up.max(bits / to_parent + net.latency(c, p));
             down = down.max(bits / to_child + net.latency(p, c));
         }
-        total += up + down + 2.0 * TRANSFER_OVERHEAD_S;
+        total += up + down_too * down + (1.0 + down_too) * TRANSFER_OVERHEAD_S;
         level_start = level_end;
         width *= 2;
     }
     total
 }
 
+/// The clusters whose shares the clustered algorithm's link `c -> d` carries: `d`'s
+/// partials, and `c`'s results (to everyone in an allreduce; to the root's cluster `r` in
+/// a reduce).
+fn share_terms(c: usize, d: usize, r: Option<usize>) -> impl Iterator<Item = usize> {
+    let results = r.is_none_or(|r| d == r);
+    std::iter::once(d).chain(results.then_some(c))
+}
+
+/// The fraction of the vector each cluster owns in an allreduce: see [`shares_to`].
+pub fn shares(net: &Network) -> Vec<f64> {
+    shares_to(net, None)
+}
+
 /// The fraction of the vector each cluster owns: the wide-area time of the clustered
-/// algorithm is `max over c != d of (f_c + f_d) * bits / rate(c, d)`. Exponentiated
+/// algorithm is `max over c != d of (sum of the shares link c -> d carries) * bits /
+/// rate(c, d)` ([`share_terms`]; `r`: the root's cluster of a reduce). Exponentiated
 /// gradient on a soft maximum of the link times (sharpened as it goes): a cluster on many
 /// busy links sheds share faster than one on a single busy link.
-pub fn shares(net: &Network) -> Vec<f64> {
+pub fn shares_to(net: &Network, r: Option<usize>) -> Vec<f64> {
     let k = net.groups.len();
     if k <= 1 {
         return vec![1.0; k];
     }
-    let pairs: Vec<(usize, usize, f64)> = (0..k)
+    let links: Vec<(Vec<usize>, f64)> = (0..k)
         .flat_map(|c| (0..k).filter(move |d| *d != c).map(move |d| (c, d)))
-        .map(|(c, d)| (c, d, 1.0 / net.wide(c, d)))
+        .map(|(c, d)| (share_terms(c, d, r).collect(), 1.0 / net.wide(c, d)))
         .collect();
+    let load = |f: &[f64], terms: &[usize]| terms.iter().map(|x| f[*x]).sum::<f64>();
     let worst = |f: &[f64]| {
-        pairs
+        links
             .iter()
-            .map(|(c, d, inv)| (f[*c] + f[*d]) * inv)
+            .map(|(terms, inv)| load(f, terms) * inv)
             .fold(0.0, f64::max)
     };
     let mut f = vec![1.0 / k as f64; k];
@@ -266,10 +333,11 @@ pub fn shares(net: &Network) -> Vec<f64> {
         // Soft-max weights of the links, relative to the worst (sharper over time).
         let beta = 5.0 + round as f64 / 20.0;
         let mut grad = vec![0.0f64; k];
-        for (c, d, inv) in &pairs {
-            let w = (beta * ((f[*c] + f[*d]) * inv / t - 1.0)).exp();
-            grad[*c] += w * inv;
-            grad[*d] += w * inv;
+        for (terms, inv) in &links {
+            let w = (beta * (load(&f, terms) * inv / t - 1.0)).exp();
+            for x in terms {
+                grad[*x] += w * inv;
+            }
         }
         let scale = grad.iter().cloned().fold(0.0, f64::max).max(1e-300);
         for c in 0..k {

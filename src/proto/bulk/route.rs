@@ -12,6 +12,11 @@
 //!   leaves from several machines.
 //! - [`Algorithm::Hierarchical`]: every cluster owns every chunk, the gateway is always
 //!   the cluster's first member.
+//!
+//! A reduce to a root ([`BulkPlan::root`]) is the first half: the chains reduce, the
+//! gateways send their partials to the owners, and each owner sends the chunk's result
+//! straight to the root; nothing comes back. Its hierarchical plan has one owner, the
+//! root's cluster, whose gateway is the root.
 
 use super::{Algorithm, BulkPlan};
 use crate::proto::NodeId;
@@ -77,6 +82,8 @@ pub struct ChunkRoute {
     pub gather_from: Option<NodeId>,
     /// Where it goes next (none: the chain ends here).
     pub gather_to: Option<NodeId>,
+    /// Whether this node combines the clusters' partials of the chunk.
+    pub owner: bool,
 }
 
 impl ChunkRoute {
@@ -90,8 +97,16 @@ impl ChunkRoute {
 fn gateway_at(plan: &BulkPlan, g: usize, share: usize) -> usize {
     match plan.algorithm {
         Algorithm::Clustered => share % plan.groups[g].len(),
-        _ => 0,
+        _ => root_at(plan, g).unwrap_or(0),
     }
+}
+
+/// The root's position in group `g`, if it is there.
+fn root_at(plan: &BulkPlan, g: usize) -> Option<usize> {
+    let root = plan.root?;
+    plan.groups[g]
+        .iter()
+        .position(|i| plan.members.get(*i as usize) == Some(&root))
 }
 
 fn member(plan: &BulkPlan, g: usize, pos: usize) -> NodeId {
@@ -103,7 +118,10 @@ fn member(plan: &BulkPlan, g: usize, pos: usize) -> NodeId {
 fn owners(plan: &BulkPlan, share: usize) -> Vec<usize> {
     match plan.algorithm {
         Algorithm::Clustered => vec![share],
-        _ => (0..plan.groups.len()).collect(),
+        _ => match (0..plan.groups.len()).find(|g| root_at(plan, *g).is_some()) {
+            Some(r) => vec![r],
+            None => (0..plan.groups.len()).collect(),
+        },
     }
 }
 
@@ -126,6 +144,28 @@ pub fn chunk_route(plan: &BulkPlan, me: NodeId, chunk: &Chunk) -> Option<ChunkRo
     if along + 1 < k {
         r.reduce_to = Some(member(plan, g, pos + 1));
     }
+    let owners = owners(plan, chunk.share);
+    let gateway_of = |h: usize| member(plan, h, gateway_at(plan, h, chunk.share));
+    if let Some(root) = plan.root {
+        // A reduce: partials to the owner, its result to the root, nothing back.
+        let owner = gateway_of(owners[0]);
+        if r.gateway() {
+            r.owner = owners.contains(&g);
+            if r.owner {
+                r.partials_from = (0..plan.groups.len())
+                    .filter(|h| *h != g)
+                    .map(gateway_of)
+                    .collect();
+                r.result_to = (me != root).then_some(root).into_iter().collect();
+            } else {
+                r.partial_to = owners.iter().map(|o| gateway_of(*o)).collect();
+            }
+        }
+        if me == root && owner != me {
+            r.result_from = Some(owner);
+        }
+        return Some(r);
+    }
     // Position along the gather chain: gate, gate+1, ..., gate+k-1.
     let down = (pos + k - gate) % k;
     if down > 0 {
@@ -137,12 +177,11 @@ pub fn chunk_route(plan: &BulkPlan, me: NodeId, chunk: &Chunk) -> Option<ChunkRo
     if !r.gateway() {
         return Some(r);
     }
-    let owners = owners(plan, chunk.share);
-    let gateway_of = |h: usize| member(plan, h, gateway_at(plan, h, chunk.share));
     // A non-owner is served by the owner its index picks (one owner: that one).
     let server = |h: usize| owners[h % owners.len()];
     let groups = plan.groups.len();
     if owners.contains(&g) {
+        r.owner = true;
         r.partials_from = (0..groups).filter(|h| *h != g).map(gateway_of).collect();
         r.partial_to = owners
             .iter()
@@ -176,15 +215,21 @@ pub fn segment(len: u64, n: usize, s: usize) -> (u64, u64) {
     (a, b - a)
 }
 
-/// `me`'s parent and children in a [`Algorithm::Tree`] plan (binary, in id order).
+/// `me`'s parent and children in a [`Algorithm::Tree`] plan (binary, in id order; a
+/// reduce's rooted at its root, the others after it in id order).
 pub fn tree(plan: &BulkPlan, me: NodeId) -> Option<(Option<NodeId>, Vec<NodeId>)> {
-    let n = plan.members.len();
-    let i = plan.members.iter().position(|m| *m == me)?;
-    let parent = (i > 0).then(|| plan.members[(i - 1) / 2]);
+    let mut order = plan.members.clone();
+    if let Some(p) = plan.root.and_then(|r| order.iter().position(|m| *m == r)) {
+        let root = order.remove(p);
+        order.insert(0, root);
+    }
+    let n = order.len();
+    let i = order.iter().position(|m| *m == me)?;
+    let parent = (i > 0).then(|| order[(i - 1) / 2]);
     let children = [2 * i + 1, 2 * i + 2]
         .into_iter()
         .filter(|c| *c < n)
-        .map(|c| plan.members[c])
+        .map(|c| order[c])
         .collect();
     Some((parent, children))
 }
@@ -218,6 +263,7 @@ mod tests {
             op: ReduceOp::Sum,
             chunk: 4,
             predicted_s: 0.0,
+            root: None,
         }
     }
 
@@ -282,6 +328,62 @@ mod tests {
             check(&plan(algorithm, &[1]));
             check(&plan(algorithm, &[5]));
             check(&plan(algorithm, &[1, 1, 1]));
+        }
+    }
+
+    /// Simulates a reduce's routes: the root, and only the root, ends with every
+    /// contribution of every chunk, each counted once.
+    fn check_reduce(plan: &BulkPlan) {
+        let n = plan.members.len();
+        let root = plan.root.unwrap();
+        for chunk in chunks(plan) {
+            let routes: HashMap<NodeId, ChunkRoute> = plan
+                .members
+                .iter()
+                .map(|m| (*m, chunk_route(plan, *m, &chunk).unwrap()))
+                .collect();
+            let mut partial: HashMap<NodeId, usize> = HashMap::new();
+            for (m, r) in &routes {
+                assert!(r.gather_from.is_none() && r.gather_to.is_none());
+                if r.reduce_from.is_none() {
+                    let (mut at, mut sum) = (*m, 1);
+                    while let Some(next) = routes[&at].reduce_to {
+                        at = next;
+                        sum += 1;
+                    }
+                    partial.insert(at, sum);
+                }
+            }
+            let owners: Vec<&NodeId> = routes.iter().filter(|(_, r)| r.owner).map(|(m, _)| m).collect();
+            assert_eq!(owners.len(), 1, "one owner per chunk of a reduce");
+            let owner = *owners[0];
+            let mut total = partial[&owner];
+            for p in &routes[&owner].partials_from {
+                assert_eq!(routes[p].partial_to, vec![owner]);
+                total += partial[p];
+            }
+            assert_eq!(total, n, "chunk {}", chunk.index);
+            if owner == root {
+                assert!(routes[&root].result_from.is_none());
+            } else {
+                assert_eq!(routes[&owner].result_to, vec![root]);
+                assert_eq!(routes[&root].result_from, Some(owner));
+            }
+            let fed: usize = routes.values().map(|r| r.result_to.len()).sum();
+            assert!(fed <= 1, "results go to the root alone");
+        }
+    }
+
+    #[test]
+    fn reduce_routes_bring_every_contribution_to_the_root_once() {
+        for algorithm in [Algorithm::Clustered, Algorithm::Hierarchical] {
+            for sizes in [&[4, 2, 3, 1][..], &[1], &[5], &[1, 1, 1]] {
+                let mut p = plan(algorithm, sizes);
+                for root in [0, p.members.len() - 1, p.members.len() / 2] {
+                    p.root = Some(p.members[root]);
+                    check_reduce(&p);
+                }
+            }
         }
     }
 
