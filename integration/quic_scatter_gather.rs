@@ -120,3 +120,60 @@ async fn every_algorithm_scatters_and_gathers_every_piece_whole() {
     assert!(e.is_err());
     overlay.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_allgathers_every_piece_whole_to_every_member() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let nodes: Vec<Node> = overlay.nodes.clone();
+    let len_of = |i: usize| if i == 5 { 0 } else { 60_000 + 4099 * i };
+    let mut choices = vec![None];
+    choices.extend(Algorithm::ALLGATHER.map(Some));
+    for algorithm in choices {
+        let label = algorithm.map_or("default", Algorithm::name);
+        let start = Instant::now();
+        let calls = nodes.iter().enumerate().map(|(i, node)| {
+            let node = node.clone();
+            async move {
+                let mine = piece(node.id(), len_of(i));
+                let got = node
+                    .allgather_pieces("ag", mine, options(algorithm))
+                    .await;
+                (
+                    i,
+                    got.unwrap_or_else(|e| panic!("allgather {label}, node {i}: {e}")),
+                )
+            }
+        });
+        let mut ran = None;
+        for (i, (all, report)) in futures::future::join_all(calls).await {
+            assert_eq!(report.contributors.len(), nodes.len(), "node {i}");
+            assert_eq!(all.len(), nodes.len(), "allgather {label}, node {i}");
+            assert!(all.windows(2).all(|w| w[0].0 < w[1].0), "in id order");
+            for (id, p) in all {
+                let j = nodes.iter().position(|n| n.id() == id).expect("a member");
+                assert_eq!(
+                    p,
+                    piece(id, len_of(j)),
+                    "allgather {label}: node {i} has a wrong piece of node {j}"
+                );
+            }
+            if let Some(a) = algorithm {
+                assert_eq!(report.algorithm, a);
+            }
+            ran = Some(report.algorithm);
+        }
+        println!(
+            "allgather {label:<12} {:?} ({} nodes, ran {})",
+            start.elapsed(),
+            nodes.len(),
+            ran.map_or("-", Algorithm::name)
+        );
+    }
+    // A forced algorithm that cannot allgather is refused at once.
+    let e = nodes[0]
+        .allgather_pieces("bad", Bytes::new(), options(Some(Algorithm::Clustered)))
+        .await;
+    assert!(e.is_err());
+    overlay.shutdown().await;
+}

@@ -28,6 +28,7 @@ mod exec;
 mod planner;
 mod routes;
 mod session;
+mod spread;
 
 pub use crate::proto::bulk::model::Prediction;
 pub use crate::proto::bulk::{Algorithm, Elem, ReduceOp, TuneEntry, combine::Element};
@@ -268,6 +269,34 @@ impl Node {
         match out {
             Output::Pieces(all) => Ok((all, report)),
             Output::Vector(_) => unreachable!("a gather gives pieces"),
+        }
+    }
+
+    /// Every live member calls this with its `piece` (any length, empty included); each
+    /// gets every participant's piece, in id order. The member with the smallest id plans
+    /// it.
+    ///
+    /// ```no_run
+    /// # async fn demo(node: overlay::Node) -> Result<(), overlay::NodeError> {
+    /// let mine = bytes::Bytes::from(vec![3u8; 1 << 20]);
+    /// let (all, report) = node.allgather_pieces("shards-1", mine, Default::default()).await?;
+    /// assert_eq!(all.len(), report.contributors.len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn allgather_pieces(
+        &self,
+        name: &str,
+        piece: Bytes,
+        options: BulkOptions,
+    ) -> Result<(Vec<(NodeId, Bytes)>, BulkReport), NodeError> {
+        let job = Job::Allgather {
+            len: piece.len() as u64,
+        };
+        let input = Input::Pieces(routes::Pieces::Own(&piece));
+        let (out, report) = self.run_bulk(name, job, input, options).await?;
+        match out {
+            Output::Pieces(all) => Ok((all, report)),
+            Output::Vector(_) => unreachable!("an allgather gives pieces"),
         }
     }
 

@@ -9,6 +9,7 @@ use crate::net::driver::ApiCommand;
 use crate::proto::NodeId;
 use crate::proto::bulk::model::{Network, predict_all_to, predict_to};
 use crate::proto::bulk::paths::{self, Direction};
+use crate::proto::bulk::spread::{self, SpreadPlan};
 use crate::proto::bulk::{Algorithm, BulkPlan, Control, RoutePlan, control};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -236,6 +237,35 @@ fn make_plan(
             };
             Ok((collective, bytes, Control::RoutePlan(plan), algorithm))
         }
+        Job::Allgather { .. } => {
+            let sizes: Vec<u64> = (members.iter())
+                .map(|m| lens.get(m).copied().unwrap_or(0))
+                .collect();
+            let bytes: u64 = sizes.iter().sum();
+            let plan_for = |a| spread::plan(net, a, members, &sizes);
+            let algorithm = match options.algorithm {
+                Some(a) => a,
+                None => {
+                    let p: Vec<(Algorithm, f64)> = (Algorithm::ALLGATHER.iter())
+                        .map(|a| (*a, plan_for(*a).2))
+                        .collect();
+                    let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
+                    tuner.choose("allgather", bytes, p)
+                }
+            };
+            let (chunk, trees, predicted_s) = plan_for(algorithm);
+            let plan = SpreadPlan {
+                attempt,
+                algorithm,
+                members: members.to_vec(),
+                missing,
+                sizes,
+                chunk,
+                trees,
+                predicted_s,
+            };
+            Ok(("allgather", bytes, Control::SpreadPlan(plan), algorithm))
+        }
     }
 }
 
@@ -332,6 +362,7 @@ fn accepts(job: Job<'_>, me: NodeId, ready: &Control) -> Result<u64, String> {
                 len,
             },
         ) if *d == direction && *root == me => Ok(*len),
+        (Job::Allgather { .. }, Control::ReadyAllgather { len }) => Ok(*len),
         _ => Err("this node called another kind of operation under the same name".into()),
     }
 }

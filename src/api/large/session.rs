@@ -3,7 +3,7 @@
 
 use super::comm::Comm;
 use super::routes::{self, Pieces};
-use super::{BulkOptions, BulkReport, Call, exec, planner};
+use super::{BulkOptions, BulkReport, Call, exec, planner, spread};
 use crate::api::{Node, NodeError};
 use crate::proto::bulk::paths::Direction;
 use crate::proto::bulk::{Algorithm, Control, attempt_operation, control, operation};
@@ -25,6 +25,8 @@ pub(crate) enum Job<'a> {
         /// The root's pieces' sizes (scatter, at the root).
         sizes: Option<&'a HashMap<NodeId, u64>>,
     },
+    /// An allgather; this caller's piece's length.
+    Allgather { len: u64 },
 }
 
 impl Job<'_> {
@@ -49,6 +51,7 @@ impl Job<'_> {
                 root,
                 len,
             },
+            Job::Allgather { len } => Control::ReadyAllgather { len },
         }
     }
 }
@@ -98,6 +101,7 @@ impl Node {
         let fits = match job {
             Job::Reduce(_) => &Algorithm::ALLREDUCE[..],
             Job::Route { .. } => &Algorithm::ROUTED[..],
+            Job::Allgather { .. } => &Algorithm::ALLGATHER[..],
         };
         if let Some(a) = options.algorithm.filter(|a| !fits.contains(a)) {
             return Err(NodeError::Bulk {
@@ -116,7 +120,9 @@ impl Node {
         let comm = Comm::new(self, ctl, name);
         let planner = match job {
             Job::Reduce(Call { root: Some(root), .. }) => root,
-            Job::Reduce(_) => *self.live_members().first().expect("a node counts itself"),
+            Job::Reduce(_) | Job::Allgather { .. } => {
+                *self.live_members().first().expect("a node counts itself")
+            }
             Job::Route { root, .. } => root,
         };
         let ready = Bytes::from(job.ready(&options).encode());
@@ -167,6 +173,10 @@ impl Node {
                     p.attempt,
                     Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s),
                 ),
+                Control::SpreadPlan(p) => (
+                    p.attempt,
+                    Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s),
+                ),
                 Control::Refused(reason) => return Err(ctl.error(reason)),
                 other => return Err(ctl.error(format!("unexpected {other:?}"))),
             };
@@ -177,6 +187,7 @@ impl Node {
             let checked = match &msg {
                 Control::Plan(p) => p.check(self.id),
                 Control::RoutePlan(p) => p.check(self.id),
+                Control::SpreadPlan(p) => p.check(self.id),
                 _ => Ok(()),
             };
             if let Err(e) = checked {
@@ -287,6 +298,9 @@ async fn run_plan(data: &Comm<'_>, msg: &Control, input: &Input<'_>) -> Result<O
         (Control::Plan(p), Input::Vector(v)) => exec::run(data, p, v).await.map(Output::Vector),
         (Control::RoutePlan(p), Input::Pieces(pieces)) => {
             routes::run(data, p, pieces).await.map(Output::Pieces)
+        }
+        (Control::SpreadPlan(p), Input::Pieces(Pieces::Own(own))) => {
+            spread::run(data, p, own).await.map(Output::Pieces)
         }
         _ => Err(data.error("the plan is for another kind of operation")),
     }

@@ -1,6 +1,7 @@
 //! Checks of a plan that came from the network, before anything is indexed by it: a plan
 //! is the planner's word, and a planner holding the token may still be buggy or hostile.
 
+use super::spread::SpreadPlan;
 use super::{Algorithm, BulkPlan, RoutePlan, TAG_NUMBERS};
 use crate::proto::NodeId;
 
@@ -122,6 +123,50 @@ impl RoutePlan {
     }
 }
 
+impl SpreadPlan {
+    /// Whether `me` can follow this plan: every chunk's edges a tree rooted at its owner
+    /// that reaches every member once, listed so that a sender already has the chunk.
+    pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
+        sorted_with(&self.members, me)?;
+        let n = self.members.len();
+        if self.sizes.len() != n || self.trees.len() != n {
+            return Err(BadPlan("sizes or trees do not match the members"));
+        }
+        if self.chunk == 0 {
+            return Err(BadPlan("a zero chunk"));
+        }
+        let mut total_chunks = 0u64;
+        for (m, (size, chunks)) in self.sizes.iter().zip(&self.trees).enumerate() {
+            if *size > MAX_BYTES {
+                return Err(BadPlan("a piece too large"));
+            }
+            let step = self.chunk.min(*size).max(1);
+            if chunks.len() as u64 != size.div_ceil(step) {
+                return Err(BadPlan("a piece's chunk count does not match its size"));
+            }
+            total_chunks += chunks.len() as u64;
+            if total_chunks > MAX_CHUNKS.min(u64::from(TAG_NUMBERS)) {
+                return Err(BadPlan("too many chunks"));
+            }
+            for edges in chunks {
+                if edges.len() + 1 != n {
+                    return Err(BadPlan("a chunk's tree does not reach every member"));
+                }
+                let mut has = vec![false; n];
+                has[m] = true;
+                for &(a, b) in edges {
+                    let (a, b) = (a as usize, b as usize);
+                    if a >= n || b >= n || !has[a] || has[b] {
+                        return Err(BadPlan("a chunk's edges are not a tree from its owner"));
+                    }
+                    has[b] = true;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,5 +257,38 @@ mod tests {
         assert!(bad(|p| p.root = NodeId::from_seed(6, 6)).is_err());
         assert!(bad(|p| p.sizes[2] = u64::MAX).is_err());
         assert!(bad(|p| p.chunk = 0).is_err());
+    }
+
+    #[test]
+    fn bogus_allgather_plans_are_refused_and_good_ones_pass() {
+        let members = ids(3);
+        let good = SpreadPlan {
+            attempt: 0,
+            algorithm: Algorithm::Relayed,
+            members: members.clone(),
+            missing: Vec::new(),
+            sizes: vec![5, 25, 0],
+            chunk: 10,
+            trees: vec![
+                vec![vec![(0, 1), (1, 2)]],
+                vec![vec![(1, 0), (1, 2)]; 3],
+                vec![],
+            ],
+            predicted_s: 1.0,
+        };
+        assert_eq!(good.check(members[1]), Ok(()));
+        let bad = |f: fn(&mut SpreadPlan)| {
+            let mut p = good.clone();
+            f(&mut p);
+            p.check(members[1])
+        };
+        assert!(bad(|p| p.trees[1].push(vec![(1, 0), (1, 2)])).is_err(), "a chunk too many");
+        assert!(bad(|p| p.trees[0][0] = vec![(0, 1), (2, 1)]).is_err(), "a second parent");
+        assert!(bad(|p| p.trees[0][0] = vec![(1, 2), (0, 1)]).is_err(), "sends before it has");
+        assert!(bad(|p| p.trees[0][0] = vec![(0, 1), (1, 7)]).is_err(), "out of range");
+        assert!(bad(|p| p.trees[0][0] = vec![(0, 1)]).is_err(), "misses a member");
+        assert!(bad(|p| p.sizes[2] = u64::MAX).is_err());
+        assert!(bad(|p| p.chunk = 0).is_err());
+        assert!(bad(|p| p.members.swap(0, 1)).is_err());
     }
 }

@@ -18,6 +18,7 @@ pub mod combine;
 pub mod model;
 pub mod paths;
 pub mod route;
+pub mod spread;
 pub mod tune;
 
 pub use self::combine::{Elem, ReduceOp};
@@ -44,9 +45,12 @@ pub enum Algorithm {
     /// (scatter and gather: whole pieces along a binary tree rooted at the root).
     Tree,
     /// Ours for scatter and gather: every chunk on the direct path or through a member of
-    /// a third cluster, whichever the measured rates finish soonest ([`paths`]).
+    /// a third cluster, whichever the measured rates finish soonest ([`paths`]); for
+    /// allgather, every chunk into each cluster once over the link that finishes it
+    /// soonest, relayed by clusters it reached ([`spread`]).
     Relayed,
-    /// Scatter and gather straight between the root and every member (flat).
+    /// Scatter and gather straight between the root and every member; allgather from every
+    /// member to every member (flat).
     Direct,
 }
 
@@ -72,6 +76,14 @@ impl Algorithm {
         Algorithm::Relayed,
         Algorithm::Direct,
         Algorithm::Hierarchical,
+        Algorithm::Tree,
+    ];
+    /// The allgather candidates ([`spread`]).
+    pub const ALLGATHER: [Algorithm; 5] = [
+        Algorithm::Relayed,
+        Algorithm::Direct,
+        Algorithm::Hierarchical,
+        Algorithm::Ring,
         Algorithm::Tree,
     ];
 
@@ -188,6 +200,10 @@ pub enum Control {
     Plan(BulkPlan),
     /// The plan of a scatter or gather attempt.
     RoutePlan(RoutePlan),
+    /// A caller of an allgather is ready, with its piece's length.
+    ReadyAllgather { len: u64 },
+    /// The plan of an allgather attempt.
+    SpreadPlan(spread::SpreadPlan),
     /// The planner cannot run the operation with this caller (mismatched vectors).
     Refused(String),
     /// A participant finished its part of an attempt.
@@ -234,6 +250,8 @@ pub enum Phase {
     TreeDown = 8,
     /// A chunk of a scatter's or gather's piece, on one hop of its path.
     Route = 9,
+    /// A chunk of an allgather's piece, on one edge of its tree.
+    Spread = 10,
 }
 
 /// A transfer's name within one operation: phase in the top 4 bits, number below.

@@ -128,8 +128,8 @@ fn tree_hops(members: &[NodeId], root: u32, m: u32) -> Vec<u32> {
     up
 }
 
-/// Bits planned on each resource.
-struct Load<'a> {
+/// Bits planned on each resource (also what an allgather's trees plan on, [`super::spread`]).
+pub(super) struct Load<'a> {
     net: &'a Network,
     direction: Direction,
     /// Each member's cluster, by index.
@@ -139,13 +139,15 @@ struct Load<'a> {
     /// Members' sending and receiving.
     out: HashMap<u32, f64>,
     inn: HashMap<u32, f64>,
-    slowest_rate: f64,
-    deepest: f64,
-    latency: f64,
+    pub(super) slowest_rate: f64,
+    /// Hops on the longest path planned.
+    pub(super) deepest: f64,
+    /// The longest path's latency.
+    pub(super) latency: f64,
 }
 
 impl<'a> Load<'a> {
-    fn new(net: &'a Network, direction: Direction, of: Vec<usize>) -> Self {
+    pub(super) fn new(net: &'a Network, direction: Direction, of: Vec<usize>) -> Self {
         Load {
             net,
             direction,
@@ -170,23 +172,43 @@ impl<'a> Load<'a> {
         nodes.windows(2).map(|w| (w[0], w[1])).collect()
     }
 
-    fn planned(&self, i: u32) -> f64 {
+    /// Bits planned through member `i` (sent and received).
+    pub(super) fn planned(&self, i: u32) -> f64 {
         self.out.get(&i).unwrap_or(&0.0) + self.inn.get(&i).unwrap_or(&0.0)
     }
 
     /// When a chunk of `bits` over `inner` would finish, on its busiest resource.
     fn cost(&self, r: u32, m: u32, inner: &[u32], bits: f64) -> f64 {
-        let mut worst: f64 = 0.0;
-        for (a, b) in self.hops(r, m, inner) {
-            let (ca, cb) = (self.of[a as usize], self.of[b as usize]);
-            worst = worst.max((self.out.get(&a).unwrap_or(&0.0) + bits) / self.net.lan(ca));
-            worst = worst.max((self.inn.get(&b).unwrap_or(&0.0) + bits) / self.net.lan(cb));
-            if ca != cb {
-                let l = self.links.get(&(ca, cb)).unwrap_or(&0.0);
-                worst = worst.max((l + bits) / self.net.wide(ca, cb));
-            }
+        (self.hops(r, m, inner).into_iter())
+            .map(|(a, b)| self.hop_cost(a, b, bits))
+            .fold(0.0, f64::max)
+    }
+
+    /// When `bits` more from member `a` to `b` would finish, on the busiest resource.
+    pub(super) fn hop_cost(&self, a: u32, b: u32, bits: f64) -> f64 {
+        let (ca, cb) = (self.of[a as usize], self.of[b as usize]);
+        let mut worst = (self.out.get(&a).unwrap_or(&0.0) + bits) / self.net.lan(ca);
+        worst = worst.max((self.inn.get(&b).unwrap_or(&0.0) + bits) / self.net.lan(cb));
+        if ca != cb {
+            let l = self.links.get(&(ca, cb)).unwrap_or(&0.0);
+            worst = worst.max((l + bits) / self.net.wide(ca, cb));
         }
         worst
+    }
+
+    /// Plans `bits` from member `a` to `b`; returns the hop's latency.
+    pub(super) fn add_hop(&mut self, a: u32, b: u32, bits: f64) -> f64 {
+        let (ca, cb) = (self.of[a as usize], self.of[b as usize]);
+        *self.out.entry(a).or_default() += bits;
+        *self.inn.entry(b).or_default() += bits;
+        let rate = if ca != cb {
+            *self.links.entry((ca, cb)).or_default() += bits;
+            self.net.wide(ca, cb)
+        } else {
+            self.net.lan(ca)
+        };
+        self.slowest_rate = self.slowest_rate.min(rate);
+        self.net.latency(ca, cb)
     }
 
     /// The direct path or the relay through another cluster that finishes soonest.
@@ -218,25 +240,12 @@ impl<'a> Load<'a> {
     fn add(&mut self, r: u32, m: u32, inner: &[u32], bits: f64) {
         let hops = self.hops(r, m, inner);
         self.deepest = self.deepest.max(hops.len() as f64);
-        let mut latency = 0.0;
-        for (a, b) in hops {
-            let (ca, cb) = (self.of[a as usize], self.of[b as usize]);
-            *self.out.entry(a).or_default() += bits;
-            *self.inn.entry(b).or_default() += bits;
-            let rate = if ca != cb {
-                *self.links.entry((ca, cb)).or_default() += bits;
-                self.net.wide(ca, cb)
-            } else {
-                self.net.lan(ca)
-            };
-            self.slowest_rate = self.slowest_rate.min(rate);
-            latency += self.net.latency(ca, cb);
-        }
+        let latency: f64 = hops.into_iter().map(|(a, b)| self.add_hop(a, b, bits)).sum();
         self.latency = self.latency.max(latency);
     }
 
     /// The busiest resource's planned bits over its rate.
-    fn busiest(&self) -> f64 {
+    pub(super) fn busiest(&self) -> f64 {
         let nic = (self.out.iter().chain(self.inn.iter()))
             .map(|(i, b)| b / self.net.lan(self.of[*i as usize]))
             .fold(0.0, f64::max);
