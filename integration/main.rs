@@ -16,6 +16,7 @@ mod netns;
 mod process_overlay;
 mod quic_allreduce;
 mod quic_bandwidth;
+mod quic_bulk_watch;
 mod quic_collectives;
 mod quic_field_station;
 mod quic_overlay;

@@ -177,7 +177,9 @@ async fn every_algorithm_reduces_to_the_root_alone_exactly() {
     }
     let table = overlay.nodes[root_at].collective_table();
     assert!(
-        table.iter().any(|e| e.collective == "reduce" && e.calls >= 1),
+        table
+            .iter()
+            .any(|e| e.collective == "reduce" && e.calls >= 1),
         "the root keeps the reduce's decision table: {table:?}"
     );
     overlay.shutdown().await;

@@ -136,9 +136,7 @@ async fn every_algorithm_allgathers_every_piece_whole_to_every_member() {
             let node = node.clone();
             async move {
                 let mine = piece(node.id(), len_of(i));
-                let got = node
-                    .allgather_pieces("ag", mine, options(algorithm))
-                    .await;
+                let got = node.allgather_pieces("ag", mine, options(algorithm)).await;
                 (
                     i,
                     got.unwrap_or_else(|e| panic!("allgather {label}, node {i}: {e}")),

@@ -32,7 +32,8 @@ pub use self::collective::{
 };
 pub use self::error::{IoStep, NodeError};
 pub use self::large::{
-    Algorithm, BulkOptions, BulkReport, Elem, Element, Prediction, ReduceOp, TuneEntry,
+    Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,
+    Element, Prediction, ReduceOp, TuneEntry,
 };
 pub use crate::net::auth::AuthError;
 pub use crate::net::frame::FrameError;

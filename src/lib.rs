@@ -60,11 +60,13 @@ pub use crate::api::{
 };
 pub use crate::net::identity::{Identity, IdentityError};
 
-/// Large collectives: element types, operations, algorithms, options and reports of
-/// [`Node::allreduce_slice`].
+/// Large collectives: element types, operations, algorithms, options, reports, watches
+/// and tasks of [`Node::allreduce_slice`], [`Node::reduce_slice`],
+/// [`Node::allgather_pieces`], [`Node::scatter_pieces`] and [`Node::gather_pieces`].
 pub mod bulk {
     pub use crate::api::{
-        Algorithm, BulkOptions, BulkReport, Elem, Element, Prediction, ReduceOp, TuneEntry,
+        Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,
+        Element, Prediction, ReduceOp, TuneEntry,
     };
 }
 pub use crate::net::token::{JoinToken, TokenError};

@@ -25,11 +25,14 @@
 
 mod comm;
 mod exec;
+mod network;
 mod planner;
 mod routes;
 mod session;
 mod spread;
+mod watch;
 
+pub use self::watch::{BulkPhase, BulkProgress, BulkTask, BulkWatch};
 pub use crate::proto::bulk::model::Prediction;
 pub use crate::proto::bulk::{Algorithm, Elem, ReduceOp, TuneEntry, combine::Element};
 
@@ -41,6 +44,7 @@ use crate::proto::bulk::Tuner;
 use crate::proto::bulk::paths::Direction;
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,6 +78,8 @@ pub struct BulkOptions {
     pub timeout: Duration,
     /// How long the planner waits for every live member to call.
     pub rendezvous: Duration,
+    /// Progress and cancellation of the call ([`BulkWatch`]).
+    pub watch: Option<BulkWatch>,
 }
 
 impl Default for BulkOptions {
@@ -83,6 +89,7 @@ impl Default for BulkOptions {
             groups: None,
             timeout: Duration::from_secs(600),
             rendezvous: Duration::from_secs(30),
+            watch: None,
         }
     }
 }
@@ -300,6 +307,77 @@ impl Node {
         }
     }
 
+    /// [`Node::allreduce_slice_with`] in its own task, on a vector it owns: await the
+    /// task for the vector and the report, watch its progress, cancel it.
+    ///
+    /// ```no_run
+    /// # async fn demo(node: overlay::Node) -> Result<(), overlay::NodeError> {
+    /// use overlay::bulk::ReduceOp;
+    /// let task = node.start_allreduce("weights", vec![0.25f32; 1 << 24], ReduceOp::Sum, Default::default());
+    /// println!("{:?}", task.progress());
+    /// let (weights, report) = task.await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn start_allreduce<T: Element>(
+        &self,
+        name: &str,
+        mut data: Vec<T>,
+        op: ReduceOp,
+        options: BulkOptions,
+    ) -> BulkTask<(Vec<T>, BulkReport)> {
+        self.start_bulk(name, options, move |node, name, options| async move {
+            let report = node
+                .allreduce_slice_with(&name, &mut data, op, options)
+                .await?;
+            Ok((data, report))
+        })
+    }
+
+    /// [`Node::allgather_pieces`] in its own task (see [`Node::start_allreduce`]).
+    pub fn start_allgather(
+        &self,
+        name: &str,
+        piece: Bytes,
+        options: BulkOptions,
+    ) -> BulkTask<(Vec<(NodeId, Bytes)>, BulkReport)> {
+        self.start_bulk(name, options, move |node, name, options| async move {
+            node.allgather_pieces(&name, piece, options).await
+        })
+    }
+
+    /// Any large collective call in its own task, watched: `call` gets a handle on this
+    /// node, the name and the options (with the task's [`BulkWatch`] in them) and makes
+    /// the call.
+    ///
+    /// ```no_run
+    /// # async fn demo(node: overlay::Node, root: overlay::NodeId) -> Result<(), overlay::NodeError> {
+    /// let piece = bytes::Bytes::from(vec![0u8; 1 << 24]);
+    /// let task = node.start_bulk("results", Default::default(), move |node, name, options| async move {
+    ///     node.gather_pieces(&name, root, piece, options).await
+    /// });
+    /// task.cancel();
+    /// assert!(task.await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn start_bulk<T, F>(
+        &self,
+        name: &str,
+        mut options: BulkOptions,
+        call: impl FnOnce(Node, String, BulkOptions) -> F,
+    ) -> BulkTask<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, NodeError>> + Send + 'static,
+    {
+        let watch = options.watch.get_or_insert_with(BulkWatch::new).clone();
+        let join = tokio::spawn(call(self.clone(), name.to_string(), options));
+        BulkTask {
+            join,
+            watch,
+            name: name.to_string(),
+        }
+    }
+
     /// The decision table of the large collectives this node planned: per collective and
     /// size class, each algorithm's predicted and measured times and the current choice.
     pub fn collective_table(&self) -> Vec<TuneEntry> {
@@ -310,7 +388,7 @@ impl Node {
     /// live members, per algorithm.
     pub async fn allreduce_predictions(&self, len: u64, elem: Elem) -> Vec<Prediction> {
         let members = self.live_members();
-        let net = planner::network(self, &members, None).await;
+        let net = network::network(self, &members, None).await;
         crate::proto::bulk::model::predict_all(&net, len, elem.size())
     }
 }

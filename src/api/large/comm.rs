@@ -3,6 +3,7 @@
 //! in order and a pipeline keeps moving), receives from the node's mailbox.
 
 use super::Shared;
+use super::watch::BulkWatch;
 use crate::api::{Node, NodeError};
 use crate::net::driver::ApiCommand;
 use crate::proto::NodeId;
@@ -22,6 +23,8 @@ pub struct Comm<'a> {
     pub op: u64,
     name: &'a str,
     windows: Mutex<HashMap<NodeId, Arc<Semaphore>>>,
+    /// Where this attempt's bytes and parts are counted.
+    watch: Option<BulkWatch>,
 }
 
 impl<'a> Comm<'a> {
@@ -32,7 +35,38 @@ impl<'a> Comm<'a> {
             op,
             name,
             windows: Mutex::new(HashMap::new()),
+            watch: None,
         }
+    }
+
+    /// Counts this comm's bytes and parts on `watch`.
+    pub fn watched(mut self, watch: Option<&BulkWatch>) -> Comm<'a> {
+        self.watch = watch.cloned();
+        self
+    }
+
+    /// This node has `n` more parts to do in the attempt.
+    pub fn parts(&self, n: usize) {
+        if let Some(w) = &self.watch {
+            w.add_parts(n as u64);
+        }
+    }
+
+    /// Runs one part, counted done when it succeeds.
+    pub async fn part<T>(
+        &self,
+        work: impl Future<Output = Result<T, NodeError>>,
+    ) -> Result<T, NodeError> {
+        let done = work.await?;
+        if let Some(w) = &self.watch {
+            w.part_done();
+        }
+        Ok(done)
+    }
+
+    /// The operation's name.
+    pub fn name(&self) -> &'a str {
+        self.name
     }
 
     /// This node.
@@ -50,6 +84,15 @@ impl<'a> Comm<'a> {
 
     /// Sends `bytes` as transfer `tag` to `to` (to itself: straight into the mailbox).
     pub async fn send(&self, to: NodeId, tag: u32, bytes: Bytes) -> Result<(), NodeError> {
+        let len = bytes.len();
+        self.send_uncounted(to, tag, bytes).await?;
+        if let Some(w) = &self.watch {
+            w.sent(len);
+        }
+        Ok(())
+    }
+
+    async fn send_uncounted(&self, to: NodeId, tag: u32, bytes: Bytes) -> Result<(), NodeError> {
         if to == self.node.id {
             return match self.shared.mailbox.post((self.op, to, tag), bytes) {
                 true => Ok(()),
@@ -86,11 +129,16 @@ impl<'a> Comm<'a> {
 
     /// The bytes of transfer `tag` from `from`, once they are in.
     pub async fn recv(&self, from: NodeId, tag: u32) -> Result<Bytes, NodeError> {
-        self.shared
+        let got = self
+            .shared
             .mailbox
             .take((self.op, from, tag))
             .await
-            .map_err(|_| self.error("the mailbox was dropped"))
+            .map_err(|_| self.error("the mailbox was dropped"))?;
+        if let Some(w) = &self.watch {
+            w.received(got.len());
+        }
+        Ok(got)
     }
 
     async fn connection(&self, to: NodeId) -> Result<quinn::Connection, NodeError> {

@@ -33,7 +33,11 @@ fn add(comm: &Comm<'_>, plan: &BulkPlan, acc: &mut [u8], other: &[u8]) -> Result
 async fn grouped(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
     let size = plan.elem.size();
     let chunks = route::chunks(plan);
-    let results = try_join_all(chunks.iter().map(|c| chunk(comm, plan, input, c))).await?;
+    comm.parts(chunks.len());
+    let parts = chunks
+        .iter()
+        .map(|c| comm.part(chunk(comm, plan, input, c)));
+    let results = try_join_all(parts).await?;
     let mut out = input.to_vec();
     for (c, bytes) in chunks.iter().zip(results) {
         // A reduce's non-root gets nothing back: its vector stays as it was.
@@ -135,6 +139,12 @@ async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
         route::ring(plan, comm.me()).ok_or_else(|| comm.error("this node is not in the plan"))?;
     let n = plan.members.len();
     let size = plan.elem.size();
+    let steps = n.saturating_sub(1);
+    comm.parts(if plan.root.is_some() {
+        steps + 1
+    } else {
+        2 * steps
+    });
     let mut acc = input.to_vec();
     let seg = |s: usize| {
         let (a, len) = route::segment(plan.len, n, s % n);
@@ -145,13 +155,14 @@ async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
         let t = tag(Phase::RingReduce, step as u32);
         let ((), got) = futures::try_join!(comm.send(next, t, out), comm.recv(prev, t))?;
         add(comm, plan, &mut acc[seg(i + 2 * n - step - 1)], &got)?;
+        comm.part(async { Ok(()) }).await?;
     }
     if let Some(root) = plan.root {
         // A reduce: every member's reduced segment (i + 1) to the root.
         let t = tag(Phase::RingGather, 0);
         if root != comm.me() {
-            comm.send(root, t, Bytes::copy_from_slice(&acc[seg(i + 1)]))
-                .await?;
+            let mine = Bytes::copy_from_slice(&acc[seg(i + 1)]);
+            comm.part(comm.send(root, t, mine)).await?;
             return Ok(input.to_vec());
         }
         let others = (0..n).filter(|j| *j != i);
@@ -167,6 +178,7 @@ async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
             }
             acc[range].copy_from_slice(&bytes);
         }
+        comm.part(async { Ok(()) }).await?;
         return Ok(acc);
     }
     for step in 0..n.saturating_sub(1) {
@@ -178,6 +190,7 @@ async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
             return Err(comm.error("a ring segment of the wrong length"));
         }
         acc[range].copy_from_slice(&got);
+        comm.part(async { Ok(()) }).await?;
     }
     Ok(acc)
 }
@@ -187,6 +200,7 @@ async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
         route::tree(plan, comm.me()).ok_or_else(|| comm.error("this node is not in the plan"))?;
     let up = tag(Phase::TreeUp, 0);
     let down = tag(Phase::TreeDown, 0);
+    comm.parts(1);
     let got = try_join_all(children.iter().map(|c| comm.recv(*c, up))).await?;
     let mut acc = input.to_vec();
     for g in got {
@@ -195,7 +209,7 @@ async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
     let result = match parent {
         Some(p) if plan.root.is_some() => {
             // A reduce: the subtree's sum goes up, nothing comes down.
-            comm.send(p, up, Bytes::from(acc)).await?;
+            comm.part(comm.send(p, up, Bytes::from(acc))).await?;
             return Ok(input.to_vec());
         }
         Some(p) => {
@@ -210,5 +224,6 @@ async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
     if plan.root.is_none() {
         comm.send_all(&children, down, &result).await?;
     }
+    comm.part(async { Ok(()) }).await?;
     Ok(result.to_vec())
 }

@@ -3,9 +3,9 @@
 
 use super::BulkOptions;
 use super::comm::Comm;
+use super::network::network;
 use super::session::Job;
 use crate::api::{Node, NodeError};
-use crate::net::driver::ApiCommand;
 use crate::proto::NodeId;
 use crate::proto::bulk::model::{Network, predict_all_to, predict_to};
 use crate::proto::bulk::paths::{self, Direction};
@@ -15,8 +15,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
 use tracing::{debug, info};
 
 /// How long a control message may take to reach a participant.
@@ -28,7 +28,7 @@ const WATCH: Duration = Duration::from_millis(100);
 const FAILURE_GRACE: Duration = Duration::from_secs(5);
 
 /// Plans and watches the operation; returns the attempts it made. On failure every
-/// participant still waiting is told why.
+/// participant still waiting is told why; so they are when a participant cancels.
 pub async fn run(
     node: &Node,
     comm: &Comm<'_>,
@@ -36,6 +36,45 @@ pub async fn run(
     options: &BulkOptions,
 ) -> Result<u32, NodeError> {
     let expected = node.live_members();
+    let attempt = AtomicU32::new(0);
+    let planned = plan_and_watch(node, comm, job, options, &expected, &attempt);
+    let cancelled = async {
+        let mut asked: FuturesUnordered<_> = (expected.iter())
+            .filter(|m| **m != node.id)
+            .map(|m| async move { (*m, comm.recv(*m, control::cancel()).await) })
+            .collect();
+        while let Some((m, got)) = asked.next().await {
+            if got.is_ok() {
+                return m;
+            }
+        }
+        std::future::pending().await
+    };
+    tokio::select! {
+        r = planned => r,
+        by = cancelled => {
+            let why = format!("cancelled by {}", by.short());
+            info!(by = %by.short(), "large collective cancelled by a participant");
+            let a = attempt.load(Ordering::Relaxed);
+            let msg = Bytes::from(Control::Refused(why.clone()).encode());
+            let others: Vec<NodeId> = expected.iter().filter(|m| **m != by).copied().collect();
+            let tells = [a, a + 1].map(|a| tell(comm, &others, control::plan(a), &msg));
+            futures::future::join_all(tells).await;
+            Err(comm.error(why))
+        }
+    }
+}
+
+/// The rendezvous, then each attempt planned and watched until one commits.
+async fn plan_and_watch(
+    node: &Node,
+    comm: &Comm<'_>,
+    job: Job<'_>,
+    options: &BulkOptions,
+    expected: &[NodeId],
+    current: &AtomicU32,
+) -> Result<u32, NodeError> {
+    let expected = expected.to_vec();
     let (mut members, mut refused, lens) = rendezvous(node, comm, job, options, &expected).await;
     // Expected callers that did not make it are told, so they do not wait for a plan.
     for m in &expected {
@@ -55,6 +94,7 @@ pub async fn run(
     }
     let mut attempt = 0;
     loop {
+        current.store(attempt, Ordering::Relaxed);
         let mut missing: Vec<NodeId> = expected
             .iter()
             .filter(|m| !members.contains(m))
@@ -416,61 +456,4 @@ async fn watch(node: &Node, comm: &Comm<'_>, members: &[NodeId], attempt: u32) -
             () = tokio::time::sleep(WATCH) => {}
         }
     }
-}
-
-/// The participants' clusters (the discovered ones, or `groups` if given) and what this
-/// node measured between them.
-pub async fn network(node: &Node, members: &[NodeId], groups: Option<&[Vec<NodeId>]>) -> Network {
-    let (tx, rx) = oneshot::channel();
-    let view = match node.commands.send(ApiCommand::Bandwidth(tx)).await {
-        Ok(()) => rx.await.unwrap_or_default(),
-        Err(_) => Default::default(),
-    };
-    let clusters: Vec<Vec<NodeId>> = groups.map(<[_]>::to_vec).unwrap_or(view.clusters.clone());
-    // Each participant in the first cluster that names it; the others alone.
-    let mut out: Vec<(usize, Vec<NodeId>)> = Vec::new();
-    let mut placed = std::collections::HashSet::new();
-    for (i, c) in clusters.iter().enumerate() {
-        let g: Vec<NodeId> = c
-            .iter()
-            .filter(|m| members.binary_search(m).is_ok() && placed.insert(**m))
-            .copied()
-            .collect();
-        if !g.is_empty() {
-            out.push((i, g));
-        }
-    }
-    for m in members {
-        if placed.insert(*m) {
-            out.push((usize::MAX, vec![*m]));
-        }
-    }
-    for (_, g) in &mut out {
-        g.sort();
-    }
-    let mut net = Network::unmeasured(out.iter().map(|(_, g)| g.clone()).collect());
-    if groups.is_some() {
-        return net;
-    }
-    let at: Vec<usize> = out.iter().map(|(i, _)| *i).collect();
-    let index = |cluster: usize| at.iter().position(|i| *i == cluster);
-    for l in &view.links {
-        if let (Some(a), Some(b)) = (index(l.from), index(l.to)) {
-            if a == b {
-                net.lan_bps[a] = l.bps;
-            } else {
-                net.wide_bps[a][b] = l.bps;
-            }
-        }
-    }
-    for (a, &ca) in at.iter().enumerate() {
-        for (b, &cb) in at.iter().enumerate() {
-            if let Some(us) = view.latency_us.get(ca).and_then(|r| r.get(cb))
-                && *us > 0
-            {
-                net.latency_s[a][b] = f64::from(*us) / 1e6;
-            }
-        }
-    }
-    net
 }

@@ -72,9 +72,10 @@ pub async fn run(
             }
         }
     }
+    comm.parts(hops.len());
     let moved = try_join_all(hops.into_iter().map(|(m, k, number, at, len, nodes, p)| {
         let source = &source;
-        async move {
+        comm.part(async move {
             let t = tag(Phase::Route, number);
             let bytes = if p == 0 {
                 source(m)?.slice(at as usize..(at + len) as usize)
@@ -90,7 +91,7 @@ pub async fn run(
                     .await?;
             }
             Ok::<_, NodeError>(last.then_some((m, k, bytes)))
-        }
+        })
     }))
     .await?;
     let mut arrived: HashMap<usize, Vec<(usize, Bytes)>> = HashMap::new();

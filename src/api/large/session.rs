@@ -3,6 +3,7 @@
 
 use super::comm::Comm;
 use super::routes::{self, Pieces};
+use super::watch::{BulkPhase, BulkWatch};
 use super::{BulkOptions, BulkReport, Call, exec, planner, spread};
 use crate::api::{Node, NodeError};
 use crate::proto::bulk::paths::Direction;
@@ -26,7 +27,9 @@ pub(crate) enum Job<'a> {
         sizes: Option<&'a HashMap<NodeId, u64>>,
     },
     /// An allgather; this caller's piece's length.
-    Allgather { len: u64 },
+    Allgather {
+        len: u64,
+    },
 }
 
 impl Job<'_> {
@@ -119,16 +122,22 @@ impl Node {
         let ctl = operation(name, number);
         let comm = Comm::new(self, ctl, name);
         let planner = match job {
-            Job::Reduce(Call { root: Some(root), .. }) => root,
+            Job::Reduce(Call {
+                root: Some(root), ..
+            }) => root,
             Job::Reduce(_) | Job::Allgather { .. } => {
                 *self.live_members().first().expect("a node counts itself")
             }
             Job::Route { root, .. } => root,
         };
         let ready = Bytes::from(job.ready(&options).encode());
+        let watch = options.watch.clone();
+        if let Some(w) = &watch {
+            w.set_phase(BulkPhase::Waiting);
+        }
         let work = async {
             comm.send(planner, control::ready(), ready).await?;
-            let part = self.participate(&comm, planner, &input);
+            let part = self.participate(&comm, planner, &input, watch.as_ref());
             if planner != self.id {
                 return part
                     .await
@@ -139,10 +148,36 @@ impl Node {
             let (out, s, attempts) = part?;
             Ok((out, s, attempts, planned.ok()))
         };
-        let outcome = tokio::time::timeout(options.timeout, work).await;
+        let cancelled = async {
+            match &watch {
+                Some(w) => w.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            o = tokio::time::timeout(options.timeout, work) => Some(o),
+            () = cancelled => None,
+        };
         self.bulk.mailbox.forget(ctl);
-        let (out, s, attempts, planned) =
-            outcome.map_err(|_| comm.error(format!("not done within {:?}", options.timeout)))??;
+        let Some(outcome) = outcome else {
+            let w = watch.as_ref().expect("only a watched call is cancelled");
+            for a in 0..=w.attempt() {
+                self.bulk.mailbox.forget(attempt_operation(ctl, a));
+            }
+            w.set_phase(BulkPhase::Cancelled);
+            self.tell_cancelled(ctl, name, planner, w.attempt());
+            return Err(comm.error("cancelled by this caller"));
+        };
+        let outcome = outcome
+            .map_err(|_| comm.error(format!("not done within {:?}", options.timeout)))
+            .and_then(|r| r);
+        if let Some(w) = &watch {
+            w.set_phase(match outcome {
+                Ok(_) => BulkPhase::Finished,
+                Err(_) => BulkPhase::Failed,
+            });
+        }
+        let (out, s, attempts, planned) = outcome?;
         let report = BulkReport {
             contributors: s.members,
             missing: s.missing,
@@ -160,6 +195,7 @@ impl Node {
         ctl: &Comm<'_>,
         planner: NodeId,
         input: &Input<'_>,
+        watch: Option<&BulkWatch>,
     ) -> Result<(Output, Summary, u32), NodeError> {
         let mut msg = self.control(ctl, planner, control::plan(0)).await?;
         let mut attempts = 0;
@@ -201,7 +237,11 @@ impl Node {
                 let _ = ctl.send(planner, control::done(attempt), failed).await;
                 return Err(ctl.error(e));
             }
-            let data = Comm::new(self, attempt_operation(ctl.op, attempt), "");
+            if let Some(w) = watch {
+                w.start_attempt(attempt);
+            }
+            let data =
+                Comm::new(self, attempt_operation(ctl.op, attempt), ctl.name()).watched(watch);
             let next = self.control(ctl, planner, control::plan(attempt + 1));
             tokio::pin!(next);
             let ran = tokio::select! {
@@ -221,6 +261,9 @@ impl Node {
             };
             ctl.send(planner, control::done(attempt), Bytes::from(done.encode()))
                 .await?;
+            if let Some(w) = watch.filter(|_| ran.is_ok()) {
+                w.set_phase(BulkPhase::Committing);
+            }
             let Ok(out) = ran else {
                 debug!(attempt, "this attempt failed here: waiting for the next");
                 self.bulk.mailbox.forget(data.op);
@@ -239,6 +282,33 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// Tells the others that this caller cancelled operation `ctl`, in the background: the
+    /// planner stops it for everyone; a planner that cancelled tells every member itself.
+    fn tell_cancelled(&self, ctl: u64, name: &str, planner: NodeId, attempt: u32) {
+        let node = self.clone();
+        let name = name.to_string();
+        tokio::spawn(async move {
+            let comm = Comm::new(&node, ctl, &name);
+            let wait = Duration::from_secs(5);
+            if planner != node.id {
+                let msg = Bytes::from(Control::Cancelled.encode());
+                let _ =
+                    tokio::time::timeout(wait, comm.send(planner, control::cancel(), msg)).await;
+                return;
+            }
+            let why = format!("cancelled by its planner {}", node.id.short());
+            let msg = Bytes::from(Control::Refused(why).encode());
+            let others: Vec<NodeId> = (node.live_members().into_iter())
+                .filter(|m| *m != node.id)
+                .collect();
+            let sends = others.iter().flat_map(|m| {
+                [control::plan(attempt), control::plan(attempt + 1)]
+                    .map(|tag| tokio::time::timeout(wait, comm.send(*m, tag, msg.clone())))
+            });
+            futures::future::join_all(sends).await;
+        });
     }
 
     /// The control message `tag` from `from`; an error if `from` is lost first.

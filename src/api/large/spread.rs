@@ -44,19 +44,23 @@ pub async fn run(
         }
     }
     // This node's own chunks: from its piece to its children.
-    let own_sends = plan.chunks(me as usize).enumerate().map(|(k, (number, at, len))| {
-        let children: Vec<NodeId> = (plan.trees[me as usize][k].iter())
-            .filter(|(a, _)| *a == me)
-            .map(|(_, b)| plan.members[*b as usize])
-            .collect();
-        let bytes = own.slice(at as usize..(at + len) as usize);
-        async move {
-            comm.send_all(&children, tag(Phase::Spread, number), &bytes)
-                .await
-        }
-    });
+    let own_sends = plan
+        .chunks(me as usize)
+        .enumerate()
+        .map(|(k, (number, at, len))| {
+            let children: Vec<NodeId> = (plan.trees[me as usize][k].iter())
+                .filter(|(a, _)| *a == me)
+                .map(|(_, b)| plan.members[*b as usize])
+                .collect();
+            let bytes = own.slice(at as usize..(at + len) as usize);
+            comm.part(async move {
+                comm.send_all(&children, tag(Phase::Spread, number), &bytes)
+                    .await
+            })
+        });
+    comm.parts(hops.len() + plan.trees[me as usize].len());
     let relayed = try_join_all(hops.into_iter().map(|(m, number, len, parent, children)| {
-        async move {
+        comm.part(async move {
             let t = tag(Phase::Spread, number);
             let bytes = comm.recv(parent, t).await?;
             if bytes.len() as u64 != len {
@@ -64,7 +68,7 @@ pub async fn run(
             }
             comm.send_all(&children, t, &bytes).await?;
             Ok::<_, NodeError>((m, bytes))
-        }
+        })
     }));
     let (_, arrived) = futures::try_join!(try_join_all(own_sends), relayed)?;
     // Chunks arrive in the order they were listed: piece by piece, chunk by chunk.

@@ -29,7 +29,10 @@ impl BulkPlan {
     /// Whether `me` can follow this plan without indexing out of range.
     pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
         sorted_with(&self.members, me)?;
-        if self.root.is_some_and(|r| self.members.binary_search(&r).is_err()) {
+        if self
+            .root
+            .is_some_and(|r| self.members.binary_search(&r).is_err())
+        {
             return Err(BadPlan("the root is not a member"));
         }
         let n = self.members.len();
@@ -282,11 +285,26 @@ mod tests {
             f(&mut p);
             p.check(members[1])
         };
-        assert!(bad(|p| p.trees[1].push(vec![(1, 0), (1, 2)])).is_err(), "a chunk too many");
-        assert!(bad(|p| p.trees[0][0] = vec![(0, 1), (2, 1)]).is_err(), "a second parent");
-        assert!(bad(|p| p.trees[0][0] = vec![(1, 2), (0, 1)]).is_err(), "sends before it has");
-        assert!(bad(|p| p.trees[0][0] = vec![(0, 1), (1, 7)]).is_err(), "out of range");
-        assert!(bad(|p| p.trees[0][0] = vec![(0, 1)]).is_err(), "misses a member");
+        assert!(
+            bad(|p| p.trees[1].push(vec![(1, 0), (1, 2)])).is_err(),
+            "a chunk too many"
+        );
+        assert!(
+            bad(|p| p.trees[0][0] = vec![(0, 1), (2, 1)]).is_err(),
+            "a second parent"
+        );
+        assert!(
+            bad(|p| p.trees[0][0] = vec![(1, 2), (0, 1)]).is_err(),
+            "sends before it has"
+        );
+        assert!(
+            bad(|p| p.trees[0][0] = vec![(0, 1), (1, 7)]).is_err(),
+            "out of range"
+        );
+        assert!(
+            bad(|p| p.trees[0][0] = vec![(0, 1)]).is_err(),
+            "misses a member"
+        );
         assert!(bad(|p| p.sizes[2] = u64::MAX).is_err());
         assert!(bad(|p| p.chunk = 0).is_err());
         assert!(bad(|p| p.members.swap(0, 1)).is_err());

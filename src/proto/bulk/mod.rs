@@ -212,6 +212,8 @@ pub enum Control {
     Failed { attempt: u32, reason: String },
     /// Every participant finished: write the result.
     Commit { attempt: u32 },
+    /// A participant's caller cancelled the call: the planner stops the operation.
+    Cancelled,
 }
 
 impl Control {
@@ -286,6 +288,10 @@ pub mod control {
     pub fn commit(attempt: u32) -> Tag {
         tag(Phase::Control, 3 | (attempt << 4))
     }
+    /// A participant's [`super::Control::Cancelled`], whatever the attempt.
+    pub fn cancel() -> Tag {
+        tag(Phase::Control, 4)
+    }
 }
 
 /// The operation number of a call: the name and how many calls with that name this node
@@ -320,6 +326,7 @@ mod tests {
             assert!(seen.insert(control::commit(a)));
         }
         assert!(seen.insert(control::ready()));
+        assert!(seen.insert(control::cancel()));
         assert_ne!(tag(Phase::ReduceChain, 5), tag(Phase::GatherChain, 5));
         assert_ne!(operation("x", 0), operation("x", 1));
         assert_ne!(attempt_operation(7, 0), attempt_operation(7, 1));

@@ -240,7 +240,10 @@ impl<'a> Load<'a> {
     fn add(&mut self, r: u32, m: u32, inner: &[u32], bits: f64) {
         let hops = self.hops(r, m, inner);
         self.deepest = self.deepest.max(hops.len() as f64);
-        let latency: f64 = hops.into_iter().map(|(a, b)| self.add_hop(a, b, bits)).sum();
+        let latency: f64 = hops
+            .into_iter()
+            .map(|(a, b)| self.add_hop(a, b, bits))
+            .sum();
         self.latency = self.latency.max(latency);
     }
 

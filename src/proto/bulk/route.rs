@@ -354,7 +354,11 @@ mod tests {
                     partial.insert(at, sum);
                 }
             }
-            let owners: Vec<&NodeId> = routes.iter().filter(|(_, r)| r.owner).map(|(m, _)| m).collect();
+            let owners: Vec<&NodeId> = routes
+                .iter()
+                .filter(|(_, r)| r.owner)
+                .map(|(m, _)| m)
+                .collect();
             assert_eq!(owners.len(), 1, "one owner per chunk of a reduce");
             let owner = *owners[0];
             let mut total = partial[&owner];

@@ -161,7 +161,8 @@ fn relayed(load: &Load, groups: &[Vec<u32>], of: &[usize], m: u32, bits: f64) ->
                 .min_by(|a, b| load.planned(**a).total_cmp(&load.planned(**b)))
                 .expect("not empty");
             // The owner first: a relay replaces it only when strictly better.
-            let sources = std::iter::once(m).chain(holder.iter().flatten().copied().filter(|h| *h != m));
+            let sources =
+                std::iter::once(m).chain(holder.iter().flatten().copied().filter(|h| *h != m));
             for x in sources {
                 let more = extra.get(&x).copied().unwrap_or(0.0);
                 let cost = load.hop_cost(x, entry, bits + more);
@@ -290,9 +291,11 @@ mod tests {
         }
         // Leiden (members 2, 3) sends slowly: some of its chunks leave through a relay.
         let (_, trees, _) = plan(&net, Algorithm::Relayed, &members, &sizes);
-        let relayed_out = trees[2]
-            .iter()
-            .any(|edges| edges.iter().any(|(a, b)| *a != 2 && net_cluster(*a) != net_cluster(*b)));
+        let relayed_out = trees[2].iter().any(|edges| {
+            edges
+                .iter()
+                .any(|(a, b)| *a != 2 && net_cluster(*a) != net_cluster(*b))
+        });
         assert!(relayed_out, "{:?}", trees[2][0]);
     }
 
@@ -308,7 +311,10 @@ mod tests {
         // Member 3's piece: to 2 (its cluster's first), then to 0, 4 and 6, each to its mate.
         let mut e = trees[3][0].clone();
         e.sort();
-        assert_eq!(e, vec![(0, 1), (2, 0), (2, 4), (2, 6), (3, 2), (4, 5), (6, 7)]);
+        assert_eq!(
+            e,
+            vec![(0, 1), (2, 0), (2, 4), (2, 6), (3, 2), (4, 5), (6, 7)]
+        );
         let (_, trees, _) = plan(&net, Algorithm::Ring, &members, &sizes);
         assert_eq!(trees[6][0][..2], [(6, 7), (7, 0)]);
         let (chunk, trees, _) = plan(&net, Algorithm::Tree, &members, &sizes);
