@@ -8,6 +8,7 @@
 use crate::quic_bandwidth::start_das4;
 use overlay::bulk::{Algorithm, BulkOptions, ReduceOp};
 use overlay::{Node, NodeId};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Node `i`'s vector: small integers, so f32 sums are exact in any order.
@@ -182,6 +183,85 @@ async fn every_algorithm_reduces_to_the_root_alone_exactly() {
             .any(|e| e.collective == "reduce" && e.calls >= 1),
         "the root keeps the reduce's decision table: {table:?}"
     );
+    overlay.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_reduce_with_the_callers_associative_operation() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let n = overlay.nodes.len();
+    // Concatenation: associative, not commutative. Every member gets the same list, each
+    // member's tag once, and each cluster's members next to each other (the plan's order).
+    let concat = |mut a: Vec<String>, b: Vec<String>| {
+        a.extend(b);
+        a
+    };
+    let calls = overlay.nodes.iter().map(|node| {
+        let node = node.clone();
+        async move {
+            let mine = vec![node.id().short()];
+            node.allreduce_value("order", mine, concat, BulkOptions::default())
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", node.id().short()))
+        }
+    });
+    let out = futures::future::join_all(calls).await;
+    let first = &out[0].0;
+    let mut tags = first.clone();
+    tags.sort();
+    let mut want: Vec<String> = overlay.nodes.iter().map(|x| x.id().short()).collect();
+    want.sort();
+    assert_eq!(tags, want, "every member once");
+    for (v, report) in &out {
+        assert_eq!(v, first, "the same value everywhere");
+        assert_eq!(report.contributors.len(), n);
+    }
+    let cluster_of = |tag: &String| {
+        let i = overlay
+            .nodes
+            .iter()
+            .position(|x| &x.id().short() == tag)
+            .expect("a member");
+        overlay.clusters[i]
+    };
+    let runs = first
+        .windows(2)
+        .filter(|w| cluster_of(&w[0]) != cluster_of(&w[1]))
+        .count();
+    assert_eq!(runs, 3, "das-4's four clusters, each in one run: {first:?}");
+    // A reduce of word counts (a map merge) to one root.
+    let root = overlay.nodes[n - 1].id();
+    let merge = |mut a: BTreeMap<String, u64>, b: BTreeMap<String, u64>| {
+        for (k, v) in b {
+            *a.entry(k).or_default() += v;
+        }
+        a
+    };
+    let calls = overlay.nodes.iter().enumerate().map(|(i, node)| {
+        let node = node.clone();
+        async move {
+            let words =
+                BTreeMap::from([("all".to_string(), 1u64), (format!("w{}", i % 3), i as u64)]);
+            node.reduce_value("words", root, words, merge, BulkOptions::default())
+                .await
+                .unwrap_or_else(|e| panic!("node {i}: {e}"))
+        }
+    });
+    for (i, (got, _)) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        if i != n - 1 {
+            assert!(got.is_none(), "node {i} is not the root");
+            continue;
+        }
+        let got = got.expect("the root gets the value");
+        assert_eq!(got["all"], n as u64);
+        let w0: u64 = (0..n).filter(|i| i % 3 == 0).map(|i| i as u64).sum();
+        assert_eq!(got["w0"], w0);
+    }
     overlay.shutdown().await;
 }
 

@@ -30,6 +30,7 @@ mod planner;
 mod routes;
 mod session;
 mod spread;
+mod value;
 mod watch;
 
 pub use self::watch::{BulkPhase, BulkProgress, BulkTask, BulkWatch};
@@ -192,7 +193,7 @@ impl Node {
             .await?;
         match out {
             Output::Vector(v) => T::get(&v, data),
-            Output::Pieces(_) => unreachable!("a reduce gives a vector"),
+            _ => unreachable!("a reduce gives a vector"),
         }
         Ok(report)
     }
@@ -275,7 +276,7 @@ impl Node {
         let (out, report) = self.run_bulk(name, job, input, options).await?;
         match out {
             Output::Pieces(all) => Ok((all, report)),
-            Output::Vector(_) => unreachable!("a gather gives pieces"),
+            _ => unreachable!("a gather gives pieces"),
         }
     }
 
@@ -303,7 +304,7 @@ impl Node {
         let (out, report) = self.run_bulk(name, job, input, options).await?;
         match out {
             Output::Pieces(all) => Ok((all, report)),
-            Output::Vector(_) => unreachable!("an allgather gives pieces"),
+            _ => unreachable!("an allgather gives pieces"),
         }
     }
 
@@ -412,5 +413,6 @@ fn own_piece(out: Output, me: NodeId) -> Bytes {
             .map(|(_, b)| b)
             .unwrap_or_default(),
         Output::Vector(v) => Bytes::from(v),
+        Output::Value(v) => v.unwrap_or_default(),
     }
 }

@@ -10,6 +10,7 @@ use crate::proto::NodeId;
 use crate::proto::bulk::model::{Network, predict_all_to, predict_to};
 use crate::proto::bulk::paths::{self, Direction};
 use crate::proto::bulk::spread::{self, SpreadPlan};
+use crate::proto::bulk::value::{self, ValuePlan};
 use crate::proto::bulk::{Algorithm, BulkPlan, Control, RoutePlan, control};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -306,7 +307,45 @@ fn make_plan(
             };
             Ok(("allgather", bytes, Control::SpreadPlan(plan), algorithm))
         }
+        Job::Value { root } => {
+            let plan = ValuePlan {
+                attempt,
+                members: members.to_vec(),
+                missing,
+                groups: value::ordered(groups_of(net, members)),
+                root,
+                predicted_s: value_latency(net, root.is_none()),
+            };
+            let collective = if root.is_some() {
+                "reduce-value"
+            } else {
+                "allreduce-value"
+            };
+            Ok((
+                collective,
+                0,
+                Control::ValuePlan(plan),
+                Algorithm::Hierarchical,
+            ))
+        }
     }
+}
+
+/// A value reduce's predicted time from latencies alone: the binomial levels inside the
+/// largest cluster and among the clusters, up (and, for an allreduce, down).
+fn value_latency(net: &Network, down: bool) -> f64 {
+    let levels = |n: usize| f64::from(usize::BITS - n.saturating_sub(1).leading_zeros());
+    let k = net.groups.len();
+    let inside = (0..k)
+        .map(|c| levels(net.groups[c].len()) * net.latency(c, c))
+        .fold(0.0, f64::max);
+    let wide = (0..k)
+        .flat_map(|c| (0..k).map(move |d| (c, d)))
+        .filter(|(c, d)| c != d)
+        .map(|(c, d)| net.latency(c, d))
+        .fold(0.0, f64::max);
+    let once = inside + levels(k) * wide;
+    if down { 2.0 * once } else { once + wide }
 }
 
 /// The groups of `net` as indices into `members`.
@@ -403,6 +442,7 @@ fn accepts(job: Job<'_>, me: NodeId, ready: &Control) -> Result<u64, String> {
             },
         ) if *d == direction && *root == me => Ok(*len),
         (Job::Allgather { .. }, Control::ReadyAllgather { len }) => Ok(*len),
+        (Job::Value { root }, Control::ReadyValue { root: r }) if *r == root => Ok(0),
         _ => Err("this node called another kind of operation under the same name".into()),
     }
 }

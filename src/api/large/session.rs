@@ -4,7 +4,7 @@
 use super::comm::Comm;
 use super::routes::{self, Pieces};
 use super::watch::{BulkPhase, BulkWatch};
-use super::{BulkOptions, BulkReport, Call, exec, planner, spread};
+use super::{BulkOptions, BulkReport, Call, exec, planner, spread, value};
 use crate::api::{Node, NodeError};
 use crate::proto::bulk::paths::Direction;
 use crate::proto::bulk::{Algorithm, Control, attempt_operation, control, operation};
@@ -29,6 +29,10 @@ pub(crate) enum Job<'a> {
     /// An allgather; this caller's piece's length.
     Allgather {
         len: u64,
+    },
+    /// A value reduce (allreduce: no root).
+    Value {
+        root: Option<NodeId>,
     },
 }
 
@@ -55,6 +59,7 @@ impl Job<'_> {
                 len,
             },
             Job::Allgather { len } => Control::ReadyAllgather { len },
+            Job::Value { root } => Control::ReadyValue { root },
         }
     }
 }
@@ -63,12 +68,19 @@ impl Job<'_> {
 pub(crate) enum Input<'a> {
     Vector(&'a Bytes),
     Pieces(Pieces<'a>),
+    /// An encoded value and how two encoded values combine.
+    Value {
+        own: &'a Bytes,
+        combine: value::Combine<'a>,
+    },
 }
 
 /// What a caller gets.
 pub(crate) enum Output {
     Vector(Vec<u8>),
     Pieces(Vec<(NodeId, Bytes)>),
+    /// The encoded result, where this node gets one.
+    Value(Option<Bytes>),
 }
 
 /// What the report says of the committed attempt.
@@ -105,6 +117,7 @@ impl Node {
             Job::Reduce(_) => &Algorithm::ALLREDUCE[..],
             Job::Route { .. } => &Algorithm::ROUTED[..],
             Job::Allgather { .. } => &Algorithm::ALLGATHER[..],
+            Job::Value { .. } => &[Algorithm::Hierarchical][..],
         };
         if let Some(a) = options.algorithm.filter(|a| !fits.contains(a)) {
             return Err(NodeError::Bulk {
@@ -125,7 +138,7 @@ impl Node {
             Job::Reduce(Call {
                 root: Some(root), ..
             }) => root,
-            Job::Reduce(_) | Job::Allgather { .. } => {
+            Job::Reduce(_) | Job::Allgather { .. } | Job::Value { .. } => {
                 *self.live_members().first().expect("a node counts itself")
             }
             Job::Route { root, .. } => root,
@@ -213,6 +226,15 @@ impl Node {
                     p.attempt,
                     Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s),
                 ),
+                Control::ValuePlan(p) => (
+                    p.attempt,
+                    Summary::of(
+                        &p.members,
+                        &p.missing,
+                        Algorithm::Hierarchical,
+                        p.predicted_s,
+                    ),
+                ),
                 Control::Refused(reason) => return Err(ctl.error(reason)),
                 other => return Err(ctl.error(format!("unexpected {other:?}"))),
             };
@@ -224,6 +246,7 @@ impl Node {
                 Control::Plan(p) => p.check(self.id),
                 Control::RoutePlan(p) => p.check(self.id),
                 Control::SpreadPlan(p) => p.check(self.id),
+                Control::ValuePlan(p) => p.check(self.id),
                 _ => Ok(()),
             };
             if let Err(e) = checked {
@@ -371,6 +394,9 @@ async fn run_plan(data: &Comm<'_>, msg: &Control, input: &Input<'_>) -> Result<O
         }
         (Control::SpreadPlan(p), Input::Pieces(Pieces::Own(own))) => {
             spread::run(data, p, own).await.map(Output::Pieces)
+        }
+        (Control::ValuePlan(p), Input::Value { own, combine }) => {
+            value::run(data, p, own, *combine).await.map(Output::Value)
         }
         _ => Err(data.error("the plan is for another kind of operation")),
     }

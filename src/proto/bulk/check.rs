@@ -2,6 +2,7 @@
 //! is the planner's word, and a planner holding the token may still be buggy or hostile.
 
 use super::spread::SpreadPlan;
+use super::value::ValuePlan;
 use super::{Algorithm, BulkPlan, RoutePlan, TAG_NUMBERS};
 use crate::proto::NodeId;
 
@@ -25,6 +26,45 @@ fn sorted_with(members: &[NodeId], me: NodeId) -> Result<(), BadPlan> {
     Ok(())
 }
 
+/// Whether `groups` put each of `n` members in exactly one non-empty group.
+fn partition(groups: &[Vec<u32>], n: usize) -> Result<(), BadPlan> {
+    let mut seen = vec![false; n];
+    for g in groups {
+        if g.is_empty() {
+            return Err(BadPlan("an empty group"));
+        }
+        for &i in g {
+            match seen.get_mut(i as usize) {
+                Some(s) if !*s => *s = true,
+                _ => return Err(BadPlan("a group index out of range or repeated")),
+            }
+        }
+    }
+    if seen.iter().any(|s| !s) {
+        return Err(BadPlan("a member in no group"));
+    }
+    Ok(())
+}
+
+impl ValuePlan {
+    /// Whether `me` can follow this plan: members sorted, the root among them, the groups a
+    /// partition in the order the values are combined in.
+    pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
+        sorted_with(&self.members, me)?;
+        if self
+            .root
+            .is_some_and(|r| self.members.binary_search(&r).is_err())
+        {
+            return Err(BadPlan("the root is not a member"));
+        }
+        partition(&self.groups, self.members.len())?;
+        if super::value::ordered(self.groups.clone()) != self.groups {
+            return Err(BadPlan("groups out of order"));
+        }
+        Ok(())
+    }
+}
+
 impl BulkPlan {
     /// Whether `me` can follow this plan without indexing out of range.
     pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
@@ -40,21 +80,7 @@ impl BulkPlan {
         if bytes > MAX_BYTES {
             return Err(BadPlan("vector too large"));
         }
-        let mut seen = vec![false; n];
-        for g in &self.groups {
-            if g.is_empty() {
-                return Err(BadPlan("an empty group"));
-            }
-            for &i in g {
-                match seen.get_mut(i as usize) {
-                    Some(s) if !*s => *s = true,
-                    _ => return Err(BadPlan("a group index out of range or repeated")),
-                }
-            }
-        }
-        if seen.iter().any(|s| !s) {
-            return Err(BadPlan("a member in no group"));
-        }
+        partition(&self.groups, n)?;
         let chunks = match self.algorithm {
             Algorithm::Clustered => {
                 if self.shares.len() != self.groups.len()
@@ -308,5 +334,31 @@ mod tests {
         assert!(bad(|p| p.sizes[2] = u64::MAX).is_err());
         assert!(bad(|p| p.chunk = 0).is_err());
         assert!(bad(|p| p.members.swap(0, 1)).is_err());
+    }
+
+    #[test]
+    fn bogus_value_plans_are_refused_and_good_ones_pass() {
+        let members = ids(4);
+        let good = ValuePlan {
+            attempt: 0,
+            members: members.clone(),
+            missing: Vec::new(),
+            groups: vec![vec![0, 2], vec![1, 3]],
+            root: Some(members[3]),
+            predicted_s: 0.0,
+        };
+        assert_eq!(good.check(members[1]), Ok(()));
+        let bad = |f: fn(&mut ValuePlan)| {
+            let mut p = good.clone();
+            f(&mut p);
+            p.check(members[1])
+        };
+        assert!(
+            bad(|p| p.groups = vec![vec![1, 3], vec![0, 2]]).is_err(),
+            "out of order"
+        );
+        assert!(bad(|p| p.groups = vec![vec![0, 2], vec![1, 4]]).is_err());
+        assert!(bad(|p| p.groups = vec![vec![0, 2], vec![1]]).is_err());
+        assert!(bad(|p| p.root = Some(NodeId::from_seed(6, 6))).is_err());
     }
 }

@@ -20,6 +20,7 @@ pub mod paths;
 pub mod route;
 pub mod spread;
 pub mod tune;
+pub mod value;
 
 pub use self::combine::{Elem, ReduceOp};
 pub use self::model::{Network, Prediction};
@@ -204,6 +205,10 @@ pub enum Control {
     ReadyAllgather { len: u64 },
     /// The plan of an allgather attempt.
     SpreadPlan(spread::SpreadPlan),
+    /// A caller of a value reduce (allreduce: no root) is ready.
+    ReadyValue { root: Option<NodeId> },
+    /// The plan of a value reduce attempt.
+    ValuePlan(value::ValuePlan),
     /// The planner cannot run the operation with this caller (mismatched vectors).
     Refused(String),
     /// A participant finished its part of an attempt.
@@ -254,6 +259,11 @@ pub enum Phase {
     Route = 9,
     /// A chunk of an allgather's piece, on one edge of its tree.
     Spread = 10,
+    /// A value reduce's partial fold: number 0 inside a cluster, 1 among the clusters'
+    /// first members, 2 from the top to a reduce's root.
+    ValueUp = 11,
+    /// An allreduced value on its way back: 1 among the first members, 0 inside.
+    ValueDown = 12,
 }
 
 /// A transfer's name within one operation: phase in the top 4 bits, number below.
