@@ -9,7 +9,7 @@
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
 //! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--contenders default,single-tree,store-and-forward]
 //! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--nodes-per-cluster N]
-//! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives allreduce,scatter,gather]
+//! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives allreduce,reduce,scatter,gather,allgather]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
 //!
@@ -148,9 +148,9 @@ enum What {
         #[arg(long, default_value_t = overlay::bench::large::DEFAULT_NODES_PER_CLUSTER)]
         nodes_per_cluster: usize,
     },
-    /// Allreduce of f32 vectors from 64 KiB to 64 MiB with emulated bandwidth over real
-    /// QUIC, every node taking part: the default against each algorithm forced (see
-    /// overlay::bench::collectives_large).
+    /// Allreduce and reduce of f32 vectors, scatter, gather and allgather of pieces, from
+    /// 64 KiB to 64 MiB with emulated bandwidth over real QUIC, every node taking part: the
+    /// default against each algorithm forced (see overlay::bench::collectives_large).
     CollectivesLarge {
         /// The topology: a name under topologies/ or a file.
         #[arg(long, default_value = "das-4")]
@@ -161,8 +161,8 @@ enum What {
         /// Nodes started in every cluster.
         #[arg(long, default_value_t = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER)]
         nodes_per_cluster: usize,
-        /// The collectives to measure, comma-separated (allreduce, scatter, gather); all
-        /// of them unless told. The online-tuning run comes with scatter.
+        /// The collectives to measure, comma-separated (allreduce, reduce, scatter, gather,
+        /// allgather); all of them unless told. The online-tuning run comes with scatter.
         #[arg(long, value_delimiter = ',', value_parser = collective)]
         collectives: Vec<overlay::bench::collectives_large::Collective>,
     },

@@ -1,29 +1,36 @@
-//! `collectives-large`: allreduce of f32 vectors, scatter and gather of pieces, from 64 KiB
-//! to 64 MiB in all, over real QUIC on a topology with its bandwidths emulated (das-4
-//! unless told), every node of the overlay taking part. Contenders side by side, each size
-//! in one run:
+//! `collectives-large`: allreduce and reduce of f32 vectors, scatter, gather and allgather
+//! of pieces, from 64 KiB to 64 MiB in all, over real QUIC on a topology with its
+//! bandwidths emulated (das-4 unless told), every node of the overlay taking part.
+//! Contenders side by side, each size in one run:
 //! - `default`: what a caller gets with no options (the planner's model and decision
 //!   table pick the algorithm; successive calls of a size class may switch);
 //! - allreduce: `clustered` (ours forced: reduce-scatter/allgather over the discovered
 //!   clusters), `hierarchical` (static MagPIe/HAN style, its clusters from the topology
 //!   file), `ring` (Gloo style, all nodes in id order), `tree` (whole vectors up a binary
 //!   tree, the result down);
+//! - reduce (to the first node of the first cluster): the allreduce's algorithms, each
+//!   stopped where the result reaches the root;
 //! - scatter and gather (the root is the first node of the first cluster): `relayed`
 //!   (ours forced: chunks direct or through a third cluster), `direct` (flat),
-//!   `hierarchical` (through each cluster's first member, the file's clusters), `tree`.
+//!   `hierarchical` (through each cluster's first member, the file's clusters), `tree`;
+//! - allgather: `relayed` (ours forced: each chunk into every other cluster once, over the
+//!   link that finishes it soonest), `direct` (flat), `hierarchical` (through the
+//!   clusters' first members, the file's clusters), `ring` (Gloo, pipelined), `tree`.
 //!
 //! Completion is when the last node returned, from when the calls were started. Every
 //! node's result is checked exactly.
 
+mod calls;
+
+use self::calls::{allgather, reduce, routed};
 use super::large::size_label;
 use super::large_setup::{Testbed, block_on};
-use crate::api::{Algorithm, BulkOptions, Node, ReduceOp, TuneEntry};
+use crate::api::{Algorithm, TuneEntry};
 use crate::proto::NodeId;
 use crate::topology::Topology;
-use anyhow::{Context, bail};
-use bytes::Bytes;
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Vector sizes, bytes.
 pub const SIZES: [u64; 6] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
@@ -56,39 +63,46 @@ impl Contender {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Collective {
     Allreduce,
+    Reduce,
     Scatter,
     Gather,
+    Allgather,
 }
 
 impl Collective {
     /// In run order.
-    pub const ALL: [Collective; 3] = [
+    pub const ALL: [Collective; 5] = [
         Collective::Allreduce,
+        Collective::Reduce,
         Collective::Scatter,
         Collective::Gather,
+        Collective::Allgather,
     ];
 
-    /// `allreduce`, `scatter` or `gather`.
+    /// `allreduce`, `reduce`, `scatter`, `gather` or `allgather`.
     pub fn name(self) -> &'static str {
         match self {
             Collective::Allreduce => "allreduce",
+            Collective::Reduce => "reduce",
             Collective::Scatter => "scatter",
             Collective::Gather => "gather",
+            Collective::Allgather => "allgather",
         }
     }
 
     /// The algorithms forced beside the default, ours first.
-    pub fn algorithms(self) -> [Algorithm; 4] {
+    pub fn algorithms(self) -> Vec<Algorithm> {
         match self {
-            Collective::Allreduce => Algorithm::ALLREDUCE,
-            _ => Algorithm::ROUTED,
+            Collective::Allreduce | Collective::Reduce => Algorithm::ALLREDUCE.to_vec(),
+            Collective::Scatter | Collective::Gather => Algorithm::ROUTED.to_vec(),
+            Collective::Allgather => Algorithm::ALLGATHER.to_vec(),
         }
     }
 
     /// The contenders in run order.
     pub fn contenders(self) -> Vec<Contender> {
         std::iter::once(Contender::Default)
-            .chain(self.algorithms().map(Contender::Forced))
+            .chain(self.algorithms().into_iter().map(Contender::Forced))
             .collect()
     }
 }
@@ -188,8 +202,11 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
                     let name =
                         format!("{}-{}-{}-{rep}", collective.name(), contender.name(), bytes);
                     let call = match collective {
-                        Collective::Allreduce => {
-                            all_reduce(nodes, &name, bytes, contender, &file_groups).await?
+                        Collective::Allreduce | Collective::Reduce => {
+                            reduce(nodes, c, &name, bytes, &file_groups).await?
+                        }
+                        Collective::Allgather => {
+                            allgather(nodes, &name, bytes, contender, &file_groups).await?
                         }
                         _ => routed(nodes, c, &name, bytes, &file_groups).await?,
                     };
@@ -215,7 +232,8 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
             }
         }
     }
-    // The allreduce planner (the smallest id) and the scatter/gather root keep the tables.
+    // The allreduce and allgather planner (the smallest id) and the root of the others
+    // keep the tables.
     let planner = nodes.iter().min_by_key(|n| n.id()).context("no nodes")?;
     let mut table = planner.collective_table();
     if nodes[0].id() != planner.id() {
@@ -282,152 +300,4 @@ async fn tuning(
         });
     }
     Ok(out)
-}
-
-/// What a contender's calls ask for: the algorithm forced (none for the default), and for
-/// the static hierarchy the topology file's clusters.
-fn options_for(contender: Contender, file_groups: &[Vec<NodeId>]) -> BulkOptions {
-    BulkOptions {
-        algorithm: match contender {
-            Contender::Default => None,
-            Contender::Forced(a) => Some(a),
-        },
-        groups: (contender == Contender::Forced(Algorithm::Hierarchical))
-            .then(|| file_groups.to_vec()),
-        timeout: Duration::from_secs(900),
-        ..BulkOptions::default()
-    }
-}
-
-/// Node `i`'s value at `j`: small integers, so f32 sums are exact in any order.
-fn value(i: usize, j: usize) -> f32 {
-    ((i + 1) * (j % 5)) as f32
-}
-
-/// One allreduce on every node: (what ran, completion s, predicted s). Fails if any node
-/// failed or got a wrong result.
-async fn all_reduce(
-    nodes: &[Node],
-    name: &str,
-    bytes: u64,
-    contender: Contender,
-    file_groups: &[Vec<NodeId>],
-) -> anyhow::Result<(Algorithm, f64, f64)> {
-    let len = (bytes / 4) as usize;
-    let n = nodes.len();
-    let options = options_for(contender, file_groups);
-    let start = Instant::now();
-    let calls = nodes.iter().enumerate().map(|(i, node)| {
-        let (node, options, name) = (node.clone(), options.clone(), name.to_string());
-        tokio::spawn(async move {
-            let mut data: Vec<f32> = (0..len).map(|j| value(i, j)).collect();
-            let report = node
-                .allreduce_slice_with(&name, &mut data, ReduceOp::Sum, options)
-                .await;
-            let done = start.elapsed().as_secs_f64();
-            let total = (n * (n + 1) / 2) as f32;
-            let exact = data
-                .iter()
-                .enumerate()
-                .all(|(j, v)| *v == total * (j % 5) as f32);
-            (report, exact, done)
-        })
-    });
-    let mut last: f64 = 0.0;
-    let mut ran = None;
-    for (i, r) in futures::future::join_all(calls)
-        .await
-        .into_iter()
-        .enumerate()
-    {
-        let (report, exact, done) = r.context("a call panicked")?;
-        let report = report.with_context(|| format!("node {i}"))?;
-        if !exact || report.contributors.len() != n {
-            bail!("node {i}: a wrong result ({report:?})");
-        }
-        last = last.max(done);
-        ran = Some((report.algorithm, report.predicted.as_secs_f64()));
-    }
-    let (algorithm, predicted) = ran.context("no nodes")?;
-    Ok((algorithm, last, predicted))
-}
-
-/// A piece of member `i`: its index repeated.
-fn piece(i: usize, len: usize) -> Bytes {
-    Bytes::from(vec![i as u8; len])
-}
-
-/// One scatter or gather on every node, the first node the root: (what ran, completion s,
-/// predicted s). Fails if any node failed or a piece came wrong.
-async fn routed(
-    nodes: &[Node],
-    (collective, contender): (Collective, Contender),
-    name: &str,
-    bytes: u64,
-    file_groups: &[Vec<NodeId>],
-) -> anyhow::Result<(Algorithm, f64, f64)> {
-    let n = nodes.len();
-    let each = (bytes / n as u64) as usize;
-    let root = nodes[0].id();
-    let options = options_for(contender, file_groups);
-    let ids: Vec<NodeId> = nodes.iter().map(Node::id).collect();
-    let start = Instant::now();
-    let calls = nodes.iter().enumerate().map(|(i, node)| {
-        let (node, options, name, ids) =
-            (node.clone(), options.clone(), name.to_string(), ids.clone());
-        tokio::spawn(async move {
-            let out = match (collective, i) {
-                (Collective::Scatter, 0) => {
-                    let pieces = ids
-                        .iter()
-                        .enumerate()
-                        .map(|(j, id)| (*id, piece(j, each)))
-                        .collect();
-                    node.scatter_pieces(&name, pieces, options)
-                        .await
-                        .map(|(p, r)| (vec![(ids[0], p)], r))
-                }
-                (Collective::Scatter, _) => node
-                    .scatter_receive(&name, root, options)
-                    .await
-                    .map(|(p, r)| (vec![(ids[i], p)], r)),
-                _ => {
-                    node.gather_pieces(&name, root, piece(i, each), options)
-                        .await
-                }
-            };
-            (out, start.elapsed().as_secs_f64())
-        })
-    });
-    let mut last: f64 = 0.0;
-    let mut ran = None;
-    for (i, r) in futures::future::join_all(calls)
-        .await
-        .into_iter()
-        .enumerate()
-    {
-        let (out, done) = r.context("a call panicked")?;
-        let (got, report) = out.with_context(|| format!("node {i}"))?;
-        let want: Vec<(NodeId, Bytes)> = match (collective, i) {
-            (Collective::Scatter, _) => vec![(ids[i], piece(i, each))],
-            (_, 0) => {
-                // The root gets the pieces in id order.
-                let mut all: Vec<(NodeId, Bytes)> = ids
-                    .iter()
-                    .enumerate()
-                    .map(|(j, id)| (*id, piece(j, each)))
-                    .collect();
-                all.sort_by_key(|(id, _)| *id);
-                all
-            }
-            _ => Vec::new(),
-        };
-        if got != want || report.contributors.len() != n {
-            bail!("node {i}: a wrong {} ({report:?})", collective.name());
-        }
-        last = last.max(done);
-        ran = Some((report.algorithm, report.predicted.as_secs_f64()));
-    }
-    let (algorithm, predicted) = ran.context("no nodes")?;
-    Ok((algorithm, last, predicted))
 }

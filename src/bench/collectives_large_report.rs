@@ -18,7 +18,7 @@ fn row(o: &Outcome, collective: Collective, bytes: u64, c: Contender) -> Option<
 pub fn markdown(o: &Outcome, collective: Collective) -> String {
     let algorithms = collective.algorithms();
     let mut out = String::from("| size | default s |");
-    for a in algorithms {
+    for a in &algorithms {
         let _ = write!(out, " {} s |", a.name());
     }
     out.push_str(" default ran | default / best contender | default / best candidate |\n|---|---|");
@@ -50,8 +50,8 @@ pub fn markdown(o: &Outcome, collective: Collective) -> String {
             size_label(bytes),
             fmt(secs(Contender::Default))
         );
-        for a in algorithms {
-            let _ = write!(out, " {} |", fmt(secs(Contender::Forced(a))));
+        for a in &algorithms {
+            let _ = write!(out, " {} |", fmt(secs(Contender::Forced(*a))));
         }
         let _ = writeln!(
             out,
@@ -149,15 +149,17 @@ pub fn text(o: &Outcome) -> String {
     out
 }
 
-/// Completion time against size: every allreduce contender, and the default and direct
-/// scatter and gather.
+/// Completion time against size: every allreduce contender, the default and static
+/// hierarchical reduce, and the default and direct scatter, gather and allgather.
 pub fn svg(o: &Outcome) -> String {
     let mut lines: Vec<(Collective, Contender)> = Collective::Allreduce
         .contenders()
         .into_iter()
         .map(|c| (Collective::Allreduce, c))
         .collect();
-    for c in [Collective::Scatter, Collective::Gather] {
+    lines.push((Collective::Reduce, Contender::Default));
+    lines.push((Collective::Reduce, Contender::Forced(Algorithm::Hierarchical)));
+    for c in [Collective::Scatter, Collective::Gather, Collective::Allgather] {
         lines.push((c, Contender::Default));
         lines.push((c, Contender::Forced(Algorithm::Direct)));
     }
