@@ -1,5 +1,7 @@
-//! Large collectives in one process: an allreduce of a 4 MiB f32 vector, then a scatter and
-//! a gather of 256 KiB pieces, every node taking part.
+//! Large collectives in one process, every node taking part: an allreduce of a 4 MiB f32
+//! vector (run as a watched task, its progress printed), a reduce of it to the last node,
+//! a scatter, a gather and an allgather of 256 KiB pieces, and an allreduce of word counts
+//! (a map merged by the program's own operation).
 //!
 //!     cargo run --release --example allreduce
 //!     cargo run --release --example allreduce -- --nodes 12 --mib 16
@@ -15,7 +17,7 @@ use bytes::Bytes;
 use clap::Parser;
 use overlay::bulk::{BulkOptions, ReduceOp};
 use overlay::{Liveness, Node, NodeId};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// Large collectives in one process (see the top of examples/allreduce.rs).
@@ -55,22 +57,36 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("{n} nodes on 127.0.0.1");
 
-    // Allreduce: node i contributes (i + 1) * (j % 5) at j; exact in f32.
+    // Allreduce: node i contributes (i + 1) * (j % 5) at j; exact in f32. Each call runs as
+    // a task; n1's progress is printed while it runs.
     let len = (args.mib << 20) as usize / 4;
-    let calls = nodes.iter().enumerate().map(|(i, node)| async move {
-        let mut v: Vec<f32> = (0..len).map(|j| ((i + 1) * (j % 5)) as f32).collect();
-        let r = node
-            .allreduce_slice("example-sum", &mut v, ReduceOp::Sum)
-            .await;
-        r.map(|r| (v, r))
-    });
+    let vector = |i: usize| -> Vec<f32> { (0..len).map(|j| ((i + 1) * (j % 5)) as f32).collect() };
+    let tasks: Vec<_> = (nodes.iter().enumerate())
+        .map(|(i, node)| {
+            node.start_allreduce(
+                "example-sum",
+                vector(i),
+                ReduceOp::Sum,
+                BulkOptions::default(),
+            )
+        })
+        .collect();
+    while !tasks[0].watch().progress().phase.is_over() {
+        let p = tasks[0].progress();
+        println!(
+            "  n1: {:?}, {}/{} parts, {} KiB sent",
+            p.phase,
+            p.parts_done,
+            p.parts_total,
+            p.sent_bytes >> 10
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let total = (n * (n + 1) / 2) as f32;
-    for (i, out) in futures::future::join_all(calls)
-        .await
-        .into_iter()
-        .enumerate()
-    {
-        let (v, r) = out.with_context(|| format!("allreduce on n{}", i + 1))?;
+    for (i, task) in tasks.into_iter().enumerate() {
+        let (v, r) = task
+            .await
+            .with_context(|| format!("allreduce on n{}", i + 1))?;
         if v.iter()
             .enumerate()
             .any(|(j, x)| *x != total * (j % 5) as f32)
@@ -85,6 +101,38 @@ async fn main() -> anyhow::Result<()> {
                 r.algorithm.name(),
                 r.elapsed.as_secs_f64(),
                 r.predicted.as_secs_f64()
+            );
+        }
+    }
+
+    // Reduce to the last node: the sum there, every other vector as it was.
+    let last = nodes[n - 1].id();
+    let calls = nodes.iter().enumerate().map(|(i, node)| async move {
+        let mut v = vector(i);
+        let r = node
+            .reduce_slice("example-reduce", last, &mut v, ReduceOp::Sum)
+            .await;
+        r.map(|r| (v, r))
+    });
+    for (i, out) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let (v, r) = out.with_context(|| format!("reduce on n{}", i + 1))?;
+        let want = if i == n - 1 { total } else { (i + 1) as f32 };
+        if v.iter()
+            .enumerate()
+            .any(|(j, x)| *x != want * (j % 5) as f32)
+        {
+            bail!("n{}: a wrong reduce", i + 1);
+        }
+        if i == n - 1 {
+            println!(
+                "reduce of {} MiB f32 to n{n}: {} ({:.3} s)",
+                args.mib,
+                r.algorithm.name(),
+                r.elapsed.as_secs_f64()
             );
         }
     }
@@ -159,6 +207,63 @@ async fn main() -> anyhow::Result<()> {
             );
         }
     }
+    // Allgather: every node ends with every node's piece.
+    let calls = nodes.iter().enumerate().map(|(i, node)| async move {
+        node.allgather_pieces("example-shards", piece(i), BulkOptions::default())
+            .await
+    });
+    for (i, out) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let (all, r) = out.with_context(|| format!("allgather on n{}", i + 1))?;
+        let whole = all.len() == n
+            && (all.iter()).all(|(id, p)| {
+                ids.iter()
+                    .position(|x| x == id)
+                    .is_some_and(|j| *p == piece(j))
+            });
+        if !whole {
+            bail!("n{} gathered wrong pieces", i + 1);
+        }
+        if i == 0 {
+            println!(
+                "allgather of {n} x 256 KiB: {} ({:.3} s)",
+                r.algorithm.name(),
+                r.elapsed.as_secs_f64()
+            );
+        }
+    }
+
+    // Word counts merged by the program's own operation (associative).
+    let merge = |mut a: BTreeMap<String, u64>, b: BTreeMap<String, u64>| {
+        for (word, count) in b {
+            *a.entry(word).or_default() += count;
+        }
+        a
+    };
+    let calls = nodes.iter().enumerate().map(|(i, node)| async move {
+        let words = BTreeMap::from([("node".to_string(), 1), (format!("parity-{}", i % 2), 1)]);
+        node.allreduce_value("example-words", words, merge, BulkOptions::default())
+            .await
+    });
+    for (i, out) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let (words, _) = out.with_context(|| format!("word counts on n{}", i + 1))?;
+        if words.get("node") != Some(&(n as u64))
+            || words.get("parity-0") != Some(&n.div_ceil(2).try_into()?)
+        {
+            bail!("n{}: wrong word counts {words:?}", i + 1);
+        }
+        if i == 0 {
+            println!("word counts merged on every node: {words:?}");
+        }
+    }
+
     for node in &nodes {
         node.leave().await;
     }

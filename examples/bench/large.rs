@@ -92,3 +92,39 @@ pub(crate) fn collectives_large(
     }
     Ok(serde_json::to_value(&outcome)?)
 }
+
+/// The large collectives in the simulator: the default against every algorithm forced.
+pub(crate) fn collectives_sim(
+    cli: &Cli,
+    topology_name: &str,
+    max_mib: u64,
+    nodes_per_cluster: usize,
+    collectives: &[overlay::bench::collectives_large::Collective],
+) -> anyhow::Result<serde_json::Value> {
+    use overlay::bench::collectives_large as bench;
+    let opts = overlay::bench::collectives_sim::Options {
+        topology: topology(topology_name)?,
+        nodes_per_cluster,
+        max_bytes: max_mib.saturating_mul(1 << 20),
+        collectives: if collectives.is_empty() {
+            bench::Collective::ALL.to_vec()
+        } else {
+            collectives.to_vec()
+        },
+        seed: cli.seed,
+    };
+    let outcome = overlay::bench::collectives_sim::run(&opts, &progress)?;
+    std::fs::create_dir_all(&cli.out)?;
+    let report = overlay::bench::collectives_large_report::svg(&outcome);
+    std::fs::write(cli.out.join(SIM_SVG), report)?;
+    if !cli.json {
+        println!(
+            "{}",
+            overlay::bench::collectives_large_report::text(&outcome)
+        );
+    }
+    Ok(serde_json::to_value(&outcome)?)
+}
+
+/// File name of the simulator run's plot.
+pub(crate) const SIM_SVG: &str = "collectives-sim.svg";

@@ -9,6 +9,7 @@
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
 //! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--contenders default,single-tree,store-and-forward]
 //! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--nodes-per-cluster N]
+//! cargo run --release --example bench -- collectives-sim [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives ...]
 //! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives allreduce,reduce,scatter,gather,allgather]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
@@ -48,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use collectives::collectives;
 use fig5::fig5;
-use large::{collectives_large, crossover, large};
+use large::{collectives_large, collectives_sim, crossover, large};
 use markdown::markdown;
 use quic::quic;
 use sim_jobs::{
@@ -163,6 +164,23 @@ enum What {
         nodes_per_cluster: usize,
         /// The collectives to measure, comma-separated (allreduce, reduce, scatter, gather,
         /// allgather); all of them unless told. The online-tuning run comes with scatter.
+        #[arg(long, value_delimiter = ',', value_parser = collective)]
+        collectives: Vec<overlay::bench::collectives_large::Collective>,
+    },
+    /// The same collectives in the simulator with bandwidth: the simulated nodes measure
+    /// the network, the planner's code plans each call on what they measured, and the
+    /// simulator times the plan's transfers (see overlay::bench::collectives_sim).
+    CollectivesSim {
+        /// The topology: a name under topologies/ or a file.
+        #[arg(long, default_value = "das-4")]
+        topology: String,
+        /// Skip sizes larger than this many MiB.
+        #[arg(long, default_value_t = 64)]
+        max_mib: u64,
+        /// Nodes started in every cluster.
+        #[arg(long, default_value_t = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER)]
+        nodes_per_cluster: usize,
+        /// The collectives to measure, comma-separated; all of them unless told.
         #[arg(long, value_delimiter = ',', value_parser = collective)]
         collectives: Vec<overlay::bench::collectives_large::Collective>,
     },
@@ -353,6 +371,18 @@ fn main() -> anyhow::Result<()> {
             nodes_per_cluster,
             collectives,
         } => vec![collectives_large(
+            &cli,
+            &topology,
+            max_mib,
+            nodes_per_cluster,
+            &collectives,
+        )?],
+        What::CollectivesSim {
+            topology,
+            max_mib,
+            nodes_per_cluster,
+            collectives,
+        } => vec![collectives_sim(
             &cli,
             &topology,
             max_mib,

@@ -130,7 +130,8 @@ pub fn tuning_markdown(o: &Outcome) -> String {
 /// The report printed by `bench collectives-large`.
 pub fn text(o: &Outcome) -> String {
     let mut out = format!(
-        "collectives-large on {} ({} nodes), {:.0} s wall\n{}\nThe planners' decision tables (default calls only):\n{}",
+        "{} on {} ({} nodes), {:.0} s wall\n{}\nThe planners' decision tables (default calls only):\n{}",
+        o.benchmark,
         o.topology,
         o.nodes,
         o.wall_s,
@@ -158,8 +159,15 @@ pub fn svg(o: &Outcome) -> String {
         .map(|c| (Collective::Allreduce, c))
         .collect();
     lines.push((Collective::Reduce, Contender::Default));
-    lines.push((Collective::Reduce, Contender::Forced(Algorithm::Hierarchical)));
-    for c in [Collective::Scatter, Collective::Gather, Collective::Allgather] {
+    lines.push((
+        Collective::Reduce,
+        Contender::Forced(Algorithm::Hierarchical),
+    ));
+    for c in [
+        Collective::Scatter,
+        Collective::Gather,
+        Collective::Allgather,
+    ] {
         lines.push((c, Contender::Default));
         lines.push((c, Contender::Forced(Algorithm::Direct)));
     }
@@ -175,7 +183,10 @@ pub fn svg(o: &Outcome) -> String {
         })
         .collect();
     line_chart(
-        &format!("{}, {} nodes: large collectives", o.topology, o.nodes),
+        &format!(
+            "{}, {} nodes: large collectives ({})",
+            o.topology, o.nodes, o.benchmark
+        ),
         "bytes in all (KiB, log scale)",
         "completion (s)",
         &series,

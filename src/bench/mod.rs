@@ -8,6 +8,7 @@
 pub mod bandwidth;
 pub mod collectives_large;
 pub mod collectives_large_report;
+pub mod collectives_sim;
 pub mod crossover;
 pub mod large;
 pub mod large_magpie;

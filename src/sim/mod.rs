@@ -58,6 +58,7 @@
 
 mod bandwidth;
 mod bound;
+pub mod bulk;
 mod config;
 pub(crate) mod dot;
 pub mod groups;

@@ -7,11 +7,9 @@ use super::network::network;
 use super::session::Job;
 use crate::api::{Node, NodeError};
 use crate::proto::NodeId;
-use crate::proto::bulk::model::{Network, predict_all_to, predict_to};
-use crate::proto::bulk::paths::{self, Direction};
-use crate::proto::bulk::spread::{self, SpreadPlan};
-use crate::proto::bulk::value::{self, ValuePlan};
-use crate::proto::bulk::{Algorithm, BulkPlan, Control, RoutePlan, control};
+use crate::proto::bulk::model::Network;
+use crate::proto::bulk::plans::Ask;
+use crate::proto::bulk::{Algorithm, Control, control};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -193,171 +191,45 @@ fn make_plan(
     lens: &HashMap<NodeId, u64>,
     attempt: u32,
 ) -> Result<(&'static str, u64, Control, Algorithm), NodeError> {
-    match job {
-        Job::Reduce(call) => {
-            let bytes = call.len * call.elem.size() as u64;
-            let collective = if call.root.is_some() {
-                "reduce"
-            } else {
-                "allreduce"
-            };
-            let algorithm = match options.algorithm {
-                Some(a) => a,
-                None => {
-                    let p = predict_all_to(net, call.len, call.elem.size(), call.root);
-                    let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
-                    tuner.choose(
-                        collective,
-                        bytes,
-                        p.iter().map(|p| (p.algorithm, p.seconds)),
-                    )
-                }
-            };
-            let prediction = predict_to(net, algorithm, call.len, call.elem.size(), call.root);
-            let plan = BulkPlan {
-                attempt,
-                algorithm,
-                groups: groups_of(net, members),
-                members: members.to_vec(),
-                missing,
-                shares: prediction.shares.clone(),
-                len: call.len,
-                elem: call.elem,
-                op: call.op,
-                chunk: prediction.chunk,
-                predicted_s: prediction.seconds,
-                root: call.root,
-            };
-            Ok((collective, bytes, Control::Plan(plan), algorithm))
-        }
-        Job::Route {
-            direction, sizes, ..
-        } => {
-            let sizes: Vec<u64> = members
-                .iter()
-                .map(|m| match sizes {
-                    Some(s) => s.get(m).copied().unwrap_or(0),
-                    None => lens.get(m).copied().unwrap_or(0),
-                })
-                .collect();
-            let bytes: u64 = sizes.iter().sum();
-            let collective = match direction {
-                Direction::Scatter => "scatter",
-                Direction::Gather => "gather",
-            };
-            let plan_for = |a| paths::plan(net, direction, a, node.id, members, &sizes);
-            let algorithm = match options.algorithm {
-                Some(a) if Algorithm::ROUTED.contains(&a) => a,
-                Some(a) => {
-                    return Err(NodeError::Bulk {
-                        name: collective.into(),
-                        reason: format!("{} is not a scatter or gather algorithm", a.name()),
-                    });
-                }
-                None => {
-                    let p: Vec<(Algorithm, f64)> = Algorithm::ROUTED
-                        .iter()
-                        .map(|a| (*a, plan_for(*a).2))
-                        .collect();
-                    let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
-                    tuner.choose(collective, bytes, p)
-                }
-            };
-            let (chunk, paths, predicted_s) = plan_for(algorithm);
-            let plan = RoutePlan {
-                attempt,
-                direction,
-                algorithm,
-                root: node.id,
-                members: members.to_vec(),
-                missing,
-                sizes,
-                chunk,
-                paths,
-                predicted_s,
-            };
-            Ok((collective, bytes, Control::RoutePlan(plan), algorithm))
-        }
-        Job::Allgather { .. } => {
-            let sizes: Vec<u64> = (members.iter())
-                .map(|m| lens.get(m).copied().unwrap_or(0))
-                .collect();
-            let bytes: u64 = sizes.iter().sum();
-            let plan_for = |a| spread::plan(net, a, members, &sizes);
-            let algorithm = match options.algorithm {
-                Some(a) => a,
-                None => {
-                    let p: Vec<(Algorithm, f64)> = (Algorithm::ALLGATHER.iter())
-                        .map(|a| (*a, plan_for(*a).2))
-                        .collect();
-                    let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
-                    tuner.choose("allgather", bytes, p)
-                }
-            };
-            let (chunk, trees, predicted_s) = plan_for(algorithm);
-            let plan = SpreadPlan {
-                attempt,
-                algorithm,
-                members: members.to_vec(),
-                missing,
-                sizes,
-                chunk,
-                trees,
-                predicted_s,
-            };
-            Ok(("allgather", bytes, Control::SpreadPlan(plan), algorithm))
-        }
-        Job::Value { root } => {
-            let plan = ValuePlan {
-                attempt,
-                members: members.to_vec(),
-                missing,
-                groups: value::ordered(groups_of(net, members)),
-                root,
-                predicted_s: value_latency(net, root.is_none()),
-            };
-            let collective = if root.is_some() {
-                "reduce-value"
-            } else {
-                "allreduce-value"
-            };
-            Ok((
-                collective,
-                0,
-                Control::ValuePlan(plan),
-                Algorithm::Hierarchical,
-            ))
-        }
-    }
-}
-
-/// A value reduce's predicted time from latencies alone: the binomial levels inside the
-/// largest cluster and among the clusters, up (and, for an allreduce, down).
-fn value_latency(net: &Network, down: bool) -> f64 {
-    let levels = |n: usize| f64::from(usize::BITS - n.saturating_sub(1).leading_zeros());
-    let k = net.groups.len();
-    let inside = (0..k)
-        .map(|c| levels(net.groups[c].len()) * net.latency(c, c))
-        .fold(0.0, f64::max);
-    let wide = (0..k)
-        .flat_map(|c| (0..k).map(move |d| (c, d)))
-        .filter(|(c, d)| c != d)
-        .map(|(c, d)| net.latency(c, d))
-        .fold(0.0, f64::max);
-    let once = inside + levels(k) * wide;
-    if down { 2.0 * once } else { once + wide }
-}
-
-/// The groups of `net` as indices into `members`.
-fn groups_of(net: &Network, members: &[NodeId]) -> Vec<Vec<u32>> {
-    net.groups
-        .iter()
-        .map(|g| {
-            g.iter()
-                .map(|m| members.binary_search(m).expect("a participant") as u32)
-                .collect()
+    let sizes: Vec<u64> = (members.iter())
+        .map(|m| match job {
+            Job::Route { sizes: Some(s), .. } => s.get(m).copied().unwrap_or(0),
+            _ => lens.get(m).copied().unwrap_or(0),
         })
-        .collect()
+        .collect();
+    let ask = match job {
+        Job::Reduce(call) => Ask::Reduce {
+            len: call.len,
+            elem: call.elem,
+            op: call.op,
+            root: call.root,
+        },
+        Job::Route { direction, .. } => Ask::Route {
+            direction,
+            root: node.id,
+            sizes: &sizes,
+        },
+        Job::Allgather { .. } => Ask::Allgather { sizes: &sizes },
+        Job::Value { root } => Ask::Value { root },
+    };
+    let (collective, bytes) = (ask.collective(), ask.bytes());
+    let algorithm = match options.algorithm {
+        Some(a) if ask.candidates().contains(&a) => a,
+        Some(a) => {
+            return Err(NodeError::Bulk {
+                name: collective.into(),
+                reason: format!("{} cannot run a {collective}", a.name()),
+            });
+        }
+        None if ask.candidates().len() == 1 => ask.candidates()[0],
+        None => {
+            let p = ask.predict(net, members);
+            let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
+            tuner.choose(collective, bytes, p)
+        }
+    };
+    let plan = ask.plan(net, members, missing, algorithm, attempt);
+    Ok((collective, bytes, plan, algorithm))
 }
 
 /// Collects the callers' readies: the participants (sorted), the callers refused, and

@@ -36,6 +36,14 @@ pub enum BulkPhase {
 }
 
 impl BulkPhase {
+    /// Whether the call has ended (finished, failed or cancelled).
+    pub fn is_over(self) -> bool {
+        matches!(
+            self,
+            BulkPhase::Finished | BulkPhase::Failed | BulkPhase::Cancelled
+        )
+    }
+
     const ALL: [BulkPhase; 7] = [
         BulkPhase::Idle,
         BulkPhase::Waiting,

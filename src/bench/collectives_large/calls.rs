@@ -50,9 +50,7 @@ pub(super) async fn reduce(
                 Some(r) => {
                     (node.reduce_slice_with(&name, r, &mut data, ReduceOp::Sum, options)).await
                 }
-                None => {
-                    (node.allreduce_slice_with(&name, &mut data, ReduceOp::Sum, options)).await
-                }
+                None => (node.allreduce_slice_with(&name, &mut data, ReduceOp::Sum, options)).await,
             };
             let done = start.elapsed().as_secs_f64();
             // The result where it is due; elsewhere (a reduce) the vector unchanged.

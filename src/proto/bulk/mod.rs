@@ -15,8 +15,11 @@
 
 pub mod check;
 pub mod combine;
+pub mod dag;
+mod measured;
 pub mod model;
 pub mod paths;
+pub mod plans;
 pub mod route;
 pub mod spread;
 pub mod tune;

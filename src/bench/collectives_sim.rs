@@ -1,0 +1,191 @@
+//! `collectives-sim`: the large collectives in the simulator with bandwidth, side by side
+//! with the same contenders as [`super::collectives_large`] (its tables and plot serve
+//! both).
+//!
+//! The simulated nodes first measure the network themselves: the simulator runs the tree
+//! cores with packet trains through its bandwidth pipes until every node's cluster
+//! bandwidth view is complete (the topology's figures reach the pipes only). Then, for
+//! each collective, size and contender, the planner's own code ([`Ask`]) plans the
+//! operation on that node's measured view (the default through a decision table of its
+//! own, three calls per size, each call's simulated time recorded, as a node's planner
+//! does), the plan becomes its graph of transfers ([`dag`]), and the simulator times the
+//! graph through the same pipes ([`crate::sim::bulk::replay`]). The plans are the ones a
+//! node would send; what the simulator leaves out is the executors' CPU and QUIC's
+//! ramp-up.
+
+use super::collectives_large::{Collective, Contender, Outcome, Row, SIZES};
+use crate::proto::bulk::dag;
+use crate::proto::bulk::model::Network;
+use crate::proto::bulk::paths::Direction;
+use crate::proto::bulk::plans::Ask;
+use crate::proto::bulk::{Algorithm, Control, Elem, ReduceOp, Tuner};
+use crate::proto::{self, NodeId};
+use crate::sim::{NetModel, Sim, SimConfig};
+use crate::topology::Topology;
+use anyhow::bail;
+use std::time::{Duration, Instant};
+
+/// Default calls per size (the decision table may switch between them).
+const REPEAT: usize = 3;
+/// How long the nodes may take to measure every cluster pair, virtual time.
+const MEASURE_LIMIT: Duration = Duration::from_secs(120);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub topology: Topology,
+    pub nodes_per_cluster: usize,
+    /// Sizes above this are skipped.
+    pub max_bytes: u64,
+    pub collectives: Vec<Collective>,
+    pub seed: u64,
+}
+
+/// Runs the benchmark; `progress` gets one line at a time.
+pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
+    let wall = Instant::now();
+    let mut topo = opts.topology.clone();
+    for c in &mut topo.clusters {
+        c.nodes = opts.nodes_per_cluster;
+    }
+    let defaults = SimConfig::default();
+    let cfg = SimConfig {
+        seed: opts.seed,
+        bandwidth: true,
+        core: proto::Config {
+            bw_probers: 2,
+            ..defaults.core.clone()
+        },
+        ..defaults
+    };
+    let mut sim = Sim::new(&topo, cfg);
+    let k = topo.clusters.len();
+    let complete = |sim: &Sim| {
+        sim.live_nodes().iter().all(|&i| {
+            let view = sim.core(i).bandwidth_view();
+            view.clusters.len() == k && view.complete()
+        })
+    };
+    let mut waited = Duration::ZERO;
+    while !complete(&sim) {
+        if waited >= MEASURE_LIMIT {
+            bail!("the simulated nodes had not measured every cluster pair after {waited:?}");
+        }
+        sim.run_for(Duration::from_secs(1));
+        waited += Duration::from_secs(1);
+    }
+    // Some routine trains more, so the medians rest on several.
+    sim.run_for(Duration::from_secs(20));
+    progress(&format!(
+        "collectives-sim: {} nodes measured every cluster pair after {:.0} s (virtual)",
+        sim.ids().len(),
+        waited.as_secs_f64()
+    ));
+    let mut members: Vec<NodeId> = sim.ids().to_vec();
+    members.sort();
+    let index = |id: NodeId| sim.index_of(id).expect("a node of the run");
+    let cluster_of: Vec<usize> = members.iter().map(|m| sim.cluster_of(index(*m))).collect();
+    let mut file_groups: Vec<Vec<NodeId>> = vec![Vec::new(); k];
+    for (m, c) in members.iter().zip(&cluster_of) {
+        file_groups[*c].push(*m);
+    }
+    // The root of reduce, scatter and gather: the first cluster's first node (as in
+    // collectives-large); the smallest id plans the others.
+    let root = sim.ids()[0];
+    let net = NetModel::from_topology(&topo);
+    let n = members.len();
+    let mut tuners = [Tuner::default(), Tuner::default()];
+    let mut rows = Vec::new();
+    for &collective in &opts.collectives {
+        let planner = match collective {
+            Collective::Allreduce | Collective::Allgather => members[0],
+            _ => root,
+        };
+        let view = sim.core(index(planner)).bandwidth_view();
+        let measured = Network::from_view(&view, &members, None);
+        let fixed = Network::from_view(&view, &members, Some(&file_groups));
+        let tuner = &mut tuners[usize::from(planner == root)];
+        for bytes in SIZES.into_iter().filter(|b| *b <= opts.max_bytes) {
+            let each = vec![bytes / n as u64; n];
+            let ask = match collective {
+                Collective::Allreduce | Collective::Reduce => Ask::Reduce {
+                    len: bytes / 4,
+                    elem: Elem::F32,
+                    op: ReduceOp::Sum,
+                    root: (collective == Collective::Reduce).then_some(root),
+                },
+                Collective::Scatter | Collective::Gather => Ask::Route {
+                    direction: match collective {
+                        Collective::Scatter => Direction::Scatter,
+                        _ => Direction::Gather,
+                    },
+                    root,
+                    sizes: &each,
+                },
+                Collective::Allgather => Ask::Allgather { sizes: &each },
+            };
+            for contender in collective.contenders() {
+                let network = match contender {
+                    Contender::Forced(Algorithm::Hierarchical) => &fixed,
+                    _ => &measured,
+                };
+                let repeat = if contender == Contender::Default {
+                    REPEAT
+                } else {
+                    1
+                };
+                let mut calls = Vec::new();
+                for _ in 0..repeat {
+                    let algorithm = match contender {
+                        Contender::Forced(a) => a,
+                        Contender::Default => {
+                            let p = ask.predict(network, &members);
+                            tuner.choose(ask.collective(), ask.bytes(), p)
+                        }
+                    };
+                    let plan = ask.plan(network, &members, Vec::new(), algorithm, 0);
+                    let (transfers, predicted) = match &plan {
+                        Control::Plan(p) => (dag::of_bulk(p), p.predicted_s),
+                        Control::RoutePlan(p) => (dag::of_route(p), p.predicted_s),
+                        Control::SpreadPlan(p) => (dag::of_spread(p), p.predicted_s),
+                        _ => bail!("no graph for {plan:?}"),
+                    };
+                    let took = crate::sim::bulk::replay(&net, &cluster_of, &transfers);
+                    let seconds = took.as_secs_f64();
+                    if contender == Contender::Default {
+                        tuner.record(ask.collective(), ask.bytes(), algorithm, seconds);
+                    }
+                    calls.push((algorithm, seconds, predicted));
+                }
+                let mut times: Vec<f64> = calls.iter().map(|c| c.1).collect();
+                times.sort_by(f64::total_cmp);
+                progress(&format!(
+                    "collectives-sim: {} {} {}: {:.3} s ({})",
+                    collective.name(),
+                    super::large::size_label(bytes),
+                    contender.name(),
+                    times[times.len() / 2],
+                    calls.last().map_or("-", |c| c.0.name())
+                ));
+                rows.push(Row {
+                    collective,
+                    bytes,
+                    contender,
+                    completion_s: times[times.len() / 2],
+                    calls,
+                });
+            }
+        }
+    }
+    let mut table = tuners[0].entries();
+    table.extend(tuners[1].entries());
+    Ok(Outcome {
+        benchmark: "collectives-sim".into(),
+        topology: topo.name.clone(),
+        nodes: n,
+        rows,
+        table,
+        tuning: Vec::new(),
+        wall_s: wall.elapsed().as_secs_f64(),
+    })
+}

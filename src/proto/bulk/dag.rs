@@ -1,0 +1,373 @@
+//! Every transfer of one attempt of a plan, with what each waits for: the plan as a graph
+//! of point-to-point transfers. The simulator replays it through its bandwidth pipes
+//! (`sim::bulk`), so a plan the planner makes can be timed at any scale in virtual time.
+//!
+//! A transfer leaves its sender once every transfer in its `after` list has arrived
+//! there (a chunk's partial sum needs the chain's partial before it; a relay needs the
+//! chunk). The graphs follow the executors in `api::large`: chunks are independent, so
+//! pipelining comes from the graph's width; sending costs nothing beyond the pipes.
+
+use super::paths::Direction;
+use super::route::{self, chunk_route, segment};
+use super::spread::SpreadPlan;
+use super::{Algorithm, BulkPlan, RoutePlan};
+use crate::proto::NodeId;
+use std::collections::HashMap;
+
+/// One point-to-point transfer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// Sender and receiver, indices into the plan's members.
+    pub from: u32,
+    pub to: u32,
+    pub bytes: u64,
+    /// Transfers that must have arrived at `from` first (indices into the same list).
+    pub after: Vec<usize>,
+}
+
+/// Builds a graph: transfers are named by a key while it is built.
+struct Graph<K: std::hash::Hash + Eq> {
+    out: Vec<Transfer>,
+    named: HashMap<K, usize>,
+}
+
+impl<K: std::hash::Hash + Eq> Graph<K> {
+    fn new() -> Self {
+        Graph {
+            out: Vec::new(),
+            named: HashMap::new(),
+        }
+    }
+
+    fn add(&mut self, key: K, from: u32, to: u32, bytes: u64, after: Vec<usize>) -> usize {
+        self.out.push(Transfer {
+            from,
+            to,
+            bytes,
+            after,
+        });
+        self.named.insert(key, self.out.len() - 1);
+        self.out.len() - 1
+    }
+
+    fn get(&self, key: &K) -> Option<usize> {
+        self.named.get(key).copied()
+    }
+}
+
+fn index(members: &[NodeId], id: NodeId) -> u32 {
+    members.binary_search(&id).map_or(u32::MAX, |i| i as u32)
+}
+
+/// The transfers of an allreduce or reduce plan.
+pub fn of_bulk(plan: &BulkPlan) -> Vec<Transfer> {
+    let size = plan.elem.size() as u64;
+    match plan.algorithm {
+        Algorithm::Clustered | Algorithm::Hierarchical => grouped(plan, size),
+        Algorithm::Ring => ring(plan, size),
+        Algorithm::Tree => tree(plan, size),
+        Algorithm::Relayed | Algorithm::Direct => Vec::new(),
+    }
+}
+
+/// Kinds of transfer of a grouped plan's chunk.
+#[derive(Hash, PartialEq, Eq, Clone, Copy)]
+enum Hop {
+    /// Along the reduce chain, from the member.
+    Chain(NodeId),
+    /// A cluster partial, (from, to).
+    Partial(NodeId, NodeId),
+    /// A result across clusters (or to a reduce's root), (from, to).
+    Result(NodeId, NodeId),
+    /// Along the gather chain, from the member.
+    Down(NodeId),
+}
+
+fn grouped(plan: &BulkPlan, size: u64) -> Vec<Transfer> {
+    let mut all = Vec::new();
+    let at = |id: NodeId| index(&plan.members, id);
+    for c in route::chunks(plan) {
+        let bytes = c.len * size;
+        let routes: Vec<(NodeId, route::ChunkRoute)> = (plan.members.iter())
+            .filter_map(|m| chunk_route(plan, *m, &c).map(|r| (*m, r)))
+            .collect();
+        let by_id: HashMap<NodeId, &route::ChunkRoute> =
+            routes.iter().map(|(m, r)| (*m, r)).collect();
+        let mut g: Graph<Hop> = Graph::new();
+        // The reduce chains, from their starts (each hop after the one into it).
+        let mut chain_in: HashMap<NodeId, usize> = HashMap::new();
+        for (m, _) in routes.iter().filter(|(_, r)| r.reduce_from.is_none()) {
+            let (mut from, mut before) = (*m, Vec::new());
+            while let Some(next) = by_id[&from].reduce_to {
+                let t = g.add(Hop::Chain(from), at(from), at(next), bytes, before);
+                chain_in.insert(next, t);
+                before = vec![t];
+                from = next;
+            }
+        }
+        let partial = |m: &NodeId| chain_in.get(m).copied().into_iter().collect::<Vec<_>>();
+        for (m, r) in &routes {
+            for o in &r.partial_to {
+                let key = Hop::Partial(*m, *o);
+                g.add(key, at(*m), at(*o), bytes, partial(m));
+            }
+        }
+        // What the chunk's result at each member waits for: an owner's every partial; a
+        // result sent from an owner.
+        let mut result_at: HashMap<NodeId, Vec<usize>> = HashMap::new();
+        for (m, r) in routes.iter().filter(|(_, r)| r.owner) {
+            let mut after = partial(m);
+            after.extend((r.partials_from.iter()).filter_map(|p| g.get(&Hop::Partial(*p, *m))));
+            for x in &r.result_to {
+                let t = g.add(Hop::Result(*m, *x), at(*m), at(*x), bytes, after.clone());
+                result_at.insert(*x, vec![t]);
+            }
+            result_at.insert(*m, after);
+        }
+        // The gather chains, from the gateways.
+        for (m, _) in routes.iter().filter(|(_, r)| r.gather_from.is_none()) {
+            let (mut from, mut before) = (*m, result_at.get(m).cloned().unwrap_or_default());
+            while let Some(next) = by_id[&from].gather_to {
+                let t = g.add(Hop::Down(from), at(from), at(next), bytes, before);
+                before = vec![t];
+                from = next;
+            }
+        }
+        let offset = all.len();
+        all.extend(g.out.into_iter().map(|t| Transfer {
+            after: t.after.iter().map(|a| a + offset).collect(),
+            ..t
+        }));
+    }
+    all
+}
+
+fn ring(plan: &BulkPlan, size: u64) -> Vec<Transfer> {
+    let n = plan.members.len();
+    let mut out: Vec<Transfer> = Vec::new();
+    if n < 2 {
+        return out;
+    }
+    let steps = if plan.root.is_some() {
+        n - 1
+    } else {
+        2 * (n - 1)
+    };
+    // into[i]: the last transfer into member i.
+    let mut into: Vec<Option<usize>> = vec![None; n];
+    for step in 0..steps {
+        let mut next_into = into.clone();
+        for i in 0..n {
+            // The segment the executor sends at this step (reduce-scatter, then allgather).
+            let s = match step.checked_sub(n - 1) {
+                None => (i + n - step) % n,
+                Some(g) => (i + 1 + n - g) % n,
+            };
+            let bytes = segment(plan.len, n, s).1 * size;
+            out.push(Transfer {
+                from: i as u32,
+                to: ((i + 1) % n) as u32,
+                bytes,
+                after: into[i].into_iter().collect(),
+            });
+            next_into[(i + 1) % n] = Some(out.len() - 1);
+        }
+        into = next_into;
+    }
+    if let Some(root) = plan.root {
+        let r = index(&plan.members, root) as usize;
+        for i in (0..n).filter(|i| *i != r) {
+            out.push(Transfer {
+                from: i as u32,
+                to: r as u32,
+                bytes: segment(plan.len, n, (i + 1) % n).1 * size,
+                after: into[i].into_iter().collect(),
+            });
+        }
+    }
+    out
+}
+
+fn tree(plan: &BulkPlan, size: u64) -> Vec<Transfer> {
+    let bytes = plan.len * size;
+    let mut order = plan.members.clone();
+    if let Some(p) = plan.root.and_then(|r| order.iter().position(|m| *m == r)) {
+        let root = order.remove(p);
+        order.insert(0, root);
+    }
+    let n = order.len();
+    let id = |pos: usize| index(&plan.members, order[pos]);
+    let mut up: Vec<usize> = vec![usize::MAX; n];
+    let mut out: Vec<Transfer> = Vec::new();
+    // Deepest first, so children come before their parents.
+    for pos in (1..n).rev() {
+        let after = [2 * pos + 1, 2 * pos + 2]
+            .into_iter()
+            .filter(|c| *c < n)
+            .map(|c| up[c])
+            .collect();
+        out.push(Transfer {
+            from: id(pos),
+            to: id((pos - 1) / 2),
+            bytes,
+            after,
+        });
+        up[pos] = out.len() - 1;
+    }
+    if plan.root.is_some() {
+        return out;
+    }
+    let mut down: Vec<Vec<usize>> = vec![Vec::new(); n];
+    down[0] = [1, 2]
+        .into_iter()
+        .filter(|c| *c < n)
+        .map(|c| up[c])
+        .collect();
+    for pos in 1..n {
+        let parent = (pos - 1) / 2;
+        out.push(Transfer {
+            from: id(parent),
+            to: id(pos),
+            bytes,
+            after: down[parent].clone(),
+        });
+        down[pos] = vec![out.len() - 1];
+    }
+    out
+}
+
+/// The transfers of a scatter or gather plan: each chunk hop by hop along its path.
+pub fn of_route(plan: &RoutePlan) -> Vec<Transfer> {
+    let Ok(r) = plan.members.binary_search(&plan.root) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for m in 0..plan.members.len() {
+        for (k, (_, _, len)) in plan.chunks(m).enumerate() {
+            let mut nodes = vec![r as u32];
+            nodes.extend(plan.paths[m][k].iter().copied());
+            nodes.push(m as u32);
+            if plan.direction == Direction::Gather {
+                nodes.reverse();
+            }
+            let mut before = Vec::new();
+            for w in nodes.windows(2) {
+                out.push(Transfer {
+                    from: w[0],
+                    to: w[1],
+                    bytes: len,
+                    after: before,
+                });
+                before = vec![out.len() - 1];
+            }
+        }
+    }
+    out
+}
+
+/// The transfers of an allgather plan: each chunk along its tree's edges.
+pub fn of_spread(plan: &SpreadPlan) -> Vec<Transfer> {
+    let mut out = Vec::new();
+    for m in 0..plan.members.len() {
+        for (k, (_, _, len)) in plan.chunks(m).enumerate() {
+            let mut into: HashMap<u32, usize> = HashMap::new();
+            for &(a, b) in &plan.trees[m][k] {
+                let after = into.get(&a).copied().into_iter().collect();
+                out.push(Transfer {
+                    from: a,
+                    to: b,
+                    bytes: len,
+                    after,
+                });
+                into.insert(b, out.len() - 1);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::bulk::{Elem, ReduceOp};
+
+    fn plan(algorithm: Algorithm, sizes: &[usize], root: Option<usize>) -> BulkPlan {
+        let n: usize = sizes.iter().sum();
+        let mut members: Vec<NodeId> = (0..n as u64).map(|i| NodeId::from_seed(1, i)).collect();
+        members.sort();
+        let mut groups = Vec::new();
+        let mut at = 0u32;
+        for s in sizes {
+            groups.push((at..at + *s as u32).collect());
+            at += *s as u32;
+        }
+        BulkPlan {
+            attempt: 0,
+            algorithm,
+            root: root.map(|r| members[r]),
+            members,
+            missing: Vec::new(),
+            groups,
+            shares: vec![10; sizes.len()],
+            len: 10 * sizes.len() as u64,
+            elem: Elem::F32,
+            op: ReduceOp::Sum,
+            chunk: 4,
+            predicted_s: 0.0,
+        }
+    }
+
+    /// Every transfer waits only for earlier ones that arrive where it leaves.
+    fn well_formed(t: &[Transfer]) {
+        for (i, x) in t.iter().enumerate() {
+            assert_ne!(x.from, x.to, "transfer {i} to itself");
+            for a in &x.after {
+                assert!(*a < i, "transfer {i} waits for a later one");
+                assert_eq!(t[*a].to, x.from, "transfer {i} waits for one elsewhere");
+            }
+        }
+    }
+
+    #[test]
+    fn graphs_are_well_formed_and_move_what_the_algorithms_move() {
+        for (algorithm, root) in [
+            (Algorithm::Clustered, None),
+            (Algorithm::Clustered, Some(5)),
+            (Algorithm::Hierarchical, None),
+            (Algorithm::Hierarchical, Some(2)),
+            (Algorithm::Ring, None),
+            (Algorithm::Ring, Some(3)),
+            (Algorithm::Tree, None),
+            (Algorithm::Tree, Some(7)),
+        ] {
+            let p = plan(algorithm, &[4, 2, 3, 1], root);
+            let t = of_bulk(&p);
+            well_formed(&t);
+            assert!(!t.is_empty(), "{algorithm:?}");
+            // Every member but a reduce's root sends its contribution on.
+            for m in (0..p.members.len()).filter(|m| root != Some(*m)) {
+                assert!(
+                    t.iter().any(|x| x.from == m as u32),
+                    "{algorithm:?}: {m} silent"
+                );
+            }
+            // An allreduce's every member, a reduce's root, receives something.
+            for m in (0..p.members.len()).filter(|m| root.is_none_or(|r| r == *m)) {
+                assert!(
+                    t.iter().any(|x| x.to == m as u32),
+                    "{algorithm:?}: {m} gets nothing"
+                );
+            }
+        }
+        // Tree allreduce: n - 1 up and n - 1 down, whole vectors.
+        let p = plan(Algorithm::Tree, &[4, 2, 3, 1], None);
+        let t = of_bulk(&p);
+        assert_eq!(t.len(), 2 * 9);
+        assert!(t.iter().all(|x| x.bytes == 40 * 4));
+        // Ring allreduce: 2 (n - 1) steps of n transfers.
+        assert_eq!(
+            of_bulk(&plan(Algorithm::Ring, &[4, 2, 3, 1], None)).len(),
+            2 * 9 * 10
+        );
+    }
+}
