@@ -26,6 +26,7 @@ mod security;
 mod sim_churn;
 mod sim_clusters;
 mod sim_collectives;
+mod sim_large_collectives;
 mod sim_membership;
 mod sim_topologies;
 mod stripe_plan;

@@ -100,6 +100,7 @@ pub(crate) fn collectives_sim(
     max_mib: u64,
     nodes_per_cluster: usize,
     collectives: &[overlay::bench::collectives_large::Collective],
+    settle_s: u64,
 ) -> anyhow::Result<serde_json::Value> {
     use overlay::bench::collectives_large as bench;
     let opts = overlay::bench::collectives_sim::Options {
@@ -112,6 +113,7 @@ pub(crate) fn collectives_sim(
             collectives.to_vec()
         },
         seed: cli.seed,
+        settle: std::time::Duration::from_secs(settle_s),
     };
     let outcome = overlay::bench::collectives_sim::run(&opts, &progress)?;
     std::fs::create_dir_all(&cli.out)?;

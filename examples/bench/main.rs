@@ -183,6 +183,9 @@ enum What {
         /// The collectives to measure, comma-separated; all of them unless told.
         #[arg(long, value_delimiter = ',', value_parser = collective)]
         collectives: Vec<overlay::bench::collectives_large::Collective>,
+        /// Virtual seconds the nodes keep measuring once every view is complete.
+        #[arg(long, default_value_t = 20)]
+        settle_s: u64,
     },
     /// Everything above; writes docs/BENCHMARKS.md and the plots, carrying over the
     /// sections of the old report marked as kept (figures from runs `all` does not make).
@@ -382,12 +385,14 @@ fn main() -> anyhow::Result<()> {
             max_mib,
             nodes_per_cluster,
             collectives,
+            settle_s,
         } => vec![collectives_sim(
             &cli,
             &topology,
             max_mib,
             nodes_per_cluster,
             &collectives,
+            settle_s,
         )?],
         What::All => {
             // The real-QUIC Fig. 5 first and alone: it times sub-millisecond hops, which

@@ -39,6 +39,8 @@ pub struct Options {
     pub max_bytes: u64,
     pub collectives: Vec<Collective>,
     pub seed: u64,
+    /// Virtual time the nodes keep measuring once every view is complete.
+    pub settle: Duration,
 }
 
 /// Runs the benchmark; `progress` gets one line at a time.
@@ -75,7 +77,7 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
         waited += Duration::from_secs(1);
     }
     // Some routine trains more, so the medians rest on several.
-    sim.run_for(Duration::from_secs(20));
+    sim.run_for(opts.settle);
     progress(&format!(
         "collectives-sim: {} nodes measured every cluster pair after {:.0} s (virtual)",
         sim.ids().len(),
@@ -104,6 +106,16 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
         let view = sim.core(index(planner)).bandwidth_view();
         let measured = Network::from_view(&view, &members, None);
         let fixed = Network::from_view(&view, &members, Some(&file_groups));
+        let sizes: Vec<usize> = measured.groups.iter().map(Vec::len).collect();
+        let mbit =
+            |v: &[f64]| -> Vec<String> { v.iter().map(|b| format!("{:.1}", b / 1e6)).collect() };
+        let wide: Vec<Vec<String>> = measured.wide_bps.iter().map(|r| mbit(r)).collect();
+        progress(&format!(
+            "collectives-sim: {} planned on the view of {}: clusters of {sizes:?} members, Mbit/s inside {:?}, between {wide:?}",
+            collective.name(),
+            planner.short(),
+            mbit(&measured.lan_bps),
+        ));
         let tuner = &mut tuners[usize::from(planner == root)];
         for bytes in SIZES.into_iter().filter(|b| *b <= opts.max_bytes) {
             let each = vec![bytes / n as u64; n];
