@@ -437,6 +437,9 @@ fn main() -> anyhow::Result<()> {
             all.push(quic_run);
             all.extend(others);
             all.extend(big?);
+            // The same collectives in the simulator: deterministic and quick, after the rest.
+            let per_cluster = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER;
+            all.push(collectives_sim(&cli, "das-4", 64, per_cluster, &[], 20)?);
             all
         }
     };

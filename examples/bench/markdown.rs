@@ -260,6 +260,11 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     md.push_str(&collectives_large_section(&o));
                 }
             }
+            Some("collectives-sim") => {
+                if let Ok(o) = serde_json::from_value(r.clone()) {
+                    md.push_str(&collectives_sim_section(&o));
+                }
+            }
             _ => {}
         }
     }
@@ -296,6 +301,25 @@ pub(crate) fn collectives_large_section(o: &overlay::bench::collectives_large::O
         report::table_markdown(&o.table),
         tuning,
         overlay::bench::collectives_large::SVG
+    )
+}
+
+/// The simulator's large-collectives section: how to run it, the tables, the plot.
+pub(crate) fn collectives_sim_section(o: &overlay::bench::collectives_large::Outcome) -> String {
+    use overlay::bench::collectives_large_report as report;
+    format!(
+        "## Large collectives in the simulator\n\n\
+         `cargo run --release --example bench -- collectives-sim` (das-4, {} nodes; {:.1} s \
+         wall): the simulated nodes measure the network with their own packet trains, the \
+         planner's code plans every call on a node's measured view (the default through a \
+         decision table of its own, three calls per size), and the simulator times each \
+         plan's transfers through its NIC and link pipes. Same contenders and columns as \
+         over real QUIC; no per-transfer CPU or window ramp, so small sizes come out faster \
+         than over QUIC.\n\n{}\n![large collectives in the simulator]({})\n\n",
+        o.nodes,
+        o.wall_s,
+        report::tables(o),
+        super::large::SIM_SVG
     )
 }
 
