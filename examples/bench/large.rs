@@ -61,24 +61,45 @@ pub(crate) fn crossover(
     Ok(serde_json::to_value(&outcome)?)
 }
 
-/// Large allreduce: the default against every algorithm forced.
+/// Which sizes, collectives and contenders `collectives-large` runs.
+pub(crate) struct Selection<'a> {
+    pub min_mib: u64,
+    pub max_mib: u64,
+    pub collectives: &'a [overlay::bench::collectives_large::Collective],
+    pub contenders: &'a [String],
+}
+
+impl Selection<'_> {
+    /// Everything up to `max_mib`.
+    pub(crate) fn all(max_mib: u64) -> Selection<'static> {
+        Selection {
+            min_mib: 0,
+            max_mib,
+            collectives: &[],
+            contenders: &[],
+        }
+    }
+}
+
+/// Large collectives over real QUIC: the default against every algorithm forced.
 pub(crate) fn collectives_large(
     cli: &Cli,
     topology_name: &str,
-    max_mib: u64,
     nodes_per_cluster: usize,
-    collectives: &[overlay::bench::collectives_large::Collective],
+    pick: Selection<'_>,
 ) -> anyhow::Result<serde_json::Value> {
     use overlay::bench::collectives_large as bench;
     let opts = bench::Options {
         topology: topology(topology_name)?,
         nodes_per_cluster,
-        max_bytes: max_mib.saturating_mul(1 << 20),
-        collectives: if collectives.is_empty() {
+        max_bytes: pick.max_mib.saturating_mul(1 << 20),
+        min_bytes: pick.min_mib.saturating_mul(1 << 20),
+        collectives: if pick.collectives.is_empty() {
             bench::Collective::ALL.to_vec()
         } else {
-            collectives.to_vec()
+            pick.collectives.to_vec()
         },
+        contenders: pick.contenders.to_vec(),
     };
     let outcome = bench::run(&opts, &progress)?;
     std::fs::create_dir_all(&cli.out)?;

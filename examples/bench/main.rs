@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use collectives::collectives;
 use fig5::fig5;
-use large::{collectives_large, collectives_sim, crossover, large};
+use large::{Selection, collectives_large, collectives_sim, crossover, large};
 use markdown::markdown;
 use quic::quic;
 use sim_jobs::{
@@ -162,10 +162,18 @@ enum What {
         /// Nodes started in every cluster.
         #[arg(long, default_value_t = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER)]
         nodes_per_cluster: usize,
+        /// Skip vectors smaller than this many MiB (0: from 64 KiB).
+        #[arg(long, default_value_t = 0)]
+        min_mib: u64,
         /// The collectives to measure, comma-separated (allreduce, reduce, scatter, gather,
-        /// allgather); all of them unless told. The online-tuning run comes with scatter.
+        /// allgather); all of them unless told. The online-tuning run comes with scatter
+        /// when the sizes include 2 MiB and every contender runs.
         #[arg(long, value_delimiter = ',', value_parser = collective)]
         collectives: Vec<overlay::bench::collectives_large::Collective>,
+        /// The contenders to run, comma-separated (default and algorithm names); all of
+        /// them unless told.
+        #[arg(long, value_delimiter = ',')]
+        contenders: Vec<String>,
     },
     /// The same collectives in the simulator with bandwidth: the simulated nodes measure
     /// the network, the planner's code plans each call on what they measured, and the
@@ -371,15 +379,19 @@ fn main() -> anyhow::Result<()> {
         What::CollectivesLarge {
             topology,
             max_mib,
+            min_mib,
             nodes_per_cluster,
             collectives,
-        } => vec![collectives_large(
-            &cli,
-            &topology,
-            max_mib,
-            nodes_per_cluster,
-            &collectives,
-        )?],
+            contenders,
+        } => {
+            let pick = Selection {
+                min_mib,
+                max_mib,
+                collectives: &collectives,
+                contenders: &contenders,
+            };
+            vec![collectives_large(&cli, &topology, nodes_per_cluster, pick)?]
+        }
         What::CollectivesSim {
             topology,
             max_mib,
@@ -414,7 +426,8 @@ fn main() -> anyhow::Result<()> {
                     let large = large(&cli, nodes, usize::MAX, "das-4", "VU", &[])?;
                     let crossover = crossover(&cli, "das-4", "VU", 64, nodes)?;
                     let per_cluster = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER;
-                    let allreduce = collectives_large(&cli, "das-4", 16, per_cluster, &[])?;
+                    let allreduce =
+                        collectives_large(&cli, "das-4", per_cluster, Selection::all(16))?;
                     Ok::<_, anyhow::Error>([large, crossover, allreduce])
                 });
                 let first = fig5(&cli).and_then(|f| Ok(vec![f, collectives(&cli)?]));

@@ -114,8 +114,12 @@ pub struct Options {
     pub nodes_per_cluster: usize,
     /// Sizes above this are skipped.
     pub max_bytes: u64,
+    /// Sizes below this are skipped.
+    pub min_bytes: u64,
     /// The collectives to measure.
     pub collectives: Vec<Collective>,
+    /// The contenders to run, by name (`default`, an algorithm's); all if empty.
+    pub contenders: Vec<String>,
 }
 
 /// One contender at one size.
@@ -193,8 +197,12 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
     }
     let mut rows = Vec::new();
     for &collective in &opts.collectives {
-        for bytes in SIZES.into_iter().filter(|&b| b <= opts.max_bytes) {
-            for contender in collective.contenders() {
+        let sizes = SIZES.into_iter().filter(|&b| b <= opts.max_bytes && b >= opts.min_bytes);
+        for bytes in sizes {
+            let chosen = |c: &Contender| {
+                opts.contenders.is_empty() || opts.contenders.iter().any(|n| n == c.name())
+            };
+            for contender in collective.contenders().into_iter().filter(chosen) {
                 let repeat = if bytes < 1 << 20 { REPEAT_SMALL } else { 1 };
                 let mut calls = Vec::new();
                 for rep in 0..repeat {
@@ -239,7 +247,10 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
     if nodes[0].id() != planner.id() {
         table.extend(nodes[0].collective_table());
     }
-    let tuning = if opts.collectives.contains(&Collective::Scatter) {
+    let tuning = if opts.collectives.contains(&Collective::Scatter)
+        && (opts.min_bytes..=opts.max_bytes).contains(&TUNING_BYTES)
+        && opts.contenders.is_empty()
+    {
         tuning(&bed, &file_groups, progress).await?
     } else {
         Vec::new()

@@ -8,7 +8,9 @@
 //!   a cluster the chunk has already reached (greedy widest-path packing over the measured
 //!   rates, chunk by chunk, so the pieces of a cluster behind slow links also leave over
 //!   the links around them). Inside a cluster the member that has the chunk sends it to
-//!   the others.
+//!   the others: the entry rotates over the members with the load, so each member sends
+//!   about one copy of every chunk in all, what a chain would have it send, in one hop
+//!   instead of one per member.
 //! - [`Algorithm::Direct`]: every owner sends its piece to every member (flat).
 //! - [`Algorithm::Hierarchical`] (static, MagPIe style): to the owner's cluster's first
 //!   member, from it to every other cluster's first member, and from each first member to
