@@ -175,3 +175,58 @@ async fn every_algorithm_allgathers_every_piece_whole_to_every_member() {
     assert!(e.is_err());
     overlay.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_crashed_mid_allgather_leaves_every_other_piece_whole_everywhere() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let nodes: Vec<Node> = overlay.nodes.clone();
+    let n = nodes.len();
+    // 1 MiB pieces: seconds over das-4's slow links, so the crash lands mid-transfer.
+    let len = 1 << 20;
+    let planner = nodes.iter().map(Node::id).min().expect("nodes");
+    let victim = (0..n)
+        .find(|i| nodes[*i].id() != planner)
+        .expect("a non-planner");
+    let calls = nodes.iter().enumerate().map(|(i, node)| {
+        let node = node.clone();
+        async move {
+            let mine = piece(node.id(), len);
+            (i, node.allgather_pieces("crash", mine, options(None)).await)
+        }
+    });
+    let all = tokio::spawn(futures::future::join_all(calls));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let start = Instant::now();
+    overlay.crash(victim);
+    let results = tokio::time::timeout(Duration::from_secs(150), all)
+        .await
+        .expect("no hang")
+        .expect("joined");
+    println!(
+        "crash of node {victim} mid-allgather: the others finished {:?} later",
+        start.elapsed()
+    );
+    let victim_id = nodes[victim].id();
+    for (i, r) in results {
+        if i == victim {
+            continue;
+        }
+        let (got, report) = r.unwrap_or_else(|e| panic!("node {i}: {e}"));
+        assert!(
+            !report.contributors.contains(&victim_id),
+            "node {i}: {report:?}"
+        );
+        assert!(report.missing.contains(&victim_id), "node {i}: {report:?}");
+        assert_eq!(report.contributors.len(), n - 1, "node {i}: {report:?}");
+        let ids: Vec<NodeId> = got.iter().map(|(id, _)| *id).collect();
+        assert_eq!(
+            ids, report.contributors,
+            "node {i}: one piece per named contributor"
+        );
+        for (id, p) in got {
+            assert_eq!(p, piece(id, len), "node {i}: the piece of {}", id.short());
+        }
+    }
+    overlay.shutdown().await;
+}

@@ -9,8 +9,8 @@
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
 //! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--contenders default,single-tree,store-and-forward]
 //! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--nodes-per-cluster N]
-//! cargo run --release --example bench -- collectives-sim [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives ...]
-//! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives allreduce,reduce,scatter,gather,allgather]
+//! cargo run --release --example bench -- collectives-sim [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives ...] [--settle-s S]
+//! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--min-mib M] [--collectives allreduce,reduce,scatter,gather,allgather] [--contenders default,NAME,...]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
 //!

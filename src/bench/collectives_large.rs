@@ -197,7 +197,9 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
     }
     let mut rows = Vec::new();
     for &collective in &opts.collectives {
-        let sizes = SIZES.into_iter().filter(|&b| b <= opts.max_bytes && b >= opts.min_bytes);
+        let sizes = SIZES
+            .into_iter()
+            .filter(|&b| b <= opts.max_bytes && b >= opts.min_bytes);
         for bytes in sizes {
             let chosen = |c: &Contender| {
                 opts.contenders.is_empty() || opts.contenders.iter().any(|n| n == c.name())

@@ -5,8 +5,10 @@
 //! its cluster's rate, then (between clusters) the shared directed link, then the one-way
 //! latency; the receiver's NIC is not modelled. Transfers move in segments of
 //! [`SEGMENT`] bytes, each serialized on the NIC and then on the link, so a transfer
-//! streams through both as QUIC's packets do, and transfers that share a pipe share it
-//! segment by segment in the order they became ready. Buffers are unbounded: QUIC's
+//! streams through both as QUIC's packets do; transfers that share a pipe take it first
+//! come, first served, each booking all its segments when it becomes ready (QUIC would
+//! interleave their packets: the pipe's total time is the same, single transfers finish
+//! in another order). Buffers are unbounded: QUIC's
 //! congestion control keeps a real sender from overrunning them, and nothing is lost.
 //! A transfer leaves once everything it waits for has arrived; the run ends when the
 //! last transfer arrives.

@@ -145,42 +145,51 @@ async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
     } else {
         2 * steps
     });
-    let mut acc = input.to_vec();
     let seg = |s: usize| {
         let (a, len) = route::segment(plan.len, n, s % n);
         a as usize * size..(a + len) as usize * size
     };
-    for step in 0..n.saturating_sub(1) {
-        let out = Bytes::copy_from_slice(&acc[seg(i + n - step)]);
-        let t = tag(Phase::RingReduce, step as u32);
-        let ((), got) = futures::try_join!(comm.send(next, t, out), comm.recv(prev, t))?;
-        add(comm, plan, &mut acc[seg(i + 2 * n - step - 1)], &got)?;
-        comm.part(async { Ok(()) }).await?;
-    }
-    if let Some(root) = plan.root {
-        // A reduce: every member's reduced segment (i + 1) to the root.
-        let t = tag(Phase::RingGather, 0);
-        if root != comm.me() {
+    let reduce_scatter = async {
+        let mut acc = input.to_vec();
+        for step in 0..n.saturating_sub(1) {
+            let out = Bytes::copy_from_slice(&acc[seg(i + n - step)]);
+            let t = tag(Phase::RingReduce, step as u32);
+            let ((), got) = futures::try_join!(comm.send(next, t, out), comm.recv(prev, t))?;
+            add(comm, plan, &mut acc[seg(i + 2 * n - step - 1)], &got)?;
+            comm.part(async { Ok(()) }).await?;
+        }
+        Ok::<_, NodeError>(acc)
+    };
+    let gather_to = tag(Phase::RingGather, 0);
+    let mut acc = match plan.root {
+        // A reduce's root takes the others' reduced segments while it runs its own steps:
+        // waiting for them from the start keeps them out of the mailbox's unclaimed bytes.
+        Some(root) if root == comm.me() => {
+            let others = (0..n).filter(|j| *j != i);
+            let gather = try_join_all(others.map(|j| async move {
+                let bytes = comm.recv(plan.members[j], gather_to).await?;
+                Ok::<_, NodeError>((j, bytes))
+            }));
+            let (mut acc, got) = futures::try_join!(reduce_scatter, gather)?;
+            for (j, bytes) in got {
+                let range = seg(j + 1);
+                if bytes.len() != range.len() {
+                    return Err(comm.error("a ring segment of the wrong length"));
+                }
+                acc[range].copy_from_slice(&bytes);
+            }
+            comm.part(async { Ok(()) }).await?;
+            return Ok(acc);
+        }
+        // A reduce elsewhere: this member's reduced segment (i + 1) to the root.
+        Some(root) => {
+            let acc = reduce_scatter.await?;
             let mine = Bytes::copy_from_slice(&acc[seg(i + 1)]);
-            comm.part(comm.send(root, t, mine)).await?;
+            comm.part(comm.send(root, gather_to, mine)).await?;
             return Ok(input.to_vec());
         }
-        let others = (0..n).filter(|j| *j != i);
-        let got = try_join_all(others.map(|j| async move {
-            let bytes = comm.recv(plan.members[j], t).await?;
-            Ok::<_, NodeError>((j, bytes))
-        }))
-        .await?;
-        for (j, bytes) in got {
-            let range = seg(j + 1);
-            if bytes.len() != range.len() {
-                return Err(comm.error("a ring segment of the wrong length"));
-            }
-            acc[range].copy_from_slice(&bytes);
-        }
-        comm.part(async { Ok(()) }).await?;
-        return Ok(acc);
-    }
+        None => reduce_scatter.await?,
+    };
     for step in 0..n.saturating_sub(1) {
         let out = Bytes::copy_from_slice(&acc[seg(i + 1 + n - step)]);
         let t = tag(Phase::RingGather, step as u32);

@@ -7,6 +7,7 @@ use super::network::network;
 use super::session::Job;
 use crate::api::{Node, NodeError};
 use crate::proto::NodeId;
+use crate::proto::bulk::check::MAX_BYTES;
 use crate::proto::bulk::model::Network;
 use crate::proto::bulk::plans::Ask;
 use crate::proto::bulk::{Algorithm, Control, control};
@@ -49,7 +50,7 @@ pub async fn run(
         }
         std::future::pending().await
     };
-    tokio::select! {
+    let done = tokio::select! {
         r = planned => r,
         by = cancelled => {
             let why = format!("cancelled by {}", by.short());
@@ -61,10 +62,25 @@ pub async fn run(
             futures::future::join_all(tells).await;
             Err(comm.error(why))
         }
+    };
+    // Every participant is done: the commit goes out whole, in a task of its own, so
+    // neither a late cancel nor the end of this call cuts it halfway (a cancel after this
+    // point loses: the others commit).
+    let (attempt, members) = done?;
+    if let Some(w) = &options.watch {
+        w.set_committed();
     }
+    let (node, op, name) = (node.clone(), comm.op, comm.name().to_string());
+    tokio::spawn(async move {
+        let comm = Comm::new(&node, op, &name);
+        let commit = Bytes::from(Control::Commit { attempt }.encode());
+        tell(&comm, &members, control::commit(attempt), &commit).await;
+    });
+    Ok(attempt + 1)
 }
 
-/// The rendezvous, then each attempt planned and watched until one commits.
+/// The rendezvous, then each attempt planned and watched until every participant is
+/// done with one: that attempt and its participants, to commit.
 async fn plan_and_watch(
     node: &Node,
     comm: &Comm<'_>,
@@ -72,7 +88,7 @@ async fn plan_and_watch(
     options: &BulkOptions,
     expected: &[NodeId],
     current: &AtomicU32,
-) -> Result<u32, NodeError> {
+) -> Result<(u32, Vec<NodeId>), NodeError> {
     let expected = expected.to_vec();
     let (mut members, mut refused, lens) = rendezvous(node, comm, job, options, &expected).await;
     // Expected callers that did not make it are told, so they do not wait for a plan.
@@ -139,9 +155,7 @@ async fn plan_and_watch(
                     let mut tuner = node.bulk.tuner.lock().expect("not poisoned");
                     tuner.record(collective, bytes, algorithm, elapsed);
                 }
-                let commit = Bytes::from(Control::Commit { attempt }.encode());
-                tell(comm, &members, control::commit(attempt), &commit).await;
-                return Ok(attempt + 1);
+                return Ok((attempt, members));
             }
             Watched::Lost(lost) => {
                 info!(
@@ -212,6 +226,17 @@ fn make_plan(
         Job::Allgather { .. } => Ask::Allgather { sizes: &sizes },
         Job::Value { root } => Ask::Value { root },
     };
+    // Lengths come from every caller's ready: the plan is bounded before it is made.
+    let total = match job {
+        Job::Reduce(call) => call.len.checked_mul(call.elem.size() as u64),
+        _ => sizes.iter().try_fold(0u64, |a, s| a.checked_add(*s)),
+    };
+    if total.is_none_or(|t| t > MAX_BYTES) {
+        return Err(NodeError::Bulk {
+            name: ask.collective().into(),
+            reason: format!("more than {MAX_BYTES} bytes in all"),
+        });
+    }
     let (collective, bytes) = (ask.collective(), ask.bytes());
     let algorithm = match options.algorithm {
         Some(a) if ask.candidates().contains(&a) => a,
@@ -312,10 +337,18 @@ fn accepts(job: Job<'_>, me: NodeId, ready: &Control) -> Result<u64, String> {
                 root,
                 len,
             },
-        ) if *d == direction && *root == me => Ok(*len),
-        (Job::Allgather { .. }, Control::ReadyAllgather { len }) => Ok(*len),
+        ) if *d == direction && *root == me => bounded(*len),
+        (Job::Allgather { .. }, Control::ReadyAllgather { len }) => bounded(*len),
         (Job::Value { root }, Control::ReadyValue { root: r }) if *r == root => Ok(0),
         _ => Err("this node called another kind of operation under the same name".into()),
+    }
+}
+
+/// A caller's piece length, if a plan may carry it.
+fn bounded(len: u64) -> Result<u64, String> {
+    match len <= MAX_BYTES {
+        true => Ok(len),
+        false => Err(format!("a piece of {len} bytes: more than {MAX_BYTES}")),
     }
 }
 

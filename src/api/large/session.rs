@@ -7,7 +7,7 @@ use super::watch::{BulkPhase, BulkWatch};
 use super::{BulkOptions, BulkReport, Call, exec, planner, spread, value};
 use crate::api::{Node, NodeError};
 use crate::proto::bulk::paths::Direction;
-use crate::proto::bulk::{Algorithm, Control, attempt_operation, control, operation};
+use crate::proto::bulk::{Algorithm, Control, MAX_ATTEMPTS, attempt_operation, control, operation};
 use crate::proto::{Liveness, NodeId};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -137,7 +137,8 @@ impl Node {
         let planner = match job {
             Job::Reduce(Call {
                 root: Some(root), ..
-            }) => root,
+            })
+            | Job::Value { root: Some(root) } => root,
             Job::Reduce(_) | Job::Allgather { .. } | Job::Value { .. } => {
                 *self.live_members().first().expect("a node counts itself")
             }
@@ -174,11 +175,14 @@ impl Node {
         self.bulk.mailbox.forget(ctl);
         let Some(outcome) = outcome else {
             let w = watch.as_ref().expect("only a watched call is cancelled");
-            for a in 0..=w.attempt() {
+            // A planner's own attempt may be one ahead of what this node followed.
+            for a in 0..=w.attempt() + 1 {
                 self.bulk.mailbox.forget(attempt_operation(ctl, a));
             }
             w.set_phase(BulkPhase::Cancelled);
-            self.tell_cancelled(ctl, name, planner, w.attempt());
+            if !w.committed() {
+                self.tell_cancelled(ctl, name, planner, w.attempt());
+            }
             return Err(comm.error("cancelled by this caller"));
         };
         let outcome = outcome
@@ -195,7 +199,8 @@ impl Node {
             contributors: s.members,
             missing: s.missing,
             algorithm: s.algorithm,
-            predicted: Duration::from_secs_f64(s.predicted_s.clamp(0.0, 1e9)),
+            // A planner's figure: any number may arrive, NaN included.
+            predicted: Duration::try_from_secs_f64(s.predicted_s).unwrap_or_default(),
             elapsed: started.elapsed(),
             attempts: planned.unwrap_or(attempts),
         };
@@ -212,6 +217,8 @@ impl Node {
     ) -> Result<(Output, Summary, u32), NodeError> {
         let mut msg = self.control(ctl, planner, control::plan(0)).await?;
         let mut attempts = 0;
+        // The attempt the tag that brought `msg` was for.
+        let mut due = 0u32;
         loop {
             let (attempt, summary) = match &msg {
                 Control::Plan(p) => (
@@ -238,6 +245,11 @@ impl Node {
                 Control::Refused(reason) => return Err(ctl.error(reason)),
                 other => return Err(ctl.error(format!("unexpected {other:?}"))),
             };
+            if attempt != due || attempt >= MAX_ATTEMPTS {
+                return Err(ctl.error(format!("a plan for attempt {attempt} where {due} was due")));
+            }
+            // Whatever comes next comes under the next attempt's tag.
+            due = attempt + 1;
             attempts += 1;
             if !summary.members.contains(&self.id) {
                 return Err(ctl.error("left out of the operation (not ready in time)"));
@@ -327,7 +339,9 @@ impl Node {
                 .filter(|m| *m != node.id)
                 .collect();
             let sends = others.iter().flat_map(|m| {
-                [control::plan(attempt), control::plan(attempt + 1)]
+                // This node's own view of the attempt may lag the planner's by one.
+                [attempt, attempt + 1, attempt + 2]
+                    .map(control::plan)
                     .map(|tag| tokio::time::timeout(wait, comm.send(*m, tag, msg.clone())))
             });
             futures::future::join_all(sends).await;

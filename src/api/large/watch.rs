@@ -4,8 +4,9 @@
 //!
 //! Cancelling stops the call on this node at once with an error, and tells the operation's
 //! planner, which stops it for every participant: they get an error naming this node
-//! instead of waiting out their timeout. Nothing of a cancelled operation is committed
-//! anywhere.
+//! instead of waiting out their timeout, and nothing is committed. Only a cancel that
+//! reaches the planner after every participant finished its part comes too late: the
+//! others commit, the canceller gets its error.
 
 use crate::api::NodeError;
 use std::future::Future;
@@ -83,6 +84,9 @@ pub(crate) struct State {
     received: AtomicU64,
     cancelled: AtomicBool,
     cancel: Notify,
+    /// This node planned the operation and sent its commit: a cancel here comes too late
+    /// for the others.
+    committed: AtomicBool,
 }
 
 /// Progress and cancellation of one large collective call: put a clone in
@@ -142,7 +146,10 @@ impl BulkWatch {
     }
 
     /// Stops the call: on this node it returns an error at once; the planner is told and
-    /// stops the operation for every participant. Does nothing once the call has ended.
+    /// stops the operation for every participant. A cancel that reaches the planner after
+    /// every participant finished its part comes too late for the others: they commit,
+    /// and this caller gets the error (its own result is not written). A watch is for one
+    /// call: once cancelled it stays so.
     pub fn cancel(&self) {
         self.state.cancelled.store(true, Ordering::SeqCst);
         self.state.cancel.notify_waiters();
@@ -162,6 +169,15 @@ impl BulkWatch {
             }
             notified.await;
         }
+    }
+
+    /// This node, the planner, is committing the operation.
+    pub(crate) fn set_committed(&self) {
+        self.state.committed.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn committed(&self) -> bool {
+        self.state.committed.load(Ordering::SeqCst)
     }
 
     pub(crate) fn set_phase(&self, phase: BulkPhase) {

@@ -26,6 +26,14 @@ fn sorted_with(members: &[NodeId], me: NodeId) -> Result<(), BadPlan> {
     Ok(())
 }
 
+/// Whether pieces of `sizes` stay within [`MAX_BYTES`] in all (a receiver holds them all).
+fn within(sizes: &[u64]) -> Result<(), BadPlan> {
+    match sizes.iter().try_fold(0u64, |a, s| a.checked_add(*s)) {
+        Some(t) if t <= MAX_BYTES => Ok(()),
+        _ => Err(BadPlan("pieces too large in all")),
+    }
+}
+
 /// Whether `groups` put each of `n` members in exactly one non-empty group.
 fn partition(groups: &[Vec<u32>], n: usize) -> Result<(), BadPlan> {
     let mut seen = vec![false; n];
@@ -126,6 +134,7 @@ impl RoutePlan {
         if self.chunk == 0 {
             return Err(BadPlan("a zero chunk"));
         }
+        within(&self.sizes)?;
         let mut total_chunks = 0u64;
         for (m, (size, paths)) in self.sizes.iter().zip(&self.paths).enumerate() {
             if *size > MAX_BYTES {
@@ -164,6 +173,7 @@ impl SpreadPlan {
         if self.chunk == 0 {
             return Err(BadPlan("a zero chunk"));
         }
+        within(&self.sizes)?;
         let mut total_chunks = 0u64;
         for (m, (size, chunks)) in self.sizes.iter().zip(&self.trees).enumerate() {
             if *size > MAX_BYTES {
@@ -334,6 +344,17 @@ mod tests {
         assert!(bad(|p| p.sizes[2] = u64::MAX).is_err());
         assert!(bad(|p| p.chunk = 0).is_err());
         assert!(bad(|p| p.members.swap(0, 1)).is_err());
+        // Pieces each under the limit, over it together, one chunk each.
+        let over = |p: &mut SpreadPlan| {
+            p.sizes = vec![MAX_BYTES / 2 + 1; 3];
+            p.chunk = MAX_BYTES;
+            p.trees = vec![
+                vec![vec![(0, 1), (1, 2)]],
+                vec![vec![(1, 0), (1, 2)]],
+                vec![vec![(2, 0), (0, 1)]],
+            ];
+        };
+        assert!(bad(over).is_err(), "too much in all");
     }
 
     #[test]

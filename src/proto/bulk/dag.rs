@@ -244,12 +244,14 @@ pub fn of_route(plan: &RoutePlan) -> Vec<Transfer> {
     let mut out = Vec::new();
     for m in 0..plan.members.len() {
         for (k, (_, _, len)) in plan.chunks(m).enumerate() {
-            let mut nodes = vec![r as u32];
+            // Paths are listed as the chunk flows (a gather's from the member).
+            let (source, sink) = match plan.direction {
+                Direction::Scatter => (r as u32, m as u32),
+                Direction::Gather => (m as u32, r as u32),
+            };
+            let mut nodes = vec![source];
             nodes.extend(plan.paths[m][k].iter().copied());
-            nodes.push(m as u32);
-            if plan.direction == Direction::Gather {
-                nodes.reverse();
-            }
+            nodes.push(sink);
             let mut before = Vec::new();
             for w in nodes.windows(2) {
                 out.push(Transfer {
@@ -369,5 +371,56 @@ mod tests {
             of_bulk(&plan(Algorithm::Ring, &[4, 2, 3, 1], None)).len(),
             2 * 9 * 10
         );
+    }
+
+    /// A gather's chunks follow the paths as the executor does: from the member through
+    /// its path's relays, in the listed order, to the root.
+    #[test]
+    fn route_graphs_follow_the_listed_paths() {
+        let mut members: Vec<NodeId> = (0..8).map(|i| NodeId::from_seed(2, i)).collect();
+        members.sort();
+        let groups: Vec<Vec<NodeId>> = members.chunks(2).map(<[NodeId]>::to_vec).collect();
+        let net = crate::proto::bulk::model::Network::unmeasured(groups);
+        for direction in [Direction::Scatter, Direction::Gather] {
+            let sizes = vec![1000; 8];
+            let root = members[0];
+            let (chunk, paths, _) = crate::proto::bulk::paths::plan(
+                &net,
+                direction,
+                Algorithm::Tree,
+                root,
+                &members,
+                &sizes,
+            );
+            let plan = RoutePlan {
+                attempt: 0,
+                direction,
+                algorithm: Algorithm::Tree,
+                root,
+                members: members.clone(),
+                missing: Vec::new(),
+                sizes,
+                chunk,
+                paths,
+                predicted_s: 0.0,
+            };
+            let t = of_route(&plan);
+            well_formed(&t);
+            // Member 7 sits under 3 under 1 in the tree: two relays.
+            let hops: Vec<(u32, u32)> = t.iter().map(|x| (x.from, x.to)).collect();
+            let want = match direction {
+                Direction::Scatter => [(0, 1), (1, 3), (3, 7)],
+                Direction::Gather => [(7, 3), (3, 1), (1, 0)],
+            };
+            assert!(
+                want.iter().all(|h| hops.contains(h)),
+                "{direction:?}: {hops:?}"
+            );
+            // And no hop the tree does not have.
+            assert!(
+                !hops.contains(&(7, 1)) && !hops.contains(&(3, 0)),
+                "{hops:?}"
+            );
+        }
     }
 }

@@ -91,7 +91,8 @@ impl Algorithm {
         Algorithm::Tree,
     ];
 
-    /// A short name for tables and options: `clustered`, `hierarchical`, `ring`, `tree`.
+    /// A short name for tables and options: `clustered`, `hierarchical`, `ring`, `tree`,
+    /// `relayed`, `direct`.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Clustered => "clustered",
@@ -235,6 +236,10 @@ impl Control {
         postcard::from_bytes(bytes)
     }
 }
+
+/// Attempts of one operation never reach this (each drops a lost participant); a plan
+/// numbered at or above it is refused, so control tags stay apart.
+pub const MAX_ATTEMPTS: u32 = 1 << 16;
 
 /// The phase of a transfer; with a chunk or step number it makes a [`Tag`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
