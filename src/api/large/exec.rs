@@ -63,13 +63,30 @@ async fn chunk(
     let size = plan.elem.size();
     let range = c.start as usize * size..(c.start + c.len) as usize * size;
     let n = c.index;
-    let mut partial = input.slice(range.clone());
-    if let Some(from) = r.reduce_from {
-        let got = comm.recv(from, tag(Phase::ReduceChain, n)).await?;
-        let mut acc = partial.to_vec();
-        add(comm, plan, &mut acc, &got)?;
-        partial = Bytes::from(acc);
-    }
+    let wide = tag(Phase::ReduceWide, n);
+    // This cluster's partial: along the chain, then (gateway) out to the owners.
+    let own_partial = async {
+        let mut partial = input.slice(range.clone());
+        if let Some(from) = r.reduce_from {
+            let got = comm.recv(from, tag(Phase::ReduceChain, n)).await?;
+            let mut acc = partial.to_vec();
+            add(comm, plan, &mut acc, &got)?;
+            partial = Bytes::from(acc);
+        }
+        if r.gateway() {
+            comm.send_all(&r.partial_to, wide, &partial).await?;
+        }
+        Ok::<_, NodeError>(partial)
+    };
+    // An owner waits for the other clusters' partials from the start, beside its own:
+    // those that come first are claimed at once, not held as unclaimed transfers.
+    let others = async {
+        match r.owner {
+            true => try_join_all(r.partials_from.iter().map(|p| comm.recv(*p, wide))).await,
+            false => Ok(Vec::new()),
+        }
+    };
+    let (partial, got) = futures::try_join!(own_partial, others)?;
     let want = range.len();
     let result = if let Some(to) = r.reduce_to {
         comm.send(to, tag(Phase::ReduceChain, n), partial).await?;
@@ -80,20 +97,9 @@ async fn chunk(
             (None, None) => None,
         }
     } else {
-        let send = comm.send_all(&r.partial_to, tag(Phase::ReduceWide, n), &partial);
-        let get = async {
-            if let Some(from) = r.result_from {
-                return comm.recv(from, tag(Phase::GatherWide, n)).await.map(Some);
-            }
-            if !r.owner {
-                return Ok(None);
-            }
-            let got = try_join_all(
-                r.partials_from
-                    .iter()
-                    .map(|p| comm.recv(*p, tag(Phase::ReduceWide, n))),
-            )
-            .await?;
+        let result = if let Some(from) = r.result_from {
+            Some(comm.recv(from, tag(Phase::GatherWide, n)).await?)
+        } else if r.owner {
             // Combined in cluster order, whoever owns the chunk: every owner of a
             // hierarchical plan then gets the same bits (float sums depend on the order).
             let mut parts = got.into_iter();
@@ -111,9 +117,10 @@ async fn chunk(
                     Some(a) => add(comm, plan, a, &next)?,
                 }
             }
-            Ok(Some(Bytes::from(acc.unwrap_or_default())))
+            Some(Bytes::from(acc.unwrap_or_default()))
+        } else {
+            None
         };
-        let ((), result) = futures::try_join!(send, get)?;
         if let Some(result) = &result {
             comm.send_all(&r.result_to, tag(Phase::GatherWide, n), result)
                 .await?;
