@@ -320,3 +320,61 @@ async fn a_member_crashed_mid_allreduce_leaves_an_exact_result_over_the_named_co
     }
     overlay.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_crashed_mid_reduce_leaves_the_root_an_exact_sum_over_the_named_contributors() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let n = overlay.nodes.len();
+    let len = 1 << 20;
+    // The root plans a reduce; the victim is any other member.
+    let root_at = n - 1;
+    let root = overlay.nodes[root_at].id();
+    let victim = 0;
+    let calls = overlay.nodes.iter().enumerate().map(|(i, node)| {
+        let node = node.clone();
+        async move {
+            let mut data = vector(i, len);
+            let r = node
+                .reduce_slice("crash-reduce", root, &mut data, ReduceOp::Sum)
+                .await;
+            (i, r.map(|r| (data, r)))
+        }
+    });
+    let all = tokio::spawn(futures::future::join_all(calls));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let start = Instant::now();
+    overlay.crash(victim);
+    let results = tokio::time::timeout(Duration::from_secs(150), all)
+        .await
+        .expect("no hang")
+        .expect("joined");
+    println!(
+        "crash of node {victim} mid-reduce: the others finished {:?} later",
+        start.elapsed()
+    );
+    let by_index = overlay.index_by_id();
+    let victim_id = overlay.nodes[victim].id();
+    for (i, r) in results {
+        if i == victim {
+            continue;
+        }
+        let (data, report) = r.unwrap_or_else(|e| panic!("node {i}: {e}"));
+        assert!(report.missing.contains(&victim_id), "node {i}: {report:?}");
+        assert!(
+            !report.contributors.contains(&victim_id),
+            "node {i}: {report:?}"
+        );
+        assert_eq!(report.contributors.len(), n - 1, "node {i}: {report:?}");
+        let contributors: Vec<usize> = report.contributors.iter().map(|id| by_index[id]).collect();
+        if i == root_at {
+            assert!(
+                data == expected(&contributors, len),
+                "the root's sum is not exact"
+            );
+        } else {
+            assert!(data == vector(i, len), "node {i}'s vector changed");
+        }
+    }
+    overlay.shutdown().await;
+}
