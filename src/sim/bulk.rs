@@ -1,7 +1,7 @@
 //! Large collectives in virtual time: a plan's transfers ([`crate::proto::bulk::dag`])
 //! replayed through the simulated network's bandwidth pipes.
 //!
-//! The same pipes as the simulator's messages ([`super::bandwidth`]): the sender's NIC at
+//! The same pipes as the simulator's messages (`sim/bandwidth.rs`): the sender's NIC at
 //! its cluster's rate, then (between clusters) the shared directed link, then the one-way
 //! latency; the receiver's NIC is not modelled. Transfers move in segments of
 //! [`SEGMENT`] bytes, each serialized on the NIC and then on the link, so a transfer

@@ -302,9 +302,10 @@ pub fn shares(net: &Network) -> Vec<f64> {
 
 /// The fraction of the vector each cluster owns: the wide-area time of the clustered
 /// algorithm is `max over c != d of (sum of the shares link c -> d carries) * bits /
-/// rate(c, d)` ([`share_terms`]; `r`: the root's cluster of a reduce). Exponentiated
-/// gradient on a soft maximum of the link times (sharpened as it goes): a cluster on many
-/// busy links sheds share faster than one on a single busy link.
+/// rate(c, d)`, where the link carries the partials of d's share and c's results (to
+/// everyone in an allreduce; only into the root's cluster `r` in a reduce).
+/// Exponentiated gradient on a soft maximum of the link times (sharpened as it goes): a
+/// cluster on many busy links sheds share faster than one on a single busy link.
 pub fn shares_to(net: &Network, r: Option<usize>) -> Vec<f64> {
     let k = net.groups.len();
     if k <= 1 {
