@@ -348,7 +348,8 @@ impl Node {
 
     /// Any large collective call in its own task, watched: `call` gets a handle on this
     /// node, the name and the options (with the task's [`BulkWatch`] in them) and makes
-    /// the call.
+    /// the call. Like every start function it spawns a Tokio task, so it is called from
+    /// within the runtime the node runs on.
     ///
     /// ```no_run
     /// # async fn demo(node: overlay::Node, root: overlay::NodeId) -> Result<(), overlay::NodeError> {
