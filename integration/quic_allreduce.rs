@@ -286,18 +286,8 @@ async fn a_member_crashed_mid_allreduce_leaves_an_exact_result_over_the_named_co
             (i, r.map(|r| (data, r)))
         }
     });
-    let all = tokio::spawn(futures::future::join_all(calls));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let start = Instant::now();
-    overlay.crash(victim);
-    let results = tokio::time::timeout(Duration::from_secs(150), all)
-        .await
-        .expect("no hang")
-        .expect("joined");
-    println!(
-        "crash of node {victim}: the others finished {:?} later",
-        start.elapsed()
-    );
+    let calls = futures::future::join_all(calls);
+    let results = crate::common::crash_during(&overlay, victim, "mid-allreduce", calls).await;
     let by_index = overlay.index_by_id();
     for (i, r) in results {
         if i == victim {
@@ -341,18 +331,8 @@ async fn a_member_crashed_mid_reduce_leaves_the_root_an_exact_sum_over_the_named
             (i, r.map(|r| (data, r)))
         }
     });
-    let all = tokio::spawn(futures::future::join_all(calls));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let start = Instant::now();
-    overlay.crash(victim);
-    let results = tokio::time::timeout(Duration::from_secs(150), all)
-        .await
-        .expect("no hang")
-        .expect("joined");
-    println!(
-        "crash of node {victim} mid-reduce: the others finished {:?} later",
-        start.elapsed()
-    );
+    let calls = futures::future::join_all(calls);
+    let results = crate::common::crash_during(&overlay, victim, "mid-reduce", calls).await;
     let by_index = overlay.index_by_id();
     let victim_id = overlay.nodes[victim].id();
     for (i, r) in results {

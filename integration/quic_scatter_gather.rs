@@ -195,18 +195,8 @@ async fn a_member_crashed_mid_allgather_leaves_every_other_piece_whole_everywher
             (i, node.allgather_pieces("crash", mine, options(None)).await)
         }
     });
-    let all = tokio::spawn(futures::future::join_all(calls));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let start = Instant::now();
-    overlay.crash(victim);
-    let results = tokio::time::timeout(Duration::from_secs(150), all)
-        .await
-        .expect("no hang")
-        .expect("joined");
-    println!(
-        "crash of node {victim} mid-allgather: the others finished {:?} later",
-        start.elapsed()
-    );
+    let calls = futures::future::join_all(calls);
+    let results = crate::common::crash_during(&overlay, victim, "mid-allgather", calls).await;
     let victim_id = nodes[victim].id();
     for (i, r) in results {
         if i == victim {

@@ -157,3 +157,27 @@ pub fn real_network() -> std::sync::MutexGuard<'static, ()> {
     // A test that failed while holding it must not fail the others.
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// Runs `calls` (one per node of `overlay`), crashes node `victim` 1.5 s in, so the crash
+/// lands mid-transfer, and waits for every call, 150 s at most (a hang fails the test).
+/// Prints how long after the crash the others finished, under `what`.
+pub async fn crash_during<T: Send + 'static>(
+    overlay: &overlay::local::LocalOverlay,
+    victim: usize,
+    what: &str,
+    calls: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let all = tokio::spawn(calls);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let start = Instant::now();
+    overlay.crash(victim);
+    let results = tokio::time::timeout(Duration::from_secs(150), all)
+        .await
+        .expect("no hang")
+        .expect("joined");
+    println!(
+        "crash of node {victim} {what}: the others finished {:?} later",
+        start.elapsed()
+    );
+    results
+}

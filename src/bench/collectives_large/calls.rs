@@ -2,11 +2,12 @@
 //! node returned, what the planner predicted.
 
 use super::{Collective, Contender};
-use crate::api::{Algorithm, BulkOptions, Node, ReduceOp};
+use crate::api::{Algorithm, BulkOptions, BulkReport, Node, NodeError, ReduceOp};
 use crate::proto::NodeId;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 
 /// What a contender's calls ask for: the algorithm forced (none for the default), and for
 /// the static hierarchy the topology file's clusters.
@@ -63,20 +64,29 @@ pub(super) async fn reduce(
                 .iter()
                 .enumerate()
                 .all(|(j, v)| *v == total * (j % 5) as f32);
-            (report, exact, done)
+            (report.map(|r| (exact, r)), done)
         })
     });
+    tally(calls, collective.name(), |_, exact| *exact).await
+}
+
+/// Waits for every node's call (each gives its output, its report and when it returned)
+/// and gives what ran, when the last returned and the prediction; fails if a call failed,
+/// `right(i, output)` says node `i`'s output is wrong, or a report misses a contributor.
+async fn tally<T>(
+    calls: impl IntoIterator<Item = JoinHandle<(Result<(T, BulkReport), NodeError>, f64)>>,
+    what: &str,
+    right: impl Fn(usize, &T) -> bool,
+) -> anyhow::Result<(Algorithm, f64, f64)> {
+    let results = futures::future::join_all(calls).await;
+    let n = results.len();
     let mut last: f64 = 0.0;
     let mut ran = None;
-    for (i, r) in futures::future::join_all(calls)
-        .await
-        .into_iter()
-        .enumerate()
-    {
-        let (report, exact, done) = r.context("a call panicked")?;
-        let report = report.with_context(|| format!("node {i}"))?;
-        if !exact || report.contributors.len() != n {
-            bail!("node {i}: a wrong result ({report:?})");
+    for (i, r) in results.into_iter().enumerate() {
+        let (out, done) = r.context("a call panicked")?;
+        let (got, report) = out.with_context(|| format!("node {i}"))?;
+        if !right(i, &got) || report.contributors.len() != n {
+            bail!("node {i}: a wrong {what} ({report:?})");
         }
         last = last.max(done);
         ran = Some((report.algorithm, report.predicted.as_secs_f64()));
@@ -132,37 +142,21 @@ pub(super) async fn routed(
             (out, start.elapsed().as_secs_f64())
         })
     });
-    let mut last: f64 = 0.0;
-    let mut ran = None;
-    for (i, r) in futures::future::join_all(calls)
-        .await
-        .into_iter()
-        .enumerate()
-    {
-        let (out, done) = r.context("a call panicked")?;
-        let (got, report) = out.with_context(|| format!("node {i}"))?;
-        let want: Vec<(NodeId, Bytes)> = match (collective, i) {
+    let want = |i: usize| -> Vec<(NodeId, Bytes)> {
+        match (collective, i) {
             (Collective::Scatter, _) => vec![(ids[i], piece(i, each))],
             (_, 0) => {
                 // The root gets the pieces in id order.
-                let mut all: Vec<(NodeId, Bytes)> = ids
-                    .iter()
-                    .enumerate()
+                let mut all: Vec<(NodeId, Bytes)> = (ids.iter().enumerate())
                     .map(|(j, id)| (*id, piece(j, each)))
                     .collect();
                 all.sort_by_key(|(id, _)| *id);
                 all
             }
             _ => Vec::new(),
-        };
-        if got != want || report.contributors.len() != n {
-            bail!("node {i}: a wrong {} ({report:?})", collective.name());
         }
-        last = last.max(done);
-        ran = Some((report.algorithm, report.predicted.as_secs_f64()));
-    }
-    let (algorithm, predicted) = ran.context("no nodes")?;
-    Ok((algorithm, last, predicted))
+    };
+    tally(calls, collective.name(), |i, got| *got == want(i)).await
 }
 
 /// One allgather on every node, equal pieces: (what ran, completion s, predicted s).
@@ -189,21 +183,5 @@ pub(super) async fn allgather(
             (out, start.elapsed().as_secs_f64())
         })
     });
-    let mut last: f64 = 0.0;
-    let mut ran = None;
-    for (i, r) in futures::future::join_all(calls)
-        .await
-        .into_iter()
-        .enumerate()
-    {
-        let (out, done) = r.context("a call panicked")?;
-        let (got, report) = out.with_context(|| format!("node {i}"))?;
-        if got != want || report.contributors.len() != n {
-            bail!("node {i}: a wrong allgather ({report:?})");
-        }
-        last = last.max(done);
-        ran = Some((report.algorithm, report.predicted.as_secs_f64()));
-    }
-    let (algorithm, predicted) = ran.context("no nodes")?;
-    Ok((algorithm, last, predicted))
+    tally(calls, "allgather", |_, got| *got == want).await
 }

@@ -16,12 +16,16 @@ pub const MAX_BYTES: u64 = 1 << 34;
 #[error("a malformed plan: {0}")]
 pub struct BadPlan(pub &'static str);
 
-fn sorted_with(members: &[NodeId], me: NodeId) -> Result<(), BadPlan> {
+/// Whether `members` are sorted and hold `me` and the plan's `root`, if it has one.
+fn sorted_with(members: &[NodeId], me: NodeId, root: Option<NodeId>) -> Result<(), BadPlan> {
     if !members.windows(2).all(|w| w[0] < w[1]) {
         return Err(BadPlan("members not sorted or repeated"));
     }
     if members.binary_search(&me).is_err() {
         return Err(BadPlan("this node is not a member"));
+    }
+    if root.is_some_and(|r| members.binary_search(&r).is_err()) {
+        return Err(BadPlan("the root is not a member"));
     }
     Ok(())
 }
@@ -58,13 +62,7 @@ impl ValuePlan {
     /// Whether `me` can follow this plan: members sorted, the root among them, the groups a
     /// partition in the order the values are combined in.
     pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
-        sorted_with(&self.members, me)?;
-        if self
-            .root
-            .is_some_and(|r| self.members.binary_search(&r).is_err())
-        {
-            return Err(BadPlan("the root is not a member"));
-        }
+        sorted_with(&self.members, me, self.root)?;
         partition(&self.groups, self.members.len())?;
         if super::value::ordered(self.groups.clone()) != self.groups {
             return Err(BadPlan("groups out of order"));
@@ -76,13 +74,7 @@ impl ValuePlan {
 impl BulkPlan {
     /// Whether `me` can follow this plan without indexing out of range.
     pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
-        sorted_with(&self.members, me)?;
-        if self
-            .root
-            .is_some_and(|r| self.members.binary_search(&r).is_err())
-        {
-            return Err(BadPlan("the root is not a member"));
-        }
+        sorted_with(&self.members, me, self.root)?;
         let n = self.members.len();
         let bytes = self.len.saturating_mul(self.elem.size() as u64);
         if bytes > MAX_BYTES {
@@ -123,11 +115,8 @@ impl BulkPlan {
 impl RoutePlan {
     /// Whether `me` can follow this plan without indexing out of range.
     pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
-        sorted_with(&self.members, me)?;
+        sorted_with(&self.members, me, Some(self.root))?;
         let n = self.members.len();
-        if self.members.binary_search(&self.root).is_err() {
-            return Err(BadPlan("the root is not a member"));
-        }
         if self.sizes.len() != n || self.paths.len() != n {
             return Err(BadPlan("sizes or paths do not match the members"));
         }
@@ -165,7 +154,7 @@ impl SpreadPlan {
     /// Whether `me` can follow this plan: every chunk's edges a tree rooted at its owner
     /// that reaches every member once, listed so that a sender already has the chunk.
     pub fn check(&self, me: NodeId) -> Result<(), BadPlan> {
-        sorted_with(&self.members, me)?;
+        sorted_with(&self.members, me, None)?;
         let n = self.members.len();
         if self.sizes.len() != n || self.trees.len() != n {
             return Err(BadPlan("sizes or trees do not match the members"));

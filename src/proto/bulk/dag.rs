@@ -291,33 +291,7 @@ pub fn of_spread(plan: &SpreadPlan) -> Vec<Transfer> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::bulk::{Elem, ReduceOp};
-
-    fn plan(algorithm: Algorithm, sizes: &[usize], root: Option<usize>) -> BulkPlan {
-        let n: usize = sizes.iter().sum();
-        let mut members: Vec<NodeId> = (0..n as u64).map(|i| NodeId::from_seed(1, i)).collect();
-        members.sort();
-        let mut groups = Vec::new();
-        let mut at = 0u32;
-        for s in sizes {
-            groups.push((at..at + *s as u32).collect());
-            at += *s as u32;
-        }
-        BulkPlan {
-            attempt: 0,
-            algorithm,
-            root: root.map(|r| members[r]),
-            members,
-            missing: Vec::new(),
-            groups,
-            shares: vec![10; sizes.len()],
-            len: 10 * sizes.len() as u64,
-            elem: Elem::F32,
-            op: ReduceOp::Sum,
-            chunk: 4,
-            predicted_s: 0.0,
-        }
-    }
+    use crate::proto::bulk::route::tests::plan;
 
     /// Every transfer waits only for earlier ones that arrive where it leaves.
     fn well_formed(t: &[Transfer]) {

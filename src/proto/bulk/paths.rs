@@ -260,11 +260,11 @@ impl<'a> Load<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// das-4's clusters, two members each, with the file's rates as measured figures.
-    fn das4() -> (Network, Vec<NodeId>) {
+    pub(crate) fn das4() -> (Network, Vec<NodeId>) {
         let mut members: Vec<NodeId> = (0..8).map(|i| NodeId::from_seed(4, i)).collect();
         members.sort();
         let groups: Vec<Vec<NodeId>> = members.chunks(2).map(<[NodeId]>::to_vec).collect();

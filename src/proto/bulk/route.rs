@@ -235,15 +235,16 @@ pub fn tree(plan: &BulkPlan, me: NodeId) -> Option<(Option<NodeId>, Vec<NodeId>)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::proto::bulk::{Elem, ReduceOp};
     use std::collections::HashMap;
 
-    fn plan(algorithm: Algorithm, sizes: &[usize]) -> BulkPlan {
+    /// A plan over clusters of `sizes` members (in id order), 10 elements per cluster,
+    /// chunks of 4; a reduce to member `root` if given.
+    pub(crate) fn plan(algorithm: Algorithm, sizes: &[usize], root: Option<usize>) -> BulkPlan {
         let n: usize = sizes.iter().sum();
-        let members: Vec<NodeId> = (0..n as u64).map(|i| NodeId::from_seed(1, i)).collect();
-        let mut members = members;
+        let mut members: Vec<NodeId> = (0..n as u64).map(|i| NodeId::from_seed(1, i)).collect();
         members.sort();
         let mut groups = Vec::new();
         let mut at = 0u32;
@@ -254,6 +255,7 @@ mod tests {
         BulkPlan {
             attempt: 0,
             algorithm,
+            root: root.map(|r| members[r]),
             members,
             missing: Vec::new(),
             groups,
@@ -263,8 +265,32 @@ mod tests {
             op: ReduceOp::Sum,
             chunk: 4,
             predicted_s: 0.0,
-            root: None,
         }
+    }
+
+    /// Every member's part in `chunk`.
+    fn routes_of(plan: &BulkPlan, chunk: &Chunk) -> HashMap<NodeId, ChunkRoute> {
+        (plan.members.iter())
+            .map(|m| (*m, chunk_route(plan, *m, chunk).unwrap()))
+            .collect()
+    }
+
+    /// Follows each reduce chain from its start (every member's value is 1): the partial
+    /// count at each chain's end.
+    fn chain_partials(routes: &HashMap<NodeId, ChunkRoute>) -> HashMap<NodeId, usize> {
+        let mut partial = HashMap::new();
+        for (m, r) in routes {
+            if r.reduce_from.is_none() {
+                let (mut at, mut sum) = (*m, 1);
+                while let Some(next) = routes[&at].reduce_to {
+                    assert_eq!(routes[&next].reduce_from, Some(at));
+                    at = next;
+                    sum += 1;
+                }
+                partial.insert(at, sum);
+            }
+        }
+        partial
     }
 
     /// Simulates the routes: every node's value is 1; counts, per chunk, how many
@@ -272,24 +298,8 @@ mod tests {
     fn check(plan: &BulkPlan) {
         let n = plan.members.len();
         for chunk in chunks(plan) {
-            let routes: HashMap<NodeId, ChunkRoute> = plan
-                .members
-                .iter()
-                .map(|m| (*m, chunk_route(plan, *m, &chunk).unwrap()))
-                .collect();
-            // Reduce chains: follow each chain from its start.
-            let mut partial: HashMap<NodeId, usize> = HashMap::new();
-            for (m, r) in &routes {
-                if r.reduce_from.is_none() {
-                    let (mut at, mut sum) = (*m, 1);
-                    while let Some(next) = routes[&at].reduce_to {
-                        assert_eq!(routes[&next].reduce_from, Some(at));
-                        at = next;
-                        sum += 1;
-                    }
-                    partial.insert(at, sum);
-                }
-            }
+            let routes = routes_of(plan, &chunk);
+            let partial = chain_partials(&routes);
             let mut result: HashMap<NodeId, usize> = HashMap::new();
             for (m, r) in &routes {
                 if r.gateway() && r.result_from.is_none() {
@@ -324,10 +334,10 @@ mod tests {
     #[test]
     fn clustered_and_hierarchical_routes_reduce_everything_exactly_once() {
         for algorithm in [Algorithm::Clustered, Algorithm::Hierarchical] {
-            check(&plan(algorithm, &[4, 2, 3, 1]));
-            check(&plan(algorithm, &[1]));
-            check(&plan(algorithm, &[5]));
-            check(&plan(algorithm, &[1, 1, 1]));
+            check(&plan(algorithm, &[4, 2, 3, 1], None));
+            check(&plan(algorithm, &[1], None));
+            check(&plan(algorithm, &[5], None));
+            check(&plan(algorithm, &[1, 1, 1], None));
         }
     }
 
@@ -337,23 +347,12 @@ mod tests {
         let n = plan.members.len();
         let root = plan.root.unwrap();
         for chunk in chunks(plan) {
-            let routes: HashMap<NodeId, ChunkRoute> = plan
-                .members
-                .iter()
-                .map(|m| (*m, chunk_route(plan, *m, &chunk).unwrap()))
-                .collect();
-            let mut partial: HashMap<NodeId, usize> = HashMap::new();
-            for (m, r) in &routes {
-                assert!(r.gather_from.is_none() && r.gather_to.is_none());
-                if r.reduce_from.is_none() {
-                    let (mut at, mut sum) = (*m, 1);
-                    while let Some(next) = routes[&at].reduce_to {
-                        at = next;
-                        sum += 1;
-                    }
-                    partial.insert(at, sum);
-                }
-            }
+            let routes = routes_of(plan, &chunk);
+            let nothing_back = routes
+                .values()
+                .all(|r| r.gather_from.is_none() && r.gather_to.is_none());
+            assert!(nothing_back);
+            let partial = chain_partials(&routes);
             let owners: Vec<&NodeId> = routes
                 .iter()
                 .filter(|(_, r)| r.owner)
@@ -382,7 +381,7 @@ mod tests {
     fn reduce_routes_bring_every_contribution_to_the_root_once() {
         for algorithm in [Algorithm::Clustered, Algorithm::Hierarchical] {
             for sizes in [&[4, 2, 3, 1][..], &[1], &[5], &[1, 1, 1]] {
-                let mut p = plan(algorithm, sizes);
+                let mut p = plan(algorithm, sizes, None);
                 for root in [0, p.members.len() - 1, p.members.len() / 2] {
                     p.root = Some(p.members[root]);
                     check_reduce(&p);
@@ -393,7 +392,7 @@ mod tests {
 
     #[test]
     fn chunks_cover_the_shares_in_order() {
-        let p = plan(Algorithm::Clustered, &[2, 2, 2]);
+        let p = plan(Algorithm::Clustered, &[2, 2, 2], None);
         let c = chunks(&p);
         assert_eq!(c.len(), 9);
         assert_eq!(c[2].start, 8);

@@ -234,28 +234,7 @@ fn tree(n: u32, m: u32) -> Vec<Edge> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// das-4's clusters, two members each, with the file's rates as measured figures.
-    fn das4() -> (Network, Vec<NodeId>) {
-        let mut members: Vec<NodeId> = (0..8).map(|i| NodeId::from_seed(4, i)).collect();
-        members.sort();
-        let groups: Vec<Vec<NodeId>> = members.chunks(2).map(<[NodeId]>::to_vec).collect();
-        let wide = [
-            [0.0, 5.0, 26.0, 7.0],
-            [3.5, 0.0, 4.0, 3.0],
-            [28.0, 6.0, 0.0, 7.5],
-            [7.0, 4.0, 7.5, 0.0],
-        ];
-        let net = Network {
-            groups,
-            wide_bps: (wide.iter())
-                .map(|r| r.iter().map(|m| m * 1e6).collect())
-                .collect(),
-            lan_bps: vec![400e6; 4],
-            latency_s: vec![vec![3e-3; 4]; 4],
-        };
-        (net, members)
-    }
+    use crate::proto::bulk::paths::tests::das4;
 
     /// Every chunk's edges form a tree rooted at its owner that reaches every member once.
     fn spanning(plan_trees: &[Vec<Vec<Edge>>], n: usize) {
