@@ -28,6 +28,7 @@ mod sim_clusters;
 mod sim_collectives;
 mod sim_large_collectives;
 mod sim_membership;
+mod sim_quiet;
 mod sim_topologies;
 mod stripe_plan;
 

@@ -219,6 +219,13 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     secs(&r["converged_s"]),
                     secs(&r["repair_s"]),
                 );
+                if let Some(b) = r["steady_control"]["bytes_per_node_per_s"].as_f64() {
+                    let _ = writeln!(
+                        md,
+                        "Steady control traffic right after convergence: {b:.0} bytes per node per second of the topology's time, everything the nodes' QUIC connections sent (headers, acks, membership) but the bandwidth probes, over {} s.\n",
+                        r["steady_control"]["window_s"]
+                    );
+                }
             }
             Some("overhead") => {
                 let _ = writeln!(

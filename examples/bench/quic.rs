@@ -46,6 +46,7 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
         roots_per_cluster: 2,
         crash_fraction: 0.1,
         timeout: Duration::from_secs(600),
+        overhead_window: Duration::from_secs(5),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -203,6 +204,12 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
             r.crashed,
             secs(&out["repair_s"]),
         );
+        if let Some((b, w)) = r.steady_bytes_per_node_s {
+            println!(
+                "  steady control traffic over {:.0} s after convergence: {b:.0} B per node per second of the topology's time (QUIC bytes sent, bandwidth probes left out)",
+                w.as_secs_f64()
+            );
+        }
         if r.dilation > 1 {
             let tt = &out["topology_time"];
             println!(

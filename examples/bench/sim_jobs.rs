@@ -182,7 +182,7 @@ fn measure<N: SimNode>(
     let optimal = (sim.snapshot().wide_area_optimal, sim.snapshot().trees);
     let n = sim.live_count();
     let before = sim.control_bytes();
-    let gossip_bytes = |sim: &Sim<N>| sim.traffic().get("gossip").map_or(0, |k| k.bytes);
+    let gossip_bytes = |sim: &Sim<N>| sim.membership_bytes();
     let gossip_before = gossip_bytes(&sim);
     sim.run_for(OVERHEAD_WINDOW);
     let per_node_s = n as f64 * OVERHEAD_WINDOW.as_secs_f64();

@@ -38,6 +38,9 @@ pub struct QuicRunOptions {
     pub crash_fraction: f64,
     /// Longest wait for convergence, and for repair.
     pub timeout: Duration,
+    /// Steady control traffic is measured over this much of the topology's time right
+    /// after convergence (zero: not measured).
+    pub overhead_window: Duration,
 }
 
 /// Per-node completion times (ms) of one contender, over all roots.
@@ -103,6 +106,11 @@ pub struct QuicRun {
     pub converged: Option<Duration>,
     /// Trees wide-area optimal when the broadcasts began, of all trees.
     pub optimal: (usize, usize),
+    /// Steady control traffic right after convergence: bytes each node's QUIC connections
+    /// sent (packet headers, acks and the membership protocol included, bandwidth probes
+    /// left out) per second of the topology's time, per node; and the window, in the
+    /// topology's time.
+    pub steady_bytes_per_node_s: Option<(f64, Duration)>,
     /// The broadcast roots (node indices).
     pub roots: Vec<usize>,
     /// Our live trees.
@@ -175,6 +183,12 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
         )),
     }
 
+    if converged.is_some() && !opts.overhead_window.is_zero() {
+        out.steady_bytes_per_node_s = Some((
+            steady_bytes(&overlay, opts.overhead_window * d).await * f64::from(d),
+            opts.overhead_window,
+        ));
+    }
     out.roots = roots(&overlay.clusters, opts.roots_per_cluster);
     broadcasts(&overlay, &topo, &mut out, &progress).await?;
     let (mut lost, mut resent) = (0, 0);
@@ -436,6 +450,27 @@ async fn ours_once(
     }
     let api_lag = got.get(&root).map(|t| t.saturating_duration_since(called));
     Ok(api_lag.map(|d| d.as_secs_f64() * 1e6))
+}
+
+/// Bytes sent per node per wall-clock second over `window`: what the nodes' connections
+/// sent, less their bandwidth probes (the simulator's control figures leave those out too).
+async fn steady_bytes(overlay: &LocalOverlay, window: Duration) -> f64 {
+    async fn sent(overlay: &LocalOverlay) -> (u64, usize) {
+        let mut total = (0, 0);
+        for node in &overlay.nodes {
+            if let Ok(s) = node.status().await {
+                total.0 += s.bytes_out.saturating_sub(s.probe_bytes_sent);
+                total.1 += 1;
+            }
+        }
+        total
+    }
+    let (before, _) = sent(overlay).await;
+    let t = Instant::now();
+    tokio::time::sleep(window).await;
+    let (after, nodes) = sent(overlay).await;
+    let per_s = after.saturating_sub(before) as f64 / t.elapsed().as_secs_f64();
+    per_s / nodes.max(1) as f64
 }
 
 fn ms(d: Duration) -> f64 {

@@ -55,10 +55,11 @@ pub struct IdleLimits {
 
 impl IdleLimits {
     /// The limits for a core configured so: [`LINK_IDLE`], or four of its longest regular
-    /// period (serials, probes) where that is longer, and [`MEASURE_IDLE`]. A tree link
-    /// carries a serial every period and a candidate a probe (jittered by up to a
-    /// quarter), so neither idles out however slow the clock (`Config::slowed`,
-    /// `Config::dilated`), while links that gossip alone used still close.
+    /// period (serials, probes) where that is longer, and [`MEASURE_IDLE`]. A child probes
+    /// its parents and a node its candidates every probe period (jittered by up to a
+    /// quarter; tree state itself travels only when it changes), so neither link idles out
+    /// however slow the clock (`Config::slowed`, `Config::dilated`), while links that
+    /// gossip alone used still close.
     pub fn for_config(config: &crate::proto::Config) -> IdleLimits {
         let period = config.serial_period.max(config.probe_interval);
         IdleLimits {

@@ -6,8 +6,19 @@ use std::time::Duration;
 /// [`Config::test`]) and change fields as needed.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// How often a root increments its serial and pushes it down its tree.
+    /// The protocol's round: housekeeping (re-judging trees, expiring state) runs once per
+    /// period, requests are rate limited per period, and repair and convergence are
+    /// counted in periods. A root does not push a new serial every period: see
+    /// [`Config::serial_refresh`].
     pub serial_period: Duration,
+    /// A root increments its serial when a node asks for a newer one (a node without a
+    /// path, or one whose feasibility distance blocks a better parent: Babel's seqno
+    /// request), and otherwise only this often, stretched in a large overlay so the
+    /// refresh costs a node at most `refresh_entries_per_s` entries per second on average
+    /// whatever the number of trees (a thousand roots refresh every 100 s). Tree state
+    /// travels when it changes; a parent that is gone is found by the membership protocol
+    /// and the transport, not by its serials ageing.
+    pub serial_refresh: Duration,
     /// Adverts to candidates are batched: changed tree state is flushed at most this often.
     pub advert_interval: Duration,
     /// Bytes per second a node may spend on adverts (changes and full adverts) on
@@ -17,12 +28,19 @@ pub struct Config {
     /// children are not limited).
     pub advert_budget: u32,
     /// Every this many serial periods, a node re-sends its full tree state to each
-    /// candidate (anti-entropy against lost adverts).
+    /// candidate (anti-entropy: the transport is reliable and lost messages are resent
+    /// (`Input::LinkLost`), so this is a safety net).
     pub full_advert_every: u32,
-    /// The periodic full adverts to one candidate carry at most this many entries per
-    /// second on average: with more trees, `full_advert_every` is stretched (a thousand
-    /// trees are refreshed every 100 s), so anti-entropy does not grow with the overlay.
+    /// Periodic refreshes carry at most this many entries per second on average, to one
+    /// candidate (full adverts) and from one root (unrequested serials): with more trees
+    /// `full_advert_every` and `serial_refresh` are stretched, so the refreshes do not
+    /// grow with the overlay.
     pub refresh_entries_per_s: u32,
+    /// A new explorer, or a new peer that watches us, is sent our state in at most this
+    /// many trees, those of the roots nearest us (where we could be its entry into our
+    /// part of the network), not our full state: at a thousand trees a full state per
+    /// explorer rotation was a third of a settled node's traffic.
+    pub explorer_sample: usize,
     /// How often each watched peer is probed for RTT (jittered by up to a quarter).
     pub probe_interval: Duration,
     /// The shortcut rule: a switch that shortens dist by more than this is taken even if the
@@ -87,10 +105,12 @@ impl Config {
     pub fn wan() -> Self {
         Config {
             serial_period: Duration::from_secs(1),
+            serial_refresh: Duration::from_secs(60),
             advert_interval: Duration::from_millis(50),
             advert_budget: 256 * 1024,
-            full_advert_every: 30,
-            refresh_entries_per_s: 10,
+            full_advert_every: 60,
+            refresh_entries_per_s: 2,
+            explorer_sample: 16,
             probe_interval: Duration::from_secs(1),
             shortcut_threshold: Duration::from_millis(10),
             max_near: 16,
@@ -138,6 +158,7 @@ impl Config {
     pub fn slowed(mut self, factor: u32) -> Self {
         let k = factor.max(1);
         self.serial_period *= k;
+        self.serial_refresh *= k;
         self.advert_interval *= k;
         self.probe_interval *= k;
         self.explore_rotate *= k;

@@ -3,13 +3,22 @@
 //!
 //! Per root, this ties the rules of [`super::tree`] to the messages of [`super::message`]:
 //! - parents push `(serial, dist, connected)` to their children on every change
-//!   ([`Message::TreeUpdate`]);
+//!   ([`Message::TreeUpdate`]); nothing travels while nothing changes (a root's serial
+//!   advances when asked, and otherwise only every refresh period, see
+//!   [`Config::serial_refresh`]);
 //! - changed tree state is advertised to the candidate set in batches, without serial-only
 //!   changes (those would cost one entry per root per period per candidate); a node that
 //!   needs a candidate's current serial asks for it ([`Message::AdvertRequest`]) and gets
 //!   the answer as soon as the candidate has that serial;
-//! - a node whose parent is gone asks the root for a fresh serial
-//!   ([`Message::SerialRequest`]) so repair does not wait for the next period.
+//! - a node whose parent is gone, or whose feasibility distance blocks a better parent,
+//!   asks the root for a fresh serial ([`Message::SerialRequest`], Babel's seqno request)
+//!   so it does not wait for a refresh;
+//! - an explorer on trial sends us its state in the trees of the roots nearest it, not its
+//!   full state ([`Config::explorer_sample`]).
+//!
+//! What a settled node still sends whatever the number of trees: its RTT probes, the
+//! explorers' samples, the rolling full adverts (a few entries per second per candidate)
+//! and the trees' refreshes (a few entries per second).
 //!
 //! The core is composed of one part per concern; each part is a struct defined in the file
 //! of its concern, owns its fields, and has the methods that need only those fields. The

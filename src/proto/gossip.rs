@@ -44,7 +44,8 @@ pub struct GossipConfig {
     pub suspicion_timeout: Duration,
     /// Period of the push-pull `Sync` message with one random member.
     pub anti_entropy_interval: Duration,
-    /// Each update is piggybacked `retransmit_factor * ceil(log2(n + 1))` times.
+    /// Each update is piggybacked `retransmit_factor * ceil(log10(n + 1))` times (as in
+    /// memberlist; rumors carry news first, piggybacking reaches the few they missed).
     pub retransmit_factor: usize,
     /// At most this many updates ride on one probe or ack.
     pub max_piggyback: usize,
@@ -80,7 +81,7 @@ impl Default for GossipConfig {
             suspicion_timeout: Duration::from_secs(3),
             anti_entropy_interval: Duration::from_secs(5),
             retransmit_factor: 4,
-            max_piggyback: 16,
+            max_piggyback: 8,
             tombstone_ttl: Duration::from_secs(300),
             join_retry: Duration::from_secs(1),
             rumor_fanout: 3,
@@ -322,8 +323,11 @@ impl Gossip {
                 self.send_sync(from, false);
             }
             GossipMessage::Sync { members, reply } => {
+                // The answer to our join: every record is news to us alone, and is not
+                // piggybacked (at a thousand members that was minutes of full probes).
+                let piggyback = self.joining != Some(from);
                 for r in members {
-                    let _ = self.apply(now, r);
+                    let _ = self.apply_with(now, r, piggyback);
                 }
                 if self.joining == Some(from) {
                     self.joining = None;
@@ -334,6 +338,11 @@ impl Gossip {
                 }
             }
             GossipMessage::Rumor { updates } => self.spread(now, updates, Some(from)),
+            GossipMessage::Digest { hash, live } => {
+                if (GossipMessage::Digest { hash, live }) != self.digest() {
+                    self.send_sync(from, true);
+                }
+            }
             GossipMessage::Probe { seq, updates } => {
                 self.apply_all(now, updates);
                 let updates = self.piggyback();
@@ -411,6 +420,23 @@ impl Gossip {
         self.timers.peek().map(|Reverse((at, _))| *at)
     }
 
+    /// The anti-entropy digest of the live records (alive or suspect) and our own: an
+    /// order-free sum of one hash per record over everything a record's merge looks at.
+    /// Tombstones are left out (they expire at different times on different nodes).
+    fn digest(&self) -> GossipMessage {
+        let live = self
+            .members
+            .values()
+            .map(|e| &e.record)
+            .filter(|r| matches!(r.state, Liveness::Alive | Liveness::Suspect));
+        let (mut hash, mut count) = (record_hash(&self.me), 1u32);
+        for r in live {
+            hash = hash.wrapping_add(record_hash(r));
+            count += 1;
+        }
+        GossipMessage::Digest { hash, live: count }
+    }
+
     /// Sends every record this node knows; `reply` asks for the peer's in return.
     fn send_sync(&mut self, to: NodeId, reply: bool) {
         let members = self.records();
@@ -434,6 +460,28 @@ impl Gossip {
     fn jitter(&mut self, base: Duration) -> Duration {
         base.mul_f64(0.75 + self.rng.below(500) as f64 / 1000.0)
     }
+}
+
+/// A record's hash for [`Gossip::digest`]: FNV-1a over its fields, then splitmix64's
+/// finaliser (so that the sum over records mixes well). Deterministic across processes.
+fn record_hash(r: &MemberRecord) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    eat(&r.id.0);
+    eat(&r.incarnation.to_le_bytes());
+    eat(&r.boot.to_le_bytes());
+    eat(&[r.state as u8]);
+    eat(r.addr.to_string().as_bytes());
+    eat(r.name.as_bytes());
+    let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]

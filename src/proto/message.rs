@@ -377,6 +377,11 @@ pub enum GossipMessage {
         target: NodeId,
         updates: Vec<MemberRecord>,
     },
+    /// Periodic anti-entropy: a hash of the sender's live records (its own included) and
+    /// their count. A receiver whose own differs starts a push-pull
+    /// [`GossipMessage::Sync`]; one that agrees sends nothing, so a settled overlay
+    /// spends a few bytes per period on it whatever its size.
+    Digest { hash: u64, live: u32 },
 }
 
 /// Questions a node's operator asks other members (e.g. to draw a whole tree).

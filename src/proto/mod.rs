@@ -85,8 +85,9 @@ pub enum Input {
     SendCost { per_send: Duration },
     /// The transport may have lost messages to `peer`: a send was dropped (full queue,
     /// failed dial) or a connection to it closed with frames perhaps unsent. Adverts are
-    /// deltas, so one lost leaves `peer` with a stale view of our trees until our next
-    /// full advert (every `full_advert_every` serial periods or more). Once `peer` is heard
+    /// deltas and tree state travels only when it changes, so one lost leaves `peer` with a
+    /// stale view of our trees until our next full advert (every `full_advert_every`
+    /// serial periods or more) or the tree's next refresh. Once `peer` is heard
     /// from again, which shows the way back works, the core sends it its full state (if it
     /// takes our adverts) and repeats its attaches and entries in the trees they share; at
     /// most four times per serial period. Collective and cluster messages are not resent

@@ -75,6 +75,11 @@ impl TimerQueue {
         self.live[timer.slot()].is_some()
     }
 
+    /// When `timer` is due, if it is armed.
+    pub fn deadline(&self, timer: Timer) -> Option<Time> {
+        self.live[timer.slot()].map(|(at, _)| at)
+    }
+
     /// The armed timer with the smallest `(deadline, token)`.
     fn first(&self) -> Option<(Time, u64, Timer)> {
         Timer::ALL

@@ -4,6 +4,7 @@
 //! ([`TRAIN`]), which the control figures leave out.
 
 use crate::proto::Message;
+use crate::proto::message::GossipMessage;
 use std::collections::BTreeMap;
 
 /// Traffic of one message kind.
@@ -36,6 +37,8 @@ pub fn kind_of(msg: &Message) -> (&'static str, usize) {
         Message::ParentHint { parents } => ("parent_hint", parents.len()),
         Message::Resync => ("resync", 0),
         Message::TrainRequest { .. } => ("train_request", 0),
+        Message::Cluster(_) => ("cluster", 0),
+        Message::Collective(_) => ("collective", 0),
         #[allow(unreachable_patterns)]
         _ => ("other", 0),
     }
@@ -50,11 +53,37 @@ pub fn record(t: &mut TrafficByKind, msg: &Message, bytes: usize) {
     k.entries += entries as u64;
 }
 
-/// Adds one sent membership message of `bytes` to `t` (kind `gossip`).
-pub fn record_gossip(t: &mut TrafficByKind, bytes: usize) {
-    let k = t.entry("gossip").or_default();
+/// Prefix of the kinds of membership messages (`gossip_probe`, `gossip_sync`, ...).
+pub const GOSSIP: &str = "gossip";
+
+/// The kind name of a membership message and how many records it carries.
+pub fn gossip_kind_of(msg: &GossipMessage) -> (&'static str, usize) {
+    match msg {
+        GossipMessage::Join { .. } => ("gossip_join", 1),
+        GossipMessage::Sync { members, .. } => ("gossip_sync", members.len()),
+        GossipMessage::Rumor { updates } => ("gossip_rumor", updates.len()),
+        GossipMessage::Probe { updates, .. } => ("gossip_probe", updates.len()),
+        GossipMessage::Ack { updates, .. } => ("gossip_ack", updates.len()),
+        GossipMessage::ProbeRequest { updates, .. } => ("gossip_probe_request", updates.len()),
+        GossipMessage::Digest { .. } => ("gossip_digest", 0),
+    }
+}
+
+/// Adds one sent membership message of `bytes` to `t` (kinds starting with [`GOSSIP`]).
+pub fn record_gossip(t: &mut TrafficByKind, msg: &GossipMessage, bytes: usize) {
+    let (kind, records) = gossip_kind_of(msg);
+    let k = t.entry(kind).or_default();
     k.messages += 1;
     k.bytes += bytes as u64;
+    k.entries += records as u64;
+}
+
+/// Bytes of membership messages in `t` (every kind starting with [`GOSSIP`]).
+pub fn gossip_bytes(t: &TrafficByKind) -> u64 {
+    t.iter()
+        .filter(|(k, _)| k.starts_with(GOSSIP))
+        .map(|(_, v)| v.bytes)
+        .sum()
 }
 
 /// Kind of the packet-train datagrams: measurement traffic, not control messages, so the

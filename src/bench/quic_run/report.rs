@@ -208,6 +208,11 @@ impl QuicRun {
             "trees": self.optimal.1,
             "crashed": self.crashed,
             "repair_s": self.repaired.map(|d| d.as_secs_f64()),
+            "steady_control": self.steady_bytes_per_node_s.map(|(b, w)| json!({
+                "note": "bytes each node's QUIC connections sent per second of the topology's time (headers, acks and membership included, bandwidth probes left out), over a window right after convergence",
+                "bytes_per_node_per_s": b,
+                "window_s": w.as_secs_f64(),
+            })),
             "topology_time": {
                 "note": "convergence and repair divided by the time dilation: how long they take in the topology's own time (the wall-clock figures above are dilation times as long)",
                 "joined_s": self.started.as_secs_f64() / f64::from(self.dilation.max(1)),

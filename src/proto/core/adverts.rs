@@ -20,8 +20,11 @@ use std::time::Duration;
 pub(super) struct Adverts {
     /// Roots whose advertised state is due to go out with the next flush.
     dirty: RootSet,
-    /// Peers owed a full advert (new candidates, new inbound probers, periodic refresh).
+    /// Peers owed a full advert (new candidates, resyncs, periodic refresh).
     owed_full: BTreeSet<NodeId>,
+    /// Peers owed our state in the trees of the roots nearest us (new inbound probers:
+    /// explorers on trial), see `Config::explorer_sample`.
+    owed_sample: BTreeSet<NodeId>,
     /// Advert bytes that may still be sent (negative: spent ahead).
     tokens: f64,
     /// When the tokens were last topped up.
@@ -34,6 +37,7 @@ impl Adverts {
         Adverts {
             dirty: RootSet::default(),
             owed_full: BTreeSet::new(),
+            owed_sample: BTreeSet::new(),
             tokens: budget,
             tokens_at: now,
         }
@@ -49,14 +53,20 @@ impl Adverts {
         self.owed_full.insert(peer);
     }
 
+    /// `peer` is owed our state in the trees of the roots nearest us with the next flush.
+    pub(super) fn owe_sample(&mut self, peer: NodeId) {
+        self.owed_sample.insert(peer);
+    }
+
     /// Whether the next flush has adverts to send.
     pub(super) fn pending(&self) -> bool {
-        !self.dirty.is_empty() || !self.owed_full.is_empty()
+        !self.dirty.is_empty() || !self.owed_full.is_empty() || !self.owed_sample.is_empty()
     }
 
     /// Forgets `peer` (it went away).
     pub(super) fn forget_peer(&mut self, peer: &NodeId) {
         self.owed_full.remove(peer);
+        self.owed_sample.remove(peer);
     }
 
     /// Forgets tree `ri` (its root went away).
@@ -106,10 +116,27 @@ impl Core {
         }
         let targets = self.nbrs.cands.advert_targets();
         let owed = std::mem::take(&mut self.adverts.owed_full);
-        // Our full state, built at the first peer owed it (the trees do not change here).
+        let owed_sample = std::mem::take(&mut self.adverts.owed_sample);
+        // Our full state, and the sample, built at the first peer owed it (the trees do
+        // not change here).
         let mut full: Option<Vec<AdvertEntry>> = None;
+        let mut sample: Option<Vec<AdvertEntry>> = None;
         for peer in targets {
-            if owed.contains(&peer) {
+            if !owed.contains(&peer) && owed_sample.contains(&peer) {
+                let mut some = sample
+                    .get_or_insert_with(|| self.nearest_entries(self.config.explorer_sample))
+                    .clone();
+                // The changes of this flush go out to it as to every target.
+                for e in &entries {
+                    if !some.iter().any(|s| s.root == e.root) {
+                        some.push(*e);
+                    }
+                }
+                self.stats.sampled_adverts += 1;
+                let msg = Message::Advert { entries: some };
+                spent += msg.encoded_len();
+                self.send(peer, msg);
+            } else if owed.contains(&peer) {
                 // Only trees we are connected to: an unknown entry already means "no path".
                 let all = full
                     .get_or_insert_with(|| {
@@ -136,5 +163,24 @@ impl Core {
         }
         self.push_cluster_news();
         self.adverts.tokens -= spent as f64;
+    }
+
+    /// Our state in the (at most) `max` connected trees whose roots are nearest us, by
+    /// dist (ties by root), our own first.
+    fn nearest_entries(&self, max: usize) -> Vec<AdvertEntry> {
+        let mut near: Vec<(u32, NodeId, RootIdx)> = (0..self.trees.len())
+            .filter_map(|ri| {
+                let t = self.trees.get(ri)?;
+                t.connected.then_some((t.dist_us, t.root, ri))
+            })
+            .collect();
+        if near.len() > max {
+            near.select_nth_unstable(max);
+            near.truncate(max);
+        }
+        near.sort_unstable();
+        near.into_iter()
+            .filter_map(|(.., ri)| self.trees.get(ri).map(entry_of))
+            .collect()
     }
 }

@@ -108,15 +108,18 @@ pub(super) type BatchedAsks = BTreeMap<NodeId, Vec<(NodeId, u32)>>;
 pub(super) type BatchedQueries = BTreeMap<NodeId, Vec<NodeId>>;
 
 impl Core {
-    /// Asks `view.id` for its state once its serial reaches ours (or the next one, if our
-    /// feasibility distance is what blocks it).
-    pub(super) fn ask(&mut self, ri: RootIdx, view: &CandidateView) {
+    /// Asks `view.id` for its state once its serial reaches ours; with `next`, once it
+    /// reaches the one after ours, if what we heard is as new as ours (our feasibility
+    /// distance blocks it): the root is then asked for that serial too, as none comes
+    /// unasked for a long time.
+    pub(super) fn ask(&mut self, ri: RootIdx, view: &CandidateView, next: bool) {
         let t = self.trees.live(ri);
-        let want = if view.serial < t.serial {
-            t.serial
-        } else {
-            t.serial + 1
-        };
+        let blocked = next && view.serial >= t.serial;
+        let want = if blocked { t.serial + 1 } else { t.serial };
+        if blocked {
+            self.request_serial(ri);
+        }
+        let t = self.trees.live(ri);
         let key = (view.id, ri);
         if let Some(&(s, at)) = self.asks.asked.get(&key)
             && s >= want
@@ -157,9 +160,15 @@ impl Core {
         true
     }
 
-    /// Asks the root for a fresh serial (at most once per quarter serial period per tree): a node without a path needs one to accept a new parent.
+    /// Asks the root for a fresh serial: a node without a path needs one to accept a new
+    /// parent (asked at most once per quarter serial period per tree), and so does a node
+    /// whose feasibility distance blocks a better one (at most once per serial period).
     pub(super) fn request_serial(&mut self, ri: RootIdx) {
-        let gap = self.config.serial_period / 4;
+        let gap = if self.trees.live(ri).connected {
+            self.config.serial_period
+        } else {
+            self.config.serial_period / 4
+        };
         if (self.asks.serial_requested.get(&ri))
             .is_some_and(|at| self.now.saturating_since(*at) < gap)
         {

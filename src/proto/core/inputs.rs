@@ -109,7 +109,9 @@ impl Core {
                     && self.nbrs.cands.note_inbound(from, self.now)
                     && self.nbrs.cands.role(&from).is_none()
                 {
-                    self.adverts.owe_full(from);
+                    // An explorer's trial, most likely: a sample, not our full state (a
+                    // peer that wants it asks with a resync).
+                    self.adverts.owe_sample(from);
                 }
                 self.send(from, Message::Pong { sent_us });
                 if let Some(h) = rtt_hint_us
@@ -146,8 +148,13 @@ impl Core {
             }
             Message::SerialRequest { root, serial } => {
                 if root == self.id && serial > self.trees.own().serial {
-                    self.schedule
-                        .tick_soon(self.now, self.config.serial_request_gap);
+                    let period = self.config.serial_period;
+                    self.schedule.tick_soon(
+                        self.now,
+                        self.config.serial_request_gap,
+                        period / 4,
+                        period,
+                    );
                 }
             }
             Message::AdvertRequest { roots } => {

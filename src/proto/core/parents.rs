@@ -99,7 +99,7 @@ impl Core {
     /// candidate's parent.
     pub(super) fn follow_up(&mut self, ri: RootIdx, view: &CandidateView, verdict: Judgement) {
         match verdict {
-            Judgement::NeedFresh => self.ask(ri, view),
+            Judgement::NeedFresh => self.ask(ri, view, true),
             // Parent queries only once the sweep has met every member: before that, every
             // tree is forming, nearly every neighbour looks worth asking, and each answer
             // costs a hinted peer and its probes; in a large overlay that floods.
@@ -108,7 +108,7 @@ impl Core {
                 // What we heard may be stale by a little (small changes are not advertised):
                 // ask for its exact state too.
                 if self.query_parent(ri, view) {
-                    self.ask(ri, view);
+                    self.ask(ri, view, false);
                 }
             }
             Judgement::NeedMeasure => self.measure(view.id),

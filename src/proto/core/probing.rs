@@ -210,13 +210,13 @@ impl Core {
         if let Some(peer) = self.random_unwatched()
             && self.nbrs.cands.add_explorer(peer)
         {
-            // On trial: we need its state to judge it, it does not need our whole state
-            // (it gets our changes from now on, and the periodic full adverts). At a
+            // On trial: our watching probe makes it send us its state in the trees of
+            // the roots nearest it (where it could be our entry into its part of the
+            // network), then its changes. Neither side sends its whole state: at a
             // thousand trees, a full advert each way every rotation would cost more than
             // all the rest of a settled node's traffic.
             self.stats.watches += 1;
             self.ping(peer, true);
-            self.send(peer, Message::Resync);
             self.nbrs
                 .rebalance(self.config.max_near, self.config.explorers + 1);
         }

@@ -1,10 +1,12 @@
 //! Timer-driven work: serial ticks, the advert flush, and housekeeping rounds.
 //!
 //! Owns the timers and what the rounds they drive count ([`Schedule`]): when our serial
-//! was last bumped (a serial request brings the next tick forward, but not closer than
-//! `serial_request_gap` to it) and how many housekeeping rounds have run (the rolling
-//! shares of trees and peers each round takes). The flush itself is in `adverts`, the
-//! probe rounds in `probing`.
+//! was last bumped (a serial request brings the next tick forward: at once after a quiet
+//! spell, never closer than `serial_request_gap` to the last bump, and no more than four
+//! times per serial period while requests keep coming) and how many housekeeping rounds
+//! have run (the rolling shares of trees and peers each round takes). Unrequested serials
+//! come every [`Core::refresh_period`]. The flush itself is in `adverts`, the probe rounds
+//! in `probing`.
 
 use super::Core;
 use super::trees::OWN_ROOT;
@@ -61,10 +63,31 @@ impl Schedule {
     }
 
     /// A serial request: the next serial tick comes now, or `gap` after the last one if
-    /// that is later.
-    pub(super) fn tick_soon(&mut self, now: Time, gap: Duration) {
+    /// that is later; `busy_gap` after it instead if the last one came less than
+    /// `period` ago (requests still arriving after a bump: a root of a forming tree would
+    /// otherwise push a new serial down its whole tree every `gap`). Never later than
+    /// the tick already due.
+    pub(super) fn tick_soon(
+        &mut self,
+        now: Time,
+        gap: Duration,
+        busy_gap: Duration,
+        period: Duration,
+    ) {
+        let since = now.saturating_since(self.last_bump);
+        let gap = if since < period {
+            busy_gap.max(gap)
+        } else {
+            gap
+        };
         let at = now.max(self.last_bump + gap);
-        self.timers.set(Timer::SerialTick, at);
+        if self
+            .timers
+            .deadline(Timer::SerialTick)
+            .is_none_or(|due| at < due)
+        {
+            self.timers.set(Timer::SerialTick, at);
+        }
     }
 }
 
@@ -83,15 +106,28 @@ impl Core {
         }
     }
 
-    /// As a root: increments our serial and pushes it down our tree.
+    /// As a root: increments our serial and pushes it down our tree (asked for, or the
+    /// long refresh).
     pub(super) fn on_serial_tick(&mut self) {
         let t = self.trees.own_mut();
         t.serial += 1;
         t.refreshed_at = self.now;
         self.schedule.last_bump = self.now;
         self.after_change(OWN_ROOT, true);
-        self.schedule
-            .set(Timer::SerialTick, self.now + self.config.serial_period);
+        let next = self.now + self.refresh_period();
+        self.schedule.set(Timer::SerialTick, next);
+    }
+
+    /// How often a root refreshes its serial unasked, and how long a parent may stay
+    /// silent: `serial_refresh`, stretched so that with every root refreshing, a node
+    /// passes on at most `refresh_entries_per_s` entries per second on average (each
+    /// refresh of a tree costs a node one entry per child it has there, one on average).
+    pub(super) fn refresh_period(&self) -> Duration {
+        let trees = self.members.alive().len() as u64 + 1;
+        let rate = self.config.refresh_entries_per_s.max(1) as u64;
+        self.config
+            .serial_refresh
+            .max(self.config.serial_period * trees.div_ceil(rate).min(u32::MAX as u64) as u32)
     }
 
     /// Once per serial period: expires stale state, schedules rolling full adverts, detaches from quiet parents, re-judges a share of the trees and re-introduces far children.
@@ -128,6 +164,11 @@ impl Core {
         // its own to advertise). What was heard does not change in this loop, so it is
         // gathered per tree up front, for every tree that can come up for judging.
         let rounds = self.schedule.housekeeping_rounds;
+        // A parent that went quiet for three refresh periods is sent its attach again
+        // (it may have lost us), and after six we detach and repair: with triggered
+        // updates and serials on demand, silence is normal; a parent that is gone is
+        // found by the membership protocol and the transport long before.
+        let quiet_limit = self.refresh_period() * 3;
         let due: Vec<bool> = (0..self.trees.len())
             .map(|ri| {
                 self.trees.get(ri).is_some_and(|t| {
@@ -135,7 +176,7 @@ impl Core {
                         && (!t.connected
                             || (ri as u64 + rounds).is_multiple_of(4)
                             || (t.parent.is_some()
-                                && now.saturating_since(t.refreshed_at) > period * 6))
+                                && now.saturating_since(t.refreshed_at) > quiet_limit * 2))
                 })
             })
             .collect();
@@ -146,10 +187,10 @@ impl Core {
             };
             let quiet = now.saturating_since(t.refreshed_at);
             if let Some(p) = t.parent {
-                if quiet > period * 6 {
+                if quiet > quiet_limit * 2 {
                     self.stats.parents_quiet += 1;
                     self.detach(ri);
-                } else if quiet > period * 3 {
+                } else if quiet > quiet_limit && (ri as u64 + rounds).is_multiple_of(8) {
                     let root = t.root;
                     self.out.attach(p, root);
                 }

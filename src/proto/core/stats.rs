@@ -14,7 +14,7 @@ pub struct CoreStats {
     pub switches_repair: u64,
     /// Parents lost because they left or died.
     pub parents_lost: u64,
-    /// Parents dropped because they went quiet for six serial periods.
+    /// Parents dropped because they went quiet for six refresh periods.
     pub parents_quiet: u64,
     /// Advert requests and parent queries sent.
     pub asks: u64,
@@ -30,9 +30,12 @@ pub struct CoreStats {
     pub full_adverts: u64,
     /// Entries carried by full adverts.
     pub full_advert_entries: u64,
+    /// Adverts of the trees of the roots nearest us sent to new inbound probers.
+    pub sampled_adverts: u64,
     /// Entries sent in adverts of changes.
     pub delta_advert_entries: u64,
-    /// Peers newly watched as near peers or explorers (a full advert each way).
+    /// Peers newly watched as near peers (a full advert each way) or explorers (a sample
+    /// of its state to us).
     pub watches: u64,
     /// Peers newly hinted (measured only).
     pub hinted: u64,

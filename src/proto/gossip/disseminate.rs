@@ -36,8 +36,15 @@ impl Gossip {
     }
 
     /// Merges one record: a higher incarnation wins; at equal incarnation the later state
-    /// wins (`Alive < Suspect < Dead < Left`). Returns whether it was news.
+    /// wins (`Alive < Suspect < Dead < Left`). Returns whether it was news. News is queued
+    /// to ride on our probes and acks.
     pub(super) fn apply(&mut self, now: Time, r: MemberRecord) -> bool {
+        self.apply_with(now, r, true)
+    }
+
+    /// [`Gossip::apply`]; with `piggyback` off, news is not queued for probes and acks
+    /// (the records a joining node receives: news to it alone).
+    pub(super) fn apply_with(&mut self, now: Time, r: MemberRecord, piggyback: bool) -> bool {
         if r.id == self.me.id {
             // Gossip says we are suspect or dead: refute with a higher incarnation.
             if r.state != Liveness::Alive && r.incarnation >= self.me.incarnation && !self.left {
@@ -78,7 +85,9 @@ impl Gossip {
                 changed: now,
             },
         );
-        self.enqueue(r.clone());
+        if piggyback {
+            self.enqueue(r.clone());
+        }
         match r.state {
             Liveness::Alive => self.events.push_back(GossipEvent::Up(r)),
             Liveness::Suspect => {
@@ -114,7 +123,7 @@ impl Gossip {
     /// Takes the least-sent updates for one message; drops those sent often enough.
     pub(super) fn piggyback(&mut self) -> Vec<MemberRecord> {
         let n = self.members.len() + 1;
-        let limit = self.config.retransmit_factor * (usize::BITS - n.leading_zeros()) as usize;
+        let limit = self.config.retransmit_factor * log10_ceil(n + 1);
         let mut out = Vec::new();
         let take = self.config.max_piggyback.min(self.outbox.len());
         for _ in 0..take {
@@ -159,4 +168,14 @@ impl Gossip {
         pool.sort();
         Some(pool[self.rng.below(pool.len() as u64) as usize])
     }
+}
+
+/// `ceil(log10(n))` for `n >= 1`, at least 1: the number of decimal digits of `n - 1`.
+fn log10_ceil(n: usize) -> usize {
+    let (mut digits, mut p) = (0, 1usize);
+    while p < n {
+        p = p.saturating_mul(10);
+        digits += 1;
+    }
+    digits.max(1)
 }

@@ -51,14 +51,17 @@ impl Gossip {
                 }
             }
             Timer::AntiEntropy => {
+                // A digest first: the records travel only where the tables differ.
+                let digest = self.digest();
                 if let Some(peer) = self.pick_random(1, &[]).pop() {
-                    self.send_sync(peer, true);
+                    self.send(peer, digest.clone());
                 }
                 // A member declared dead may only have been cut off (a partition): try one
                 // of them too, so two sides that each declared the other dead merge again
-                // once the network heals. It refutes on seeing itself dead, and so do we.
+                // once the network heals (its live records differ from ours: it starts the
+                // push-pull; it refutes on seeing itself dead, and so do we).
                 if let Some(peer) = self.pick_random_dead() {
-                    self.send_sync(peer, true);
+                    self.send(peer, digest);
                 }
                 let next = now + self.jitter(self.config.anti_entropy_interval);
                 self.arm(next, Timer::AntiEntropy);

@@ -15,6 +15,9 @@ struct Net {
     drop_direct_probes_to: Option<usize>,
     /// Messages between nodes below and at or above this index are dropped.
     cut: Option<usize>,
+    /// Sends so far of full record sets (`Sync`) and of digests.
+    syncs: usize,
+    digests: usize,
 }
 
 fn addr(i: usize) -> SocketAddr {
@@ -45,6 +48,8 @@ impl Net {
             events: vec![Vec::new(); n],
             drop_direct_probes_to: None,
             cut: None,
+            syncs: 0,
+            digests: 0,
         }
     }
 
@@ -58,6 +63,11 @@ impl Net {
 
     fn drain(&mut self, i: usize) {
         while let Some(t) = self.nodes[i].poll_transmit() {
+            match t.msg {
+                GossipMessage::Sync { .. } => self.syncs += 1,
+                GossipMessage::Digest { .. } => self.digests += 1,
+                _ => {}
+            }
             let to = self.index(t.to);
             if self.down[i] || self.down[to] || self.cut.is_some_and(|k| (i < k) != (to < k)) {
                 continue;
@@ -253,4 +263,62 @@ fn two_sides_that_declared_each_other_dead_merge_after_a_long_partition() {
             assert_eq!(net.state_of(i, j), Some(Liveness::Alive), "{i} about {j}");
         }
     }
+}
+
+#[test]
+fn a_settled_membership_trades_digests_not_records() {
+    let mut net = Net::new(20);
+    net.join_all();
+    net.run_for(Duration::from_secs(20));
+    for i in 0..20 {
+        for j in 0..20 {
+            assert_eq!(net.state_of(i, j), Some(Liveness::Alive), "{i} about {j}");
+        }
+    }
+    let (syncs, digests) = (net.syncs, net.digests);
+    net.run_for(Duration::from_secs(60));
+    // About one digest per node per 5 s, and no record set: every table agrees.
+    assert!(
+        net.digests - digests >= 20 * 60 / 7,
+        "{} digests",
+        net.digests - digests
+    );
+    assert_eq!(
+        net.syncs, syncs,
+        "records traded although every table agrees"
+    );
+    // A crash makes the tables differ while the news spreads; they agree again after.
+    net.down[7] = true;
+    net.run_for(Duration::from_secs(30));
+    for i in (0..20).filter(|&i| i != 7) {
+        assert_eq!(net.state_of(i, 7), Some(Liveness::Dead), "{i} about 7");
+    }
+    let syncs = net.syncs;
+    net.run_for(Duration::from_secs(60));
+    assert_eq!(
+        net.syncs, syncs,
+        "records traded once the news of the crash spread"
+    );
+}
+
+#[test]
+fn the_digest_covers_what_a_merge_looks_at() {
+    let g = |addr: SocketAddr, inc: u64, state: Liveness| {
+        let mut n = Gossip::new(
+            NodeId::from_seed(9, 0),
+            "n0".into(),
+            addr,
+            inc,
+            GossipConfig::default(),
+            0,
+            Time::ZERO,
+        );
+        n.me.state = state;
+        n.digest()
+    };
+    let base = g(addr(0), 1, Liveness::Alive);
+    assert_eq!(base, g(addr(0), 1, Liveness::Alive));
+    assert_ne!(base, g(addr(1), 1, Liveness::Alive));
+    assert_ne!(base, g(addr(0), 2, Liveness::Alive));
+    assert_ne!(base, g(addr(0), 1, Liveness::Suspect));
 }

@@ -45,7 +45,7 @@ impl<N: SimNode> Sim<N> {
                 cursor = cursor + self.cfg.cpu_send;
                 self.stats.cpu_us += self.cfg.cpu_send.as_micros();
                 let len = gossip_len(&msg);
-                traffic::record_gossip(&mut self.stats.traffic, len);
+                traffic::record_gossip(&mut self.stats.traffic, &msg, len);
                 self.send(idx, to, Packet::Gossip(msg), len, cursor);
             }
             while let Some(ev) = self.nodes[idx].poll_event() {

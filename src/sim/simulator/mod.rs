@@ -14,7 +14,7 @@ use super::metrics::{Scratch, Snapshot, TreeMetrics};
 use super::network::NetModel;
 use super::node::{SimNode, Spawn};
 use super::queue::EventQueue;
-use super::traffic::TrafficByKind;
+use super::traffic::{self, TrafficByKind};
 use super::train::Flights;
 use crate::proto::gossip::GossipConfig;
 use crate::proto::id::IdMap;
@@ -371,8 +371,13 @@ impl<N: SimNode> Sim<N> {
         self.stats.bytes
     }
 
-    /// Traffic sent so far, by message kind (`gossip` for membership messages, `train` for
-    /// packet-train datagrams, which [`Sim::control_bytes`] leaves out).
+    /// Bytes of membership messages sent so far (part of [`Sim::control_bytes`]).
+    pub fn membership_bytes(&self) -> u64 {
+        traffic::gossip_bytes(&self.stats.traffic)
+    }
+
+    /// Traffic sent so far, by message kind (`gossip_*` for membership messages, `train`
+    /// for packet-train datagrams, which [`Sim::control_bytes`] leaves out).
     pub fn traffic(&self) -> &TrafficByKind {
         &self.stats.traffic
     }
