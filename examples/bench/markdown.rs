@@ -248,6 +248,26 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                 if let Some(n) = r["note"].as_str() {
                     let _ = writeln!(md, "\n{n}.");
                 }
+                // What the largest run with the membership protocol spends its bytes on.
+                let largest = (r["runs"].as_array().into_iter().flatten())
+                    .filter(|x| x["by_kind"].is_object() && x["membership"] == "gossip")
+                    .max_by_key(|x| x["nodes"].as_u64().unwrap_or(0));
+                if let Some(x) = largest {
+                    let mut kinds: Vec<(String, f64)> = (x["by_kind"].as_object().into_iter())
+                        .flatten()
+                        .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(0.0)))
+                        .filter(|(k, v)| *v >= 0.5 && k != "train")
+                        .collect();
+                    kinds.sort_by(|a, b| b.1.total_cmp(&a.1));
+                    let list: Vec<String> =
+                        kinds.iter().map(|(k, v)| format!("{k} {v:.0}")).collect();
+                    let _ = writeln!(
+                        md,
+                        "\nBy message kind, {} nodes with membership (bytes/node/s): {}.",
+                        x["nodes"],
+                        list.join(", ")
+                    );
+                }
                 md.push('\n');
             }
             Some("large") => {

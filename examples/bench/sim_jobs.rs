@@ -184,8 +184,17 @@ fn measure<N: SimNode>(
     let before = sim.control_bytes();
     let gossip_bytes = |sim: &Sim<N>| sim.membership_bytes();
     let gossip_before = gossip_bytes(&sim);
+    let kinds_before = sim.traffic().clone();
     sim.run_for(OVERHEAD_WINDOW);
     let per_node_s = n as f64 * OVERHEAD_WINDOW.as_secs_f64();
+    // Bytes per node per second of every kind that sent anything in the window (packet
+    // trains included, under `train`, outside the total).
+    let by_kind: serde_json::Map<String, serde_json::Value> =
+        overlay::sim::traffic::since(sim.traffic(), &kinds_before)
+            .into_iter()
+            .filter(|(_, t)| t.bytes > 0)
+            .map(|(k, t)| (k.to_string(), json!(t.bytes as f64 / per_node_s)))
+            .collect();
     let per = (sim.control_bytes() - before) as f64 / per_node_s;
     let gossip_per = (gossip_bytes(&sim) - gossip_before) as f64 / per_node_s;
     progress(&format!(
@@ -199,6 +208,7 @@ fn measure<N: SimNode>(
         "nodes": n, "converged": converged, "optimal_trees": optimal.0, "trees": optimal.1,
         "converged_s": conv.as_secs_f64(), "converged_wall_s": conv_wall,
         "window_s": OVERHEAD_WINDOW.as_secs_f64(), "bytes_per_node_per_s": per,
+        "by_kind": by_kind,
         "repair": j.repair, "overhead": j.overhead,
     });
     if j.repair {

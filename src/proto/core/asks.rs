@@ -133,6 +133,42 @@ impl Core {
         self.asks.queue_ask(view.id, root, want);
     }
 
+    /// Asks the root itself for its state in its tree when our route to it is longer than
+    /// our direct link to it by more than the shortcut threshold: the shortcut rule would
+    /// take the root (or a peer of its cluster after it), but nobody we trade with may
+    /// ever tell us of a shorter route (a cluster's first entry often comes through a
+    /// third cluster, and explorers carry samples). We measured the root when we met it;
+    /// its answer is judged as any candidate's. Nothing is asked once the route is within
+    /// the threshold of the direct link.
+    pub(super) fn ask_root_if_far(&mut self, ri: RootIdx) {
+        let t = self.trees.live(ri);
+        let root = t.root;
+        if !t.connected || t.parent == Some(root) || !self.members.is_alive(&root) {
+            return;
+        }
+        let Some(direct) = self.nbrs.lat_us(&root) else {
+            return;
+        };
+        let threshold = self.config.shortcut_threshold.as_micros() as u32;
+        if t.dist_us <= direct.saturating_add(threshold)
+            || self
+                .heard
+                .get(&root, ri)
+                .is_some_and(|h| h.serial >= t.serial)
+        {
+            return;
+        }
+        let view = CandidateView {
+            id: root,
+            serial: t.serial,
+            dist_us: 0,
+            connected: true,
+            lat_us: direct,
+        };
+        self.stats.root_asks += 1;
+        self.ask(ri, &view, false);
+    }
+
     /// Asks `view.id` for its parent in this tree, at most once per serial period; and
     /// while neither our parent nor its dist changed, only once per `REQUERY_AFTER`: the
     /// same question would get the same answer (in a settled tree the candidate is often

@@ -195,6 +195,7 @@ impl Core {
                     self.out.attach(p, root);
                 }
             }
+            self.ask_root_if_far(ri);
             let t = self.trees.live(ri);
             if !t.connected || (ri as u64 + rounds).is_multiple_of(4) {
                 if due[ri] {

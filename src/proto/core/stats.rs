@@ -18,6 +18,9 @@ pub struct CoreStats {
     pub parents_quiet: u64,
     /// Advert requests and parent queries sent.
     pub asks: u64,
+    /// Roots asked for their state because our route to them was much longer than the
+    /// direct link.
+    pub root_asks: u64,
     /// Parent queries sent.
     pub parent_queries: u64,
     /// Versions of its own cluster summary this node published.
