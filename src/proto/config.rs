@@ -118,7 +118,7 @@ impl Config {
             explore_rotate: Duration::from_secs(2),
             max_hinted: 8,
             sweep_per_round: 32,
-            sweep_rounds: 3,
+            sweep_rounds: 8,
             rtt_window: 64,
             serial_request_gap: Duration::from_millis(20),
             inbound_expiry: Duration::from_secs(5),
