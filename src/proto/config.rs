@@ -15,7 +15,7 @@ pub struct Config {
     /// path, or one whose feasibility distance blocks a better parent: Babel's seqno
     /// request), and otherwise only this often, stretched in a large overlay so the
     /// refresh costs a node at most `refresh_entries_per_s` entries per second on average
-    /// whatever the number of trees (a thousand roots refresh every 100 s). Tree state
+    /// whatever the number of trees (a thousand roots refresh every 500 s). Tree state
     /// travels when it changes; a parent that is gone is found by the membership protocol
     /// and the transport, not by its serials ageing.
     pub serial_refresh: Duration,
