@@ -7,14 +7,10 @@
 use overlay::proto::gossip::GossipConfig;
 use overlay::sim::{Action, Sim, SimConfig, TrafficByKind};
 use overlay::topology::Topology;
-use std::path::Path;
 use std::time::Duration;
 
 fn topology(name: &str) -> Topology {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("topologies")
-        .join(format!("{name}.toml"));
-    Topology::load(&path).unwrap_or_else(|e| panic!("{e}"))
+    Topology::builtin(name).unwrap_or_else(|| panic!("{name} is not a shipped topology"))
 }
 
 /// Bytes and entries sent of `kind` between two traffic snapshots.

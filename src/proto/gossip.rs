@@ -462,8 +462,9 @@ impl Gossip {
     }
 }
 
-/// A record's hash for [`Gossip::digest`]: FNV-1a over its fields, then splitmix64's
-/// finaliser (so that the sum over records mixes well). Deterministic across processes.
+/// A record's hash for [`Gossip::digest`]: FNV-1a over its fields, then one step of
+/// [`SplitMix64`] (so that the sum over records mixes well). Deterministic across
+/// processes.
 fn record_hash(r: &MemberRecord) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
@@ -478,10 +479,7 @@ fn record_hash(r: &MemberRecord) -> u64 {
     eat(&[r.state as u8]);
     eat(r.addr.to_string().as_bytes());
     eat(r.name.as_bytes());
-    let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    SplitMix64::new(h).next_u64()
 }
 
 #[cfg(test)]
