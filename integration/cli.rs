@@ -5,11 +5,16 @@
 use crate::common::{Output, TempDir, node_cmd, run_with_timeout};
 use std::time::Duration;
 
-/// Runs `overlay-node ARGS` (OVERLAY_TOKEN unset) and expects a failure whose stderr
+/// Runs `overlay-node ARGS` (OVERLAY_TOKEN, HOME and the data-directory variables unset)
+/// and expects a failure whose stderr
 /// contains every one of `needles`.
 fn fails(args: &[&str], needles: &[&str]) -> Output {
     let mut cmd = node_cmd();
-    cmd.args(args);
+    // No default data directory either: a command that needs one must say so.
+    cmd.args(args)
+        .env_remove("HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("OVERLAY_DATA_DIR");
     let out = run_with_timeout(cmd, Duration::from_secs(20));
     assert!(
         !out.status.success(),

@@ -11,6 +11,7 @@
 
 mod cli;
 mod common;
+mod daemon;
 mod layers;
 mod netns;
 mod process_overlay;

@@ -5,12 +5,18 @@
 //! limit ([`MAX_STREAM_PAYLOAD`]) need neither hex nor a second copy. Only local users with
 //! access to the data directory can reach it.
 
+mod listen;
+mod render;
+
+pub use self::listen::{DeliveryHeader, listen};
+pub use self::render::{render_dot, render_text};
+
+use crate::api::MemberInfo;
 use crate::api::{BroadcastReport, COUNT_KEY, INFO_KEY, Node, NodeInfo, NodeStatus, TreeSnapshot};
-use crate::proto::NodeId;
 use crate::proto::collective::MAX_STREAM_PAYLOAD;
+use crate::proto::{Liveness, NodeId};
 use crate::proto::{NumKind, Reducer};
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -29,6 +35,12 @@ pub enum AdminRequest {
     GatherInfo,
     /// Count the members with a reduce (each contributes 1).
     ReduceCount,
+    /// Leave the overlay gracefully; the node process then exits.
+    Leave,
+    /// Stream every delivery to this node as it arrives: an
+    /// [`AdminResponse::Listening`] line, then per delivery an [`AdminResponse::Delivery`]
+    /// line followed by its payload bytes.
+    Listen,
 }
 
 /// Every member's answer to `gather info`.
@@ -68,6 +80,12 @@ pub enum AdminResponse {
     Info(InfoReport),
     /// Answer to [`AdminRequest::ReduceCount`].
     Count(CountReport),
+    /// Answer to [`AdminRequest::Leave`]: the node is leaving.
+    Left,
+    /// Answer to [`AdminRequest::Listen`]: deliveries from now on will be streamed.
+    Listening,
+    /// One delivery; `header.bytes` payload bytes follow the line.
+    Delivery(DeliveryHeader),
     /// The request could not be served.
     Error(String),
 }
@@ -106,6 +124,12 @@ pub async fn serve(node: Node, data_dir: PathBuf) -> std::io::Result<()> {
     // A socket left by a previous run of this node (killed) is stale: replace it.
     let _ = std::fs::remove_file(&path);
     let listener = tokio::net::UnixListener::bind(&path)?;
+    // Whoever can use the socket can drive the node: its owner only, whatever the umask.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => accepted?,
@@ -138,6 +162,16 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
         Err(e) => {
             warn!(error = %e, "malformed admin request");
             AdminResponse::Error(format!("malformed request: {e}"))
+        }
+        Ok(AdminRequest::Listen) => return listen::serve(node, write).await,
+        Ok(AdminRequest::Leave) => {
+            let mut out =
+                serde_json::to_vec(&AdminResponse::Left).map_err(std::io::Error::other)?;
+            out.push(b'\n');
+            write.write_all(&out).await?;
+            write.shutdown().await?;
+            node.leave().await;
+            return Ok(());
         }
         Ok(AdminRequest::Status) => match node.status().await {
             Ok(s) => AdminResponse::Status(Box::new(s)),
@@ -243,25 +277,59 @@ pub async fn broadcast(data_dir: &Path, payload: &[u8]) -> Result<BroadcastRepor
     }
 }
 
-/// Finds the member whose full id, short id or name matches `text`.
+/// Finds the member whose name, short id or full id is `text`, else the one member whose
+/// id starts with it; a root that is dead or has left is an error (its tree is gone).
 async fn resolve_root(node: &Node, text: &str) -> Result<NodeId, String> {
     let members = node.members().await.map_err(|e| e.to_string())?;
     let text = text.trim();
-    let matches: Vec<NodeId> = members
+    let exact: Vec<&MemberInfo> = members
+        .iter()
+        .filter(|m| m.name == text || m.id.short() == text || m.id.to_hex() == text)
+        .collect();
+    let prefix: Vec<&MemberInfo> = members
         .iter()
         .filter(|m| {
-            m.name == text || m.id.short().starts_with(text) || m.id.to_hex().starts_with(text)
+            !text.is_empty()
+                && (m.id.short().starts_with(text)
+                    || m.id.to_hex().starts_with(&text.to_lowercase()))
         })
-        .map(|m| m.id)
         .collect();
-    match matches.as_slice() {
-        [one] => Ok(*one),
-        [] => Err(format!(
-            "no member named or with an id starting with {text:?}"
-        )),
-        _ => Err(format!(
-            "{text:?} matches {} members; give more of the id",
-            matches.len()
+    let describe = |ms: &[&MemberInfo]| {
+        ms.iter()
+            .map(|m| format!("{} ({})", m.name, m.id.short()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let found = match (exact.as_slice(), prefix.as_slice()) {
+        ([one], _) => *one,
+        ([], [one]) => *one,
+        ([], []) => {
+            return Err(format!(
+                "no member named {text:?} or with an id starting with it"
+            ));
+        }
+        ([], many) => {
+            return Err(format!(
+                "{text:?} is the start of {} members' ids ({}); give more of the id",
+                many.len(),
+                describe(many)
+            ));
+        }
+        (many, _) => {
+            return Err(format!(
+                "{text:?} names {} members ({}); give the id",
+                many.len(),
+                describe(many)
+            ));
+        }
+    };
+    match found.state {
+        Liveness::Alive | Liveness::Suspect => Ok(found.id),
+        state => Err(format!(
+            "{} ({}) is {}: it is no root any more",
+            found.name,
+            found.id.short(),
+            format!("{state:?}").to_lowercase()
         )),
     }
 }
@@ -295,89 +363,4 @@ async fn exchange(
         AdminResponse::Error(e) => Err(AdminError::Node(e)),
         ok => Ok(ok),
     }
-}
-
-/// A tree as indented text: each member under its parent, with its distance to the root.
-pub fn render_text(tree: &TreeSnapshot) -> String {
-    let mut out = String::new();
-    let name = |id: NodeId| {
-        tree.nodes
-            .iter()
-            .find(|n| n.id == id)
-            .map(|n| format!("{} ({})", n.name, id.short()))
-            .unwrap_or_else(|| id.short())
-    };
-    fn walk(
-        tree: &TreeSnapshot,
-        id: NodeId,
-        depth: usize,
-        out: &mut String,
-        seen: &mut Vec<NodeId>,
-        name: &dyn Fn(NodeId) -> String,
-    ) {
-        if seen.contains(&id) || depth > tree.nodes.len() {
-            return;
-        }
-        seen.push(id);
-        let dist = tree
-            .nodes
-            .iter()
-            .find(|n| n.id == id)
-            .and_then(|n| n.dist_ms)
-            .map(|d| format!("  {d:.1} ms"))
-            .unwrap_or_default();
-        let _ = writeln!(out, "{}{}{}", "  ".repeat(depth), name(id), dist);
-        for child in tree.nodes.iter().filter(|n| n.parent == Some(id)) {
-            walk(tree, child.id, depth + 1, out, seen, name);
-        }
-    }
-    let mut seen = Vec::new();
-    let _ = writeln!(out, "tree of {}", name(tree.root));
-    walk(tree, tree.root, 0, &mut out, &mut seen, &name);
-    let detached: Vec<String> = tree
-        .nodes
-        .iter()
-        .filter(|n| !seen.contains(&n.id))
-        .map(|n| {
-            if n.answered {
-                format!("{} (not connected)", name(n.id))
-            } else {
-                format!("{} (no answer)", name(n.id))
-            }
-        })
-        .collect();
-    if !detached.is_empty() {
-        let _ = writeln!(out, "not in the tree: {}", detached.join(", "));
-    }
-    out
-}
-
-/// A tree as Graphviz DOT: an edge from every parent to its child.
-pub fn render_dot(tree: &TreeSnapshot) -> String {
-    let mut out = String::from("digraph tree {\n  rankdir=TB;\n");
-    for n in &tree.nodes {
-        let shape = if n.id == tree.root {
-            "doublecircle"
-        } else {
-            "ellipse"
-        };
-        let _ = writeln!(
-            out,
-            "  \"{}\" [label=\"{}\\n{}\" shape={shape}];",
-            n.id.short(),
-            n.name.replace('"', "'"),
-            n.id.short()
-        );
-    }
-    for n in &tree.nodes {
-        if let Some(p) = n.parent {
-            let label = n
-                .dist_ms
-                .map(|d| format!(" [label=\"{d:.1} ms\"]"))
-                .unwrap_or_default();
-            let _ = writeln!(out, "  \"{}\" -> \"{}\"{label};", p.short(), n.id.short());
-        }
-    }
-    out.push_str("}\n");
-    out
 }

@@ -19,12 +19,13 @@ mod builder;
 mod collective;
 mod data_dir;
 mod error;
+mod join;
 mod large;
 
 #[cfg(feature = "bench")]
 pub(crate) use self::builder::transport_config;
 pub use self::builder::{NodeBuilder, Transport};
-pub use self::data_dir::files;
+pub use self::data_dir::{StoredSettings, files, stored_settings};
 
 pub use self::collective::{
     BroadcastReport, COUNT_KEY, Gathered, INFO_KEY, NodeInfo, Reduced, ScatterReport,
@@ -60,6 +61,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 pub struct Node {
     id: NodeId,
     addr: SocketAddr,
+    advertised: SocketAddr,
     token: JoinToken,
     commands: mpsc::Sender<ApiCommand>,
     events: broadcast::Sender<NodeEvent>,
@@ -88,16 +90,24 @@ impl Node {
         self.addr
     }
 
+    /// The address the other members reach this node at (the listen address unless
+    /// [`NodeBuilder::advertise`] or an unspecified listen address says otherwise); give
+    /// this one to nodes that join through this node.
+    pub fn advertised_addr(&self) -> SocketAddr {
+        self.advertised
+    }
+
     /// The overlay's join token.
     pub fn token(&self) -> &JoinToken {
         &self.token
     }
 
-    /// The command another machine runs to join this overlay through this node.
+    /// The command another machine runs to join this overlay through this node. The
+    /// token goes in the environment, where other users' `ps` does not show it.
     pub fn join_command(&self) -> String {
         format!(
-            "overlay-node --listen ADDR --join {} --token {} --data-dir DIR",
-            self.addr, self.token
+            "OVERLAY_TOKEN={} overlay-node --listen ADDR --join {} --data-dir DIR",
+            self.token, self.advertised
         )
     }
 

@@ -41,6 +41,8 @@ pub struct OverlayCheck {
     pub wide_area_optimal: usize,
     /// Nodes that list every node as an alive member.
     pub full_membership: usize,
+    /// The trees that are not wide-area optimal yet, by root, with why.
+    pub lagging: Vec<(NodeId, String)>,
 }
 
 impl OverlayCheck {
@@ -298,6 +300,19 @@ pub fn check_statuses(
         check.trees += 1;
         check.spanning += usize::from(m.spanning);
         check.wide_area_optimal += usize::from(m.wide_area_optimal);
+        if !m.wide_area_optimal {
+            let pathless = (0..n)
+                .filter(|&i| alive[i] && i != root && row[i] == u32::MAX)
+                .count();
+            let why = if !m.spanning && pathless > 0 {
+                format!("{pathless} members have no parent in it yet")
+            } else if !m.spanning {
+                "its parent links do not all lead to the root".to_string()
+            } else {
+                "it spans, but enters a cluster more than once".to_string()
+            };
+            check.lagging.push((root_id, why));
+        }
     }
     check.full_membership = statuses
         .iter()

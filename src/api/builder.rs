@@ -1,6 +1,9 @@
 //! Configuring and starting a node.
 
-use super::data_dir::{files, read_peers, read_token, save_peers, write_token};
+use super::data_dir::{
+    StoredSettings, files, lock, read_peers, read_settings, read_token, save_peers, write_settings,
+    write_token,
+};
 use super::{IoStep, Node, NodeError};
 use crate::net::driver::{Driver, DriverParts};
 #[cfg(feature = "testkit")]
@@ -18,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc};
-use tracing::{info, warn};
+use tracing::{Instrument, info};
 
 /// What the node's UDP socket is.
 #[derive(Clone, Default)]
@@ -39,8 +42,10 @@ pub enum Transport {
 
 /// Configures and starts a [`Node`].
 pub struct NodeBuilder {
-    listen: SocketAddr,
-    name: String,
+    listen: Option<SocketAddr>,
+    listen_default: SocketAddr,
+    advertise: Option<SocketAddr>,
+    name: Option<String>,
     join: Vec<SocketAddr>,
     token: Option<JoinToken>,
     identity: Option<Identity>,
@@ -56,8 +61,10 @@ pub struct NodeBuilder {
 impl Default for NodeBuilder {
     fn default() -> Self {
         NodeBuilder {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            name: String::new(),
+            listen: None,
+            listen_default: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
+            name: None,
             join: Vec::new(),
             token: None,
             identity: None,
@@ -73,15 +80,45 @@ impl Default for NodeBuilder {
 }
 
 impl NodeBuilder {
-    /// Address to listen on (default 127.0.0.1:0).
+    /// Address to listen on. Without it, the address of the last start stored in the
+    /// data directory, else [`listen_default`](Self::listen_default).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
-        self.listen = addr;
+        self.listen = Some(addr);
         self
     }
 
-    /// A readable name shown to other members.
+    /// The address to listen on when neither [`listen`](Self::listen) nor the data
+    /// directory gives one (default 127.0.0.1:0, any free port).
+    pub fn listen_default(mut self, addr: SocketAddr) -> Self {
+        self.listen_default = addr;
+        self
+    }
+
+    /// The address other members are told to reach this node at, when it differs from
+    /// the listen address (behind NAT or port forwarding, or when listening on 0.0.0.0 or
+    /// [::]). A port of 0 means the port bound. Without it, a node listening on an
+    /// unspecified address advertises the address of its interface that routes to the
+    /// first join address, and refuses to start when there is none.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), overlay::api::NodeError> {
+    /// let node = overlay::api::Node::builder()
+    ///     .listen("0.0.0.0:7400".parse().unwrap())
+    ///     .advertise("192.0.2.10:7400".parse().unwrap())
+    ///     .start()
+    ///     .await?;
+    /// assert_eq!(node.advertised_addr().to_string(), "192.0.2.10:7400");
+    /// # Ok(()) }
+    /// ```
+    pub fn advertise(mut self, addr: SocketAddr) -> Self {
+        self.advertise = Some(addr);
+        self
+    }
+
+    /// A readable name shown to other members (default: the name stored in the data
+    /// directory, else the node's short id).
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
+        self.name = Some(name.into());
         self
     }
 
@@ -104,8 +141,11 @@ impl NodeBuilder {
         self
     }
 
-    /// Keep the key, the token and the last known members here, so a restart keeps the
-    /// node's id and can rejoin without `join`.
+    /// Keep the key, the token, the last known members and the listen address, advertised
+    /// address and name here, so a restart with nothing but this directory comes back
+    /// with the same id on the same address and rejoins without `join`. The directory is
+    /// locked while the node runs: a second node on it fails with
+    /// [`NodeError::DataDirInUse`].
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
@@ -152,9 +192,20 @@ impl NodeBuilder {
     /// Binds, starts the driver task and, when join addresses are known, joins.
     pub async fn start(self) -> Result<Node, NodeError> {
         let io = |what: IoStep| move |source| NodeError::Io { what, source };
-        if let Some(dir) = &self.data_dir {
-            std::fs::create_dir_all(dir).map_err(io(IoStep::CreateDataDir(dir.clone())))?;
-        }
+        let dir_lock = match &self.data_dir {
+            Some(dir) => Some(lock(dir)?),
+            None => None,
+        };
+        let stored = match &self.data_dir {
+            Some(dir) => read_settings(dir)?,
+            None => StoredSettings::default(),
+        };
+        let listen = self.listen.or(stored.listen).unwrap_or(self.listen_default);
+        // A stored advertised address belongs to the stored listen address.
+        let advertise = self
+            .advertise
+            .or(stored.advertise.filter(|_| self.listen.is_none()));
+        let chosen_name = self.name.clone().or(stored.name.clone());
         let identity = match (self.identity, &self.data_dir) {
             (Some(i), _) => i,
             (None, Some(dir)) => Identity::load_or_create(&dir.join(files::KEY))?,
@@ -179,22 +230,33 @@ impl NodeBuilder {
         server_config.transport_config(Arc::new(transport_config()));
         let meter = SendMeter::new();
         let socket = match &self.transport {
-            Transport::Udp => udp_socket(self.listen),
+            Transport::Udp => udp_socket(listen),
             #[cfg(feature = "testkit")]
             Transport::Emulated { map, cluster } => {
-                EmulatedUdpSocket::bind(self.listen, map.clone(), *cluster)
+                EmulatedUdpSocket::bind(listen, map.clone(), *cluster)
                     .map(|s| s as Arc<dyn quinn::AsyncUdpSocket>)
             }
         }
-        .map_err(io(IoStep::Listen(self.listen)))?;
+        .map_err(io(IoStep::Listen(listen)))?;
         let endpoint = crate::net::endpoint_on(
             MeteredSocket::new(socket, meter.clone()),
             Some(server_config),
         )
-        .map_err(io(IoStep::Listen(self.listen)))?;
+        .map_err(io(IoStep::Listen(listen)))?;
         let mut client_config = identity.client_config()?;
         client_config.transport_config(Arc::new(transport_config()));
         let local_addr = endpoint.local_addr().map_err(io(IoStep::LocalAddr))?;
+        let advertised = advertised_addr(local_addr, advertise, &join)?;
+        if let Some(dir) = &self.data_dir {
+            let settings = StoredSettings {
+                listen: Some(local_addr),
+                advertise: advertise.map(|_| advertised),
+                name: chosen_name.clone(),
+            };
+            if settings != stored {
+                write_settings(dir, &settings)?;
+            }
+        }
 
         let id = identity.id();
         let start = Instant::now();
@@ -204,16 +266,12 @@ impl NodeBuilder {
             .unwrap_or(1);
         let seed = u64::from_le_bytes(id.0[..8].try_into().expect("8 bytes")) ^ wall_ms;
         let core = Core::new(id, self.config, seed, Time::ZERO);
-        let name = if self.name.is_empty() {
-            id.short()
-        } else {
-            self.name.clone()
-        };
+        let name = chosen_name.unwrap_or_else(|| id.short());
         let name_for_info = name.clone();
         let gossip = Gossip::new(
             id,
             name,
-            local_addr,
+            advertised,
             wall_ms,
             self.gossip,
             seed.rotate_left(17),
@@ -245,10 +303,13 @@ impl NodeBuilder {
             forwarding: self.forwarding,
             meter,
         });
-        let task = tokio::spawn(driver.run());
+        // Every line the node logs names it, also when many nodes share a process.
+        let span = tracing::info_span!("node", id = %id.short());
+        let task = tokio::spawn(driver.run().instrument(span.clone()));
         let node = Node {
             id,
             addr: local_addr,
+            advertised,
             token,
             commands: cmd_tx,
             events,
@@ -258,39 +319,20 @@ impl NodeBuilder {
             bulk: Arc::new(super::large::Shared::new(mailbox)),
         };
         node.serve_builtin_keys(&name_for_info, start).await?;
-        info!(node = %id, addr = %local_addr, "node started");
+        info!(parent: &span, addr = %local_addr, %advertised, "node started");
 
         if !join.is_empty() {
+            let targets: Vec<SocketAddr> = join
+                .iter()
+                .copied()
+                .filter(|a| *a != local_addr && *a != advertised)
+                .collect();
             let deadline = Instant::now() + self.join_timeout;
-            let mut last_error = None;
-            'outer: loop {
-                for addr in join.iter().filter(|a| **a != local_addr) {
-                    match node.join(*addr).await {
-                        Ok(via) => {
-                            info!(via = %via, %addr, "joined");
-                            break 'outer;
-                        }
-                        // A wrong token will not get better by retrying.
-                        Err(e @ NodeError::TokenRejected { .. }) => {
-                            node.leave().await;
-                            return Err(e);
-                        }
-                        Err(e @ (NodeError::Join(_) | NodeError::JoinTimeout { .. })) => {
-                            warn!(%addr, error = %e, "join attempt failed");
-                            last_error = Some(e);
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                if Instant::now() >= deadline || restarting && last_error.is_none() {
-                    if restarting {
-                        warn!("no known member answered: continuing alone");
-                        break;
-                    }
-                    node.leave().await;
-                    return Err(last_error.unwrap_or(NodeError::NoJoinAddress));
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            if let Err(e) =
+                super::join::join_any(&node, &targets, deadline, restarting, &span).await
+            {
+                node.leave().await;
+                return Err(e);
             }
         }
         if let Some(dir) = self.data_dir {
@@ -300,9 +342,50 @@ impl NodeBuilder {
                 node.leave().await;
                 return Err(io(IoStep::WriteToken(dir.join(files::TOKEN)))(e));
             }
-            tokio::spawn(save_peers(node.clone(), dir));
+            tokio::spawn(save_peers(node.clone(), dir, dir_lock).instrument(span));
         }
         Ok(node)
+    }
+}
+
+/// The address gossiped to the others: the one given, else the bound one, else (bound to
+/// 0.0.0.0 or [::]) the address of the interface that routes to the first join address.
+/// Never an unspecified address: nobody could reach it.
+fn advertised_addr(
+    local: SocketAddr,
+    given: Option<SocketAddr>,
+    join: &[SocketAddr],
+) -> Result<SocketAddr, NodeError> {
+    if let Some(mut addr) = given {
+        if addr.ip().is_unspecified() {
+            return Err(NodeError::BadAdvertise {
+                addr,
+                reason: "an unspecified address (0.0.0.0 or [::]) cannot be reached",
+            });
+        }
+        if addr.port() == 0 {
+            addr.set_port(local.port());
+        }
+        return Ok(addr);
+    }
+    if !local.ip().is_unspecified() {
+        return Ok(local);
+    }
+    let routed = join.iter().find_map(|peer| {
+        let any: SocketAddr = if peer.is_ipv4() {
+            ([0, 0, 0, 0], 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        // Connecting a UDP socket sends nothing: the kernel only picks the route.
+        let probe = std::net::UdpSocket::bind(any).ok()?;
+        probe.connect(peer).ok()?;
+        let ip = probe.local_addr().ok()?.ip();
+        (!ip.is_unspecified()).then_some(ip)
+    });
+    match routed {
+        Some(ip) => Ok(SocketAddr::new(ip, local.port())),
+        None => Err(NodeError::NeedAdvertise { listen: local }),
     }
 }
 

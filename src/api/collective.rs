@@ -139,7 +139,7 @@ impl Node {
         name: &str,
         started: std::time::Instant,
     ) -> Result<(), NodeError> {
-        let (id, addr, name) = (self.id, self.addr, name.to_string());
+        let (id, addr, name) = (self.id, self.advertised, name.to_string());
         self.on_request(INFO_KEY, move |_| {
             serde_json::to_vec(&NodeInfo {
                 id,

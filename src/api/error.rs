@@ -54,6 +54,12 @@ pub enum NodeError {
         /// How long the node waited.
         waited: Duration,
     },
+    /// Nothing listens on the join address: the host answered that the port is closed.
+    #[error("could not join the overlay: nothing listens on {addr} (the port is closed)")]
+    JoinRefused {
+        /// The address tried.
+        addr: SocketAddr,
+    },
     /// Every join address is this node's own: there is nobody to join through.
     #[error("could not join the overlay: no join address other than this node's own")]
     NoJoinAddress,
@@ -64,6 +70,35 @@ pub enum NodeError {
     TokenRejected {
         /// The address that refused.
         addr: SocketAddr,
+    },
+    /// Another process runs a node on this data directory.
+    #[error(
+        "the data directory {} is in use by another node{}",
+        dir.display(),
+        pid.map(|p| format!(" (process {p})")).unwrap_or_default()
+    )]
+    DataDirInUse {
+        /// The data directory.
+        dir: std::path::PathBuf,
+        /// The process holding its lock, as it wrote it.
+        pid: Option<u32>,
+    },
+    /// The node listens on an unspecified address (0.0.0.0 or [::]) and has no address
+    /// to tell the others: give one with `advertise`.
+    #[error(
+        "listening on {listen} needs an address to advertise to the other members (--advertise HOST:PORT); it cannot be picked without a join address to route to"
+    )]
+    NeedAdvertise {
+        /// The unspecified listen address.
+        listen: SocketAddr,
+    },
+    /// The advertised address is not one others can reach.
+    #[error("cannot advertise {addr}: {reason}")]
+    BadAdvertise {
+        /// The address given.
+        addr: SocketAddr,
+        /// Why it is refused.
+        reason: &'static str,
     },
     /// The node has stopped.
     #[error("the node has stopped")]
@@ -117,4 +152,13 @@ pub enum IoStep {
     /// Writing the join token.
     #[error("cannot write the join token {}", .0.display())]
     WriteToken(PathBuf),
+    /// Opening or locking the data directory's lock file.
+    #[error("cannot lock the data directory ({})", .0.display())]
+    Lock(PathBuf),
+    /// Reading the settings of the last start.
+    #[error("cannot read the stored settings {}", .0.display())]
+    ReadSettings(PathBuf),
+    /// Writing the settings of this start.
+    #[error("cannot write the settings {}", .0.display())]
+    WriteSettings(PathBuf),
 }

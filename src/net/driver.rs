@@ -179,7 +179,7 @@ impl Driver {
 
     /// Runs until the node leaves or every API handle is dropped.
     pub async fn run(mut self) {
-        tokio::spawn(link::accept_loop(self.endpoint.clone(), self.ctx.clone()));
+        crate::net::spawn_in_span(link::accept_loop(self.endpoint.clone(), self.ctx.clone()));
         loop {
             let deadline = self.node.poll_timeout().map(|t| self.instant(t));
             let retry = self.links.next_retry();
@@ -287,14 +287,14 @@ impl Driver {
             NodeOutput::Transmit { to, class, packet } => self.transmit(to, class, packet),
             NodeOutput::Core(event) => self.core_event(event),
             NodeOutput::MemberUp(record) => {
-                info!(peer = %record.id, name = %record.name, addr = %record.addr, "member up");
+                debug!(peer = %record.id, name = %record.name, addr = %record.addr, "member up");
                 self.refresh_member(record.id);
                 let _ = self
                     .events
                     .send(NodeEvent::MemberUp(member_info(&record, None)));
             }
             NodeOutput::MemberRestarted { id } => {
-                info!(peer = %id, "member restarted");
+                debug!(peer = %id, "member restarted");
                 self.links.forget(id, None);
                 self.refresh_member(id);
             }
@@ -310,7 +310,7 @@ impl Driver {
                 let _ = self.events.send(NodeEvent::MemberDown { id, reason });
             }
             NodeOutput::Joined { via } => {
-                info!(via = %via, "joined the overlay");
+                debug!(via = %via, "join answered");
                 for reply in self.join_answers.remove(&via).unwrap_or_default() {
                     let _ = reply.send(Ok(via));
                 }

@@ -161,7 +161,7 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
             continue;
         };
         let ctx = ctx.clone();
-        tokio::spawn(async move {
+        crate::net::spawn_in_span(async move {
             let _permit = permit; // held until admission is decided
             let remote = incoming.remote_address();
             let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
@@ -234,13 +234,13 @@ pub async fn dial(
 /// Starts the writer and reader tasks of an admitted connection; returns the writer's queue.
 pub fn start(peer: NodeId, conn: quinn::Connection, ctx: &LinkContext) -> mpsc::Sender<Vec<u8>> {
     let (tx, rx) = mpsc::channel::<Vec<u8>>(WRITER_QUEUE);
-    tokio::spawn(writer(conn.clone(), rx, ctx.stats.clone()));
-    tokio::spawn(super::train::receive(
+    crate::net::spawn_in_span(writer(conn.clone(), rx, ctx.stats.clone()));
+    crate::net::spawn_in_span(super::train::receive(
         peer,
         conn.clone(),
         ctx.to_driver.clone(),
     ));
-    tokio::spawn(reader(peer, conn, ctx.clone()));
+    crate::net::spawn_in_span(reader(peer, conn, ctx.clone()));
     tx
 }
 
@@ -288,7 +288,7 @@ async fn reader(peer: NodeId, conn: quinn::Connection, ctx: LinkContext) {
     let reason = loop {
         match conn.accept_uni().await {
             Ok(recv) => {
-                tokio::spawn(read_stream(peer, conn.clone(), recv, ctx.clone()));
+                crate::net::spawn_in_span(read_stream(peer, conn.clone(), recv, ctx.clone()));
             }
             Err(e) => break e.to_string(),
         }

@@ -362,7 +362,7 @@ impl Links {
             if existing_alive && keep_existing {
                 // Keep the existing one; the peer applies the same rule. Let it drain.
                 let extra = conn.clone();
-                tokio::spawn(async move {
+                crate::net::spawn_in_span(async move {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     extra.close(super::auth::CLOSE_DUPLICATE.into(), b"duplicate connection");
                 });
@@ -371,7 +371,7 @@ impl Links {
                 return;
             }
             let old = existing.conn.clone();
-            tokio::spawn(async move {
+            crate::net::spawn_in_span(async move {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 old.close(super::auth::CLOSE_DUPLICATE.into(), b"duplicate connection");
             });

@@ -45,3 +45,14 @@ pub fn endpoint_on(
         std::sync::Arc::new(quinn::TokioRuntime),
     )
 }
+
+/// Spawns `task` inside the caller's tracing span, so that what a link, stream or dial
+/// task logs names the node it belongs to (several nodes may share a process).
+pub(crate) fn spawn_in_span<F>(task: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    use tracing::Instrument;
+    tokio::spawn(task.in_current_span())
+}

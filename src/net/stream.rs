@@ -222,7 +222,7 @@ impl Streams {
         let header = DataHeader { op, len, digest };
         let forwarding = self.forwarding;
         let in_flight = InFlight::new(&self.in_flight);
-        tokio::spawn(async move {
+        crate::net::spawn_in_span(async move {
             let _in_flight = in_flight;
             if let Err(e) = send(conn, to, header, buf, forwarding).await {
                 debug!(peer = %to, error = %e, "data stream stopped");
@@ -267,7 +267,7 @@ impl Streams {
         };
         let to_driver = ctx.to_driver.clone();
         let in_flight = InFlight::new(&self.in_flight);
-        tokio::spawn(async move {
+        crate::net::spawn_in_span(async move {
             let _in_flight = in_flight;
             let (ok, rate) = match receive(&mut recv, &buf).await {
                 Ok(span) => (true, Some((peer, buf.len, span))),

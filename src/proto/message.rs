@@ -313,6 +313,7 @@ impl Message {
 /// later state in this order wins (`Alive < Suspect < Dead < Left`); a higher incarnation
 /// always wins, which is how a member refutes a suspicion or comes back after a restart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Liveness {
     /// Answering probes.
     Alive,

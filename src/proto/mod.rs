@@ -128,6 +128,7 @@ pub const BULK_SETTLE: Duration = Duration::from_secs(1);
 
 /// Why a member went away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DownReason {
     /// It announced its departure.
     Left,

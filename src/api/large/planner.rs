@@ -131,7 +131,7 @@ async fn plan_and_watch(
                 return Err(e);
             }
         };
-        info!(
+        debug!(
             attempt,
             collective,
             algorithm = algorithm.name(),

@@ -9,9 +9,8 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["file", "text"])))]
 pub struct BroadcastArgs {
-    /// The running node's data directory.
-    #[arg(long, value_name = "DIR")]
-    data_dir: PathBuf,
+    #[command(flatten)]
+    dir: crate::dirs::DataDirArg,
     /// Broadcast this file's bytes (up to 1 GiB; large ones are striped over several
     /// trees by the node's measured bandwidths).
     #[arg(long, value_name = "FILE")]
@@ -45,7 +44,7 @@ pub async fn run(args: BroadcastArgs) -> anyhow::Result<()> {
             payload.len()
         );
     }
-    let r = broadcast(&args.data_dir, &payload).await?;
+    let r = broadcast(&args.dir.resolve()?, &payload).await?;
     let elapsed_ms = r.elapsed.as_secs_f64() * 1e3;
     let mbit_per_s = payload.len() as f64 * 8.0 / r.elapsed.as_secs_f64().max(1e-9) / 1e6;
     if args.json {

@@ -32,6 +32,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         None => Topology::builtin("phoenix-27").context("embedded topology missing")?,
     };
     let name = topology.name.clone();
+    let cluster_names: Vec<String> = topology.clusters.iter().map(|c| c.name.clone()).collect();
     let wall = Instant::now();
     let overlay = LocalOverlay::start(topology, Config::wan()).await?;
     let started_ms = wall.elapsed().as_millis();
@@ -41,8 +42,30 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             overlay.nodes.len()
         );
     }
+    let mut last_report = Instant::now();
+    let progress = |_: &[overlay::api::NodeStatus], c: &overlay::local::OverlayCheck| {
+        if args.json || last_report.elapsed() < Duration::from_secs(2) {
+            return;
+        }
+        last_report = Instant::now();
+        eprintln!(
+            "{:>5.1} s: {}/{} nodes see every member, {}/{} trees span, {}/{} wide-area optimal",
+            wall.elapsed().as_secs_f64(),
+            c.full_membership,
+            c.nodes,
+            c.spanning,
+            c.trees,
+            c.wide_area_optimal,
+            c.trees
+        );
+    };
     let (check, converged) = overlay
-        .wait_optimal(Duration::from_secs(args.timeout), Duration::from_secs(2))
+        .wait_optimal_observed(
+            Duration::from_secs(args.timeout),
+            Duration::from_secs(2),
+            Duration::from_millis(200),
+            progress,
+        )
         .await;
     let converged_ms = converged.map(|d| d.as_millis() as u64);
     if args.json {
@@ -79,6 +102,27 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         }
     }
     let ok = converged_ms.is_some();
+    if !ok {
+        let name_of = |id| {
+            overlay
+                .nodes
+                .iter()
+                .position(|n| n.id() == id)
+                .and_then(|i| cluster_names.get(overlay.clusters[i]))
+                .map(|c| format!("{} in {c}", id.short()))
+                .unwrap_or_else(|| id.short())
+        };
+        for (root, why) in check.lagging.iter().take(10) {
+            eprintln!("  tree of {}: {why}", name_of(*root));
+        }
+        if check.full_membership < check.nodes {
+            eprintln!(
+                "  {} of {} nodes do not see every member alive yet",
+                check.nodes - check.full_membership,
+                check.nodes
+            );
+        }
+    }
     overlay.shutdown().await;
     if !ok {
         anyhow::bail!("the trees did not converge within {} s", args.timeout);

@@ -3,7 +3,6 @@
 
 use anyhow::bail;
 use overlay::admin::{AdminRequest, AdminResponse, request};
-use std::path::PathBuf;
 
 /// What to gather.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -17,9 +16,8 @@ pub enum What {
 pub struct GatherArgs {
     /// What to gather.
     what: What,
-    /// The running node's data directory.
-    #[arg(long, value_name = "DIR")]
-    data_dir: PathBuf,
+    #[command(flatten)]
+    dir: crate::dirs::DataDirArg,
     /// Print one JSON object: nodes, missing, elapsed_ms.
     #[arg(long)]
     json: bool,
@@ -27,7 +25,8 @@ pub struct GatherArgs {
 
 pub async fn run(args: GatherArgs) -> anyhow::Result<()> {
     let What::Info = args.what;
-    let AdminResponse::Info(r) = request(&args.data_dir, &AdminRequest::GatherInfo).await? else {
+    let AdminResponse::Info(r) = request(&args.dir.resolve()?, &AdminRequest::GatherInfo).await?
+    else {
         bail!("unexpected answer from the node");
     };
     if args.json {

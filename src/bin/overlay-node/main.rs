@@ -1,12 +1,21 @@
-//! `overlay-node`: run a node of the overlay, inspect a running one, or run the demo.
-//! Thin over the library: argument parsing here, everything else in `overlay`.
+//! `overlay-node`: run a node of the overlay, inspect or drive a running one, or run the
+//! demo. Thin over the library: argument parsing here, everything else in `overlay`.
 
 mod broadcast;
 mod demo;
+mod dirs;
 mod gather;
+mod health;
+mod json;
+mod leave;
+mod listen;
+mod logging;
+mod members;
 mod reduce;
 mod run;
+mod settings;
 mod status;
+mod token;
 mod tree;
 
 use clap::{Parser, Subcommand};
@@ -21,56 +30,87 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
     #[command(flatten)]
-    run: run::RunArgs,
+    run: settings::RunArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Show a running node's members and its place in every tree.
     Status(status::StatusArgs),
+    /// List the members a running node knows.
+    Members(members::MembersArgs),
+    /// Exit 0 if the running node answers and is part of a working overlay, else 1.
+    Health(health::HealthArgs),
     /// Draw one root's tree as the running node sees it.
     Tree(tree::TreeArgs),
     /// Broadcast a text or a file from a running node to every member.
     Broadcast(broadcast::BroadcastArgs),
+    /// Print every delivery to a running node as it arrives.
+    Listen(listen::ListenArgs),
     /// Gather something from every member through a running node.
     Gather(gather::GatherArgs),
     /// Reduce over every member through a running node.
     Reduce(reduce::ReduceArgs),
+    /// Make a running node leave the overlay gracefully (it then exits).
+    Leave(leave::LeaveArgs),
+    /// The overlay's join token.
+    Token(token::TokenArgs),
+    /// The effective settings of a node.
+    Config(settings::ConfigArgs),
     /// Run an in-process overlay over an emulated WAN and report when its trees converge.
     Demo(demo::DemoArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,quinn=warn,rustls=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let format = match &cli.command {
+        None => match cli.run.resolve() {
+            Ok(r) => r.settings.log_format.unwrap_or_default(),
+            Err(e) => return fail(&e),
+        },
+        Some(_) => settings::LogFormat::Text,
+    };
+    // The demo runs many nodes in one process: their routine lines would bury its result.
+    let quiet = matches!(cli.command, Some(Cmd::Demo(_)));
+    logging::init(format, if quiet { "warn" } else { "info" });
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+        Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the runtime")),
     };
     let result = runtime.block_on(async {
         match cli.command {
             None => run::run(cli.run).await,
             Some(Cmd::Status(args)) => status::run(args).await,
+            Some(Cmd::Members(args)) => members::run(args).await,
+            Some(Cmd::Health(args)) => health::run(args).await,
             Some(Cmd::Tree(args)) => tree::run(args).await,
             Some(Cmd::Demo(args)) => demo::run(args).await,
             Some(Cmd::Broadcast(args)) => broadcast::run(args).await,
+            Some(Cmd::Listen(args)) => listen::run(args).await,
             Some(Cmd::Gather(args)) => gather::run(args).await,
             Some(Cmd::Reduce(args)) => reduce::run(args).await,
+            Some(Cmd::Leave(args)) => leave::run(args).await,
+            Some(Cmd::Token(args)) => token::run(args),
+            Some(Cmd::Config(args)) => settings::run(args),
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+        Err(e) => fail(&e),
+    }
+}
+
+/// Prints `error: ...` with each cause once: errors that print their source in their own
+/// message would otherwise repeat the operating system's text.
+fn fail(e: &anyhow::Error) -> std::process::ExitCode {
+    let mut message = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
         }
     }
+    eprintln!("error: {message}");
+    std::process::ExitCode::FAILURE
 }

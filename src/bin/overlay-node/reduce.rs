@@ -3,7 +3,6 @@
 
 use anyhow::bail;
 use overlay::admin::{AdminRequest, AdminResponse, request};
-use std::path::PathBuf;
 
 /// What to reduce.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -17,9 +16,8 @@ pub enum What {
 pub struct ReduceArgs {
     /// What to reduce.
     what: What,
-    /// The running node's data directory.
-    #[arg(long, value_name = "DIR")]
-    data_dir: PathBuf,
+    #[command(flatten)]
+    dir: crate::dirs::DataDirArg,
     /// Print one JSON object: count, contributors, missing, elapsed_ms.
     #[arg(long)]
     json: bool,
@@ -27,7 +25,8 @@ pub struct ReduceArgs {
 
 pub async fn run(args: ReduceArgs) -> anyhow::Result<()> {
     let What::Count = args.what;
-    let AdminResponse::Count(r) = request(&args.data_dir, &AdminRequest::ReduceCount).await? else {
+    let AdminResponse::Count(r) = request(&args.dir.resolve()?, &AdminRequest::ReduceCount).await?
+    else {
         bail!("unexpected answer from the node");
     };
     if args.json {

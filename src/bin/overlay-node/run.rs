@@ -1,57 +1,50 @@
-//! Running a node until SIGINT or SIGTERM, then leaving gracefully.
+//! Running a node until SIGINT, SIGTERM or `overlay-node leave`, then leaving gracefully.
 
+use crate::settings::{DEFAULT_LISTEN, Resolved, RunArgs, read_token_file};
 use anyhow::{Context, bail};
 use overlay::api::Node;
 use overlay::net::token::JoinToken;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-
-/// Options of a running node.
-#[derive(clap::Args, Debug)]
-pub struct RunArgs {
-    /// Address to listen on for peers (UDP, QUIC).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7400")]
-    listen: SocketAddr,
-    /// Join the overlay through the member at HOST:PORT (repeat to give fallbacks).
-    #[arg(long, value_name = "HOST:PORT")]
-    join: Vec<String>,
-    /// The overlay's join token (printed by its first node).
-    #[arg(
-        long,
-        env = "OVERLAY_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
-    token: Option<String>,
-    /// Directory for the node's key, the token and the admin socket; a restart with the
-    /// same directory keeps the node's id.
-    #[arg(long, value_name = "DIR")]
-    data_dir: Option<PathBuf>,
-    /// A readable name shown to other members.
-    #[arg(long)]
-    name: Option<String>,
-}
+use std::time::Duration;
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let Some(data_dir) = args.data_dir else {
-        bail!("--data-dir is required to run a node (it keeps the node's key and token)");
-    };
-    let mut builder = Node::builder().listen(args.listen).data_dir(&data_dir);
-    if let Some(name) = args.name {
-        builder = builder.name(name);
+    let Resolved { settings, token } = args.resolve()?;
+    let data_dir = settings
+        .data_dir
+        .clone()
+        .expect("resolve fills the data directory");
+    let mut builder = Node::builder()
+        .listen_default(DEFAULT_LISTEN.parse()?)
+        .data_dir(&data_dir);
+    if let Some(listen) = settings.listen {
+        builder = builder.listen(listen);
     }
-    if let Some(token) = args.token {
-        let token: JoinToken = token.parse().context("--token")?;
+    if let Some(spec) = &settings.advertise {
+        builder = builder.advertise(resolve_one("--advertise", spec).await?);
+    }
+    if let Some(name) = &settings.name {
+        builder = builder.name(name.clone());
+    }
+    if let Some(secs) = settings.join_timeout {
+        builder = builder.join_timeout(Duration::from_secs(secs));
+    }
+    let token = match (token, &settings.token_file) {
+        (Some(t), _) => Some(t.parse::<JoinToken>().context("--token")?),
+        (None, Some(file)) => Some(
+            read_token_file(file)?
+                .parse::<JoinToken>()
+                .with_context(|| format!("--token-file {}", file.display()))?,
+        ),
+        (None, None) => None,
+    };
+    if let Some(token) = token {
         builder = builder.token(token);
     }
-    for spec in &args.join {
-        let addr = tokio::net::lookup_host(spec)
-            .await
-            .with_context(|| format!("--join {spec}: cannot resolve (expected HOST:PORT)"))?
-            .next()
-            .with_context(|| format!("--join {spec}: no address"))?;
-        builder = builder.join(addr);
+    for spec in &settings.join {
+        builder = builder.join(resolve_one("--join", spec).await?);
     }
+    // A new overlay is one this start creates: no join address and no token kept.
+    let creates = settings.join.is_empty() && !data_dir.join(overlay::api::files::TOKEN).exists();
     let node = builder.start().await.context("cannot start the node")?;
     println!(
         "node {} ({}) listening on {}",
@@ -59,19 +52,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         node.id().to_hex(),
         node.local_addr()
     );
-    if args.join.is_empty() {
+    if node.advertised_addr() != node.local_addr() {
+        println!("advertised to the others as {}", node.advertised_addr());
+    }
+    if creates {
         println!(
             "to join this overlay: overlay-node --listen ADDR --join {} --token {} --data-dir DIR",
-            node.local_addr(),
+            node.advertised_addr(),
             node.token()
         );
     }
     let admin = tokio::spawn(overlay::admin::serve(node.clone(), data_dir.clone()));
-    wait_for_signal().await?;
-    tracing::info!("signal received: leaving");
-    node.leave().await;
+    tokio::select! {
+        signal = wait_for_signal() => {
+            signal?;
+            tracing::info!("signal received: leaving");
+            node.leave().await;
+        }
+        _ = wait_stopped(&node) => tracing::info!("left the overlay"),
+    }
     let _ = admin.await;
     Ok(())
+}
+
+/// Resolves HOST:PORT to one address, with an error naming the option.
+async fn resolve_one(option: &str, spec: &str) -> anyhow::Result<SocketAddr> {
+    let mut addrs = match tokio::net::lookup_host(spec).await {
+        Ok(a) => a,
+        Err(e) => bail!("{option} {spec}: cannot resolve (expected HOST:PORT): {e}"),
+    };
+    addrs
+        .next()
+        .with_context(|| format!("{option} {spec}: no address"))
+}
+
+/// Returns once the node has stopped (`overlay-node leave`).
+async fn wait_stopped(node: &Node) {
+    while !node.is_stopped() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

@@ -4,21 +4,20 @@
 use anyhow::bail;
 use overlay::admin::{AdminRequest, AdminResponse, request};
 use overlay::api::{ClusterGroup, ClusterLevel};
-use std::path::PathBuf;
 
 /// Options of `status`.
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
-    /// The running node's data directory.
-    #[arg(long, value_name = "DIR")]
-    data_dir: PathBuf,
+    #[command(flatten)]
+    dir: crate::dirs::DataDirArg,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let AdminResponse::Status(s) = request(&args.data_dir, &AdminRequest::Status).await? else {
+    let AdminResponse::Status(s) = request(&args.dir.resolve()?, &AdminRequest::Status).await?
+    else {
         bail!("unexpected answer from the node");
     };
     if args.json {

@@ -3,7 +3,6 @@
 
 use anyhow::bail;
 use overlay::admin::{AdminRequest, AdminResponse, render_dot, render_text, request};
-use std::path::PathBuf;
 
 /// Output formats of `tree`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -19,9 +18,8 @@ pub enum Format {
 pub struct TreeArgs {
     /// The root: a member's name, or its id (short or full, a unique prefix is enough).
     root: String,
-    /// The running node's data directory.
-    #[arg(long, value_name = "DIR")]
-    data_dir: PathBuf,
+    #[command(flatten)]
+    dir: crate::dirs::DataDirArg,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
@@ -29,7 +27,7 @@ pub struct TreeArgs {
 
 pub async fn run(args: TreeArgs) -> anyhow::Result<()> {
     let req = AdminRequest::Tree { root: args.root };
-    let AdminResponse::Tree(tree) = request(&args.data_dir, &req).await? else {
+    let AdminResponse::Tree(tree) = request(&args.dir.resolve()?, &req).await? else {
         bail!("unexpected answer from the node");
     };
     match args.format {

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use tracing::{debug, info};
+use tracing::debug;
 
 impl Driver {
     /// Starts the streamed operation `nonce` of `payload` (its SHA-256 is `digest`) along
@@ -84,7 +84,7 @@ impl Driver {
         )
         .with_delays(&plan.delays_s);
         let whole = self.ops.register(reply);
-        info!(
+        debug!(
             whole,
             trees,
             parts = schedule.count(),

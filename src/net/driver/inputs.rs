@@ -7,7 +7,7 @@ use crate::net::ops::OpCommand;
 use crate::net::stripes::Spread;
 use crate::net::view::BroadcastPlan;
 use crate::proto::{Command, Input, NodeInput, StripePlan};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 impl Driver {
     pub(super) fn handle_command(&mut self, cmd: ApiCommand) {
@@ -94,7 +94,7 @@ impl Driver {
                 if let Some(request) = join
                     && let Some(reply) = self.joins.remove(&request)
                 {
-                    info!(via = %peer, "connected to the overlay, asking to join");
+                    debug!(via = %peer, "connected to the overlay, asking to join");
                     self.join_answers.entry(peer).or_default().push(reply);
                     self.node.handle(now, NodeInput::JoinVia { peer });
                 }

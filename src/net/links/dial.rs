@@ -93,7 +93,7 @@ impl Links {
         let endpoint = self.endpoint.clone();
         let config = self.client_config.clone();
         let ctx = self.ctx.clone();
-        tokio::spawn(async move {
+        crate::net::spawn_in_span(async move {
             let input = match link::dial(endpoint, config, addr, server_name, &ctx).await {
                 Ok((peer, conn)) => LinkInput::Connected {
                     peer,

@@ -115,6 +115,7 @@ pub enum OpKind {
 
 /// What a delivery is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DeliveryKind {
     /// A broadcast payload.
     Broadcast,

@@ -1,0 +1,115 @@
+//! `overlay-node listen`: every delivery to the running node, streamed over the admin
+//! socket as it arrives. Each one is a JSON line ([`AdminResponse::Delivery`]) followed by
+//! exactly `bytes` payload bytes, so payloads of any size need no escaping.
+
+use super::{AdminError, AdminRequest, AdminResponse, socket_path};
+use crate::api::Node;
+use crate::net::view::Delivery;
+use crate::proto::NodeId;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
+
+/// What a delivery was, as `listen` reports it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DeliveryHeader {
+    /// The member that started the operation.
+    pub root: NodeId,
+    /// The operation's number at that root.
+    pub op: u64,
+    /// Broadcast, scatter item, allreduce or allgather result, barrier.
+    pub kind: String,
+    /// Length of the payload that follows.
+    pub bytes: u64,
+}
+
+impl DeliveryHeader {
+    fn of(d: &Delivery) -> Self {
+        let kind = format!("{:?}", d.kind).to_lowercase();
+        DeliveryHeader {
+            root: d.root,
+            op: d.op,
+            kind,
+            bytes: d.payload.len() as u64,
+        }
+    }
+}
+
+/// Streams deliveries to the admin client until it goes away or the node stops.
+pub(super) async fn serve(node: Node, mut write: OwnedWriteHalf) -> std::io::Result<()> {
+    let mut deliveries = Box::pin(node.deliveries());
+    send(&mut write, &AdminResponse::Listening).await?;
+    while let Some(d) = deliveries.next().await {
+        send(&mut write, &AdminResponse::Delivery(DeliveryHeader::of(&d))).await?;
+        write.write_all(&d.payload).await?;
+        write.flush().await?;
+    }
+    write.shutdown().await
+}
+
+async fn send(write: &mut OwnedWriteHalf, response: &AdminResponse) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(response).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    write.write_all(&line).await
+}
+
+/// Listens on the node running with `data_dir`: calls `on_ready` once the node streams,
+/// then `on_delivery` with each delivery's header and payload until it returns `false`
+/// or the node stops.
+pub async fn listen(
+    data_dir: &Path,
+    on_ready: impl FnOnce(),
+    mut on_delivery: impl FnMut(DeliveryHeader, Vec<u8>) -> bool,
+) -> Result<(), AdminError> {
+    let path = socket_path(data_dir);
+    let stream = tokio::net::UnixStream::connect(&path)
+        .await
+        .map_err(|source| AdminError::Connect {
+            path: path.display().to_string(),
+            source,
+        })?;
+    let (read, mut write) = stream.into_split();
+    let mut req = serde_json::to_vec(&AdminRequest::Listen).map_err(std::io::Error::other)?;
+    req.push(b'\n');
+    write.write_all(&req).await?;
+    let mut read = BufReader::new(read);
+    let mut on_ready = Some(on_ready);
+    loop {
+        let mut line = String::new();
+        if read.read_line(&mut line).await? == 0 {
+            return Ok(()); // the node stopped
+        }
+        match serde_json::from_str(&line).map_err(|e| AdminError::Malformed(e.to_string()))? {
+            AdminResponse::Listening => {
+                if let Some(f) = on_ready.take() {
+                    f();
+                }
+            }
+            AdminResponse::Delivery(header) => {
+                let mut payload = Vec::with_capacity(header.bytes.min(1 << 24) as usize);
+                (&mut read)
+                    .take(header.bytes)
+                    .read_to_end(&mut payload)
+                    .await?;
+                if payload.len() as u64 != header.bytes {
+                    return Err(AdminError::Malformed(format!(
+                        "a delivery of {} bytes was cut short at {}",
+                        header.bytes,
+                        payload.len()
+                    )));
+                }
+                if !on_delivery(header, payload) {
+                    return Ok(());
+                }
+            }
+            AdminResponse::Error(e) => return Err(AdminError::Node(e)),
+            other => {
+                return Err(AdminError::Malformed(format!(
+                    "unexpected answer while listening: {other:?}"
+                )));
+            }
+        }
+    }
+}

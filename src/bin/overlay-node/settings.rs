@@ -1,0 +1,221 @@
+//! The settings of a running node, merged from three places: a flag wins over its
+//! `OVERLAY_*` environment variable, which wins over the config file (`--config FILE`,
+//! TOML, the same names with `_` for `-`); what none of them gives comes from the data
+//! directory (the address and name of the last start) or the defaults.
+//!
+//! ```toml
+//! listen = "0.0.0.0:7400"
+//! advertise = "192.0.2.10:7400"
+//! join = ["192.0.2.1:7400", "192.0.2.2:7400"]
+//! token_file = "/etc/overlay/token"
+//! data_dir = "/var/lib/overlay"
+//! name = "worker-3"
+//! log_format = "json"
+//! ```
+
+use crate::dirs::DataDirArg;
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The listen address when neither the flags nor the data directory give one.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
+
+/// Log line formats.
+#[derive(clap::ValueEnum, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (coloured only on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Options of a running node (each also `OVERLAY_<NAME>` in the environment, or `name` in
+/// the `--config` file; flags win).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RunArgs {
+    /// TOML file with any of the options below (flags and environment win over it).
+    #[arg(long, env = "OVERLAY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on for peers (UDP, QUIC) [default: the last start's, else
+    /// 127.0.0.1:7400]
+    #[arg(long, env = "OVERLAY_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// The address other members reach this node at, if not the listen address (needed
+    /// with --listen 0.0.0.0:P when there is no --join to pick the interface from).
+    #[arg(long, env = "OVERLAY_ADVERTISE", value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
+    /// Join the overlay through the member at HOST:PORT (repeat, or separate with commas,
+    /// to give fallbacks).
+    #[arg(
+        long,
+        env = "OVERLAY_JOIN",
+        value_name = "HOST:PORT",
+        value_delimiter = ','
+    )]
+    pub join: Vec<String>,
+    /// The overlay's join token (printed by its first node). Visible to other users in
+    /// `ps`: prefer OVERLAY_TOKEN or --token-file.
+    #[arg(
+        long,
+        env = "OVERLAY_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Read the join token from this file.
+    #[arg(
+        long,
+        env = "OVERLAY_TOKEN_FILE",
+        value_name = "FILE",
+        conflicts_with = "token"
+    )]
+    pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub dir: DataDirArg,
+    /// A readable name shown to other members [default: the last start's, else the
+    /// node's short id]
+    #[arg(long, env = "OVERLAY_NAME")]
+    pub name: Option<String>,
+    /// Log line format [default: text]
+    #[arg(long, env = "OVERLAY_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Give up joining after this many seconds [default: 20]
+    #[arg(long, env = "OVERLAY_JOIN_TIMEOUT", value_name = "SECONDS")]
+    pub join_timeout: Option<u64>,
+}
+
+/// The config file, and the effective settings `config print` shows.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Listen address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// Advertised address (HOST:PORT).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertise: Option<String>,
+    /// Join addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub join: Vec<String>,
+    /// File holding the join token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// Data directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Readable name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Log format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+    /// Join timeout, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join_timeout: Option<u64>,
+}
+
+/// Effective settings and the token given on the command line or in the environment
+/// (kept apart so `config print` never shows it).
+pub struct Resolved {
+    pub settings: Settings,
+    pub token: Option<String>,
+}
+
+impl RunArgs {
+    /// Merges the flags (and environment) over the config file; fills the data directory
+    /// and, from the data directory, the listen address and name of the last start.
+    pub fn resolve(&self) -> anyhow::Result<Resolved> {
+        let file = match &self.config {
+            Some(path) => load(path)?,
+            None => Settings::default(),
+        };
+        let data_dir = match self.dir.data_dir.clone().or(file.data_dir.clone()) {
+            Some(d) => d,
+            None => crate::dirs::default_data_dir()?,
+        };
+        let settings = Settings {
+            listen: self.listen.or(file.listen),
+            advertise: self.advertise.clone().or(file.advertise),
+            join: if self.join.is_empty() {
+                file.join
+            } else {
+                self.join.clone()
+            },
+            token_file: self.token_file.clone().or(file.token_file),
+            data_dir: Some(data_dir),
+            name: self.name.clone().or(file.name),
+            log_format: self.log_format.or(file.log_format),
+            join_timeout: self.join_timeout.or(file.join_timeout),
+        };
+        if self.token.is_some() && settings.token_file.is_some() {
+            bail!(
+                "give the token either with --token/OVERLAY_TOKEN or with --token-file, not both"
+            );
+        }
+        Ok(Resolved {
+            settings,
+            token: self.token.clone(),
+        })
+    }
+}
+
+fn load(path: &Path) -> anyhow::Result<Settings> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--config {}: cannot read", path.display()))?;
+    toml::from_str(&text)
+        .with_context(|| format!("--config {}: not a valid config", path.display()))
+}
+
+/// Reads the join token from a file: its first non-empty line.
+pub fn read_token_file(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--token-file {}: cannot read", path.display()))?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+        .with_context(|| format!("--token-file {}: the file is empty", path.display()))
+}
+
+/// Options of `config print`.
+#[derive(clap::Args, Debug)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    action: ConfigAction,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ConfigAction {
+    /// Print the settings a node started with these options would use, as TOML.
+    Print(RunArgs),
+}
+
+pub fn run(args: ConfigArgs) -> anyhow::Result<()> {
+    let ConfigAction::Print(run) = args.action;
+    let Resolved {
+        mut settings,
+        token,
+    } = run.resolve()?;
+    let dir = settings.data_dir.clone().unwrap_or_default();
+    let stored = overlay::api::stored_settings(&dir)?;
+    if settings.listen.is_none() {
+        settings.listen = Some(stored.listen.unwrap_or(DEFAULT_LISTEN.parse()?));
+    }
+    if settings.advertise.is_none() && run.listen.is_none() {
+        settings.advertise = stored.advertise.map(|a| a.to_string());
+    }
+    if settings.name.is_none() {
+        settings.name = stored.name;
+    }
+    settings.log_format.get_or_insert_default();
+    settings.join_timeout.get_or_insert(20);
+    print!("{}", toml::to_string(&settings)?);
+    if token.is_some() {
+        println!("# token: given on the command line or in OVERLAY_TOKEN (not shown)");
+    }
+    Ok(())
+}
