@@ -149,7 +149,15 @@ fn collective_commands_refuse_bad_input() {
     );
     fails(
         &["gather", "everything", "--data-dir", d],
-        &["invalid value"],
+        &["no running node answers"],
+    );
+    fails(
+        &["publish", "load", "not json", "--data-dir", d],
+        &["not JSON"],
+    );
+    fails(
+        &["reduce", "load", "--op", "median", "--data-dir", d],
+        &["invalid value", "median"],
     );
     fails(&["reduce", "count"], &["--data-dir"]);
 }

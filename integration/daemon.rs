@@ -545,3 +545,57 @@ fn the_data_dir_defaults_to_the_state_dir_and_follows_overlay_data_dir() {
     let out = run_with_timeout(status, Duration::from_secs(20));
     assert!(out.status.success(), "{}", out.stderr);
 }
+
+#[test]
+fn published_values_are_gathered_and_reduced_from_the_command_line() {
+    let _net = real_network();
+    let base = TempDir::new("values");
+    let a = Daemon::start(
+        base.path(),
+        "a",
+        &["--listen", "127.0.0.1:0", "--name", "a"],
+    );
+    let a_addr = a.members_json()[0]["addr"]
+        .as_str()
+        .expect("addr")
+        .to_string();
+    let token = a.token();
+    let join = ["--listen", "127.0.0.1:0", "--join", &a_addr];
+    let b = Daemon::start_with(base.path(), "b", &join, |c| {
+        c.env("OVERLAY_TOKEN", &token);
+    });
+    let c = Daemon::start_with(base.path(), "c", &join, |c| {
+        c.env("OVERLAY_TOKEN", &token);
+    });
+    a.wait_alive(3);
+    assert!(a.cli(&["publish", "load", "2"]).status.success());
+    assert!(b.cli(&["publish", "load", "4.5"]).status.success());
+    // c publishes nothing: it is reported as without a value, not missing.
+    let _ = &c;
+    let sum = c.cli(&["reduce", "load", "--json"]);
+    assert!(sum.status.success(), "{}", sum.stderr);
+    let sum: serde_json::Value = serde_json::from_str(&sum.stdout).expect("JSON");
+    assert_eq!(sum["value"].as_f64(), Some(6.5), "{sum}");
+    assert_eq!(
+        sum["contributors"].as_array().map(Vec::len),
+        Some(2),
+        "{sum}"
+    );
+    assert_eq!(sum["declined"].as_array().map(Vec::len), Some(1), "{sum}");
+    let max = c.cli(&["reduce", "load", "--op", "max", "--json"]);
+    let max: serde_json::Value = serde_json::from_str(&max.stdout).expect("JSON");
+    assert_eq!(max["value"].as_f64(), Some(4.5), "{max}");
+    let all = c.cli(&["gather", "load", "--json"]);
+    let all: serde_json::Value = serde_json::from_str(&all.stdout).expect("JSON");
+    let mut got: Vec<f64> = all["values"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .map(|pair| pair[1].as_f64().expect("a number"))
+        .collect();
+    got.sort_by(f64::total_cmp);
+    assert_eq!(got, vec![2.0, 4.5], "{all}");
+    let count = c.cli(&["reduce", "count", "--json"]);
+    let count: serde_json::Value = serde_json::from_str(&count.stdout).expect("JSON");
+    assert_eq!(count["count"], 3, "{count}");
+}

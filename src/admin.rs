@@ -7,9 +7,11 @@
 
 mod listen;
 mod render;
+mod values;
 
 pub use self::listen::{DeliveryHeader, listen};
 pub use self::render::{render_dot, render_text};
+pub use self::values::{JsonOp, ReducedReport, ValuesReport, combine, register_json_reducers};
 
 use crate::api::MemberInfo;
 use crate::api::{BroadcastReport, COUNT_KEY, INFO_KEY, Node, NodeInfo, NodeStatus, TreeSnapshot};
@@ -37,6 +39,26 @@ pub enum AdminRequest {
     ReduceCount,
     /// Leave the overlay gracefully; the node process then exits.
     Leave,
+    /// Publish a JSON value under `key` on this node (what it contributes to a gather or
+    /// reduce of the key).
+    Publish {
+        /// The key.
+        key: String,
+        /// The value, as JSON text.
+        json: String,
+    },
+    /// Gather every member's value under `key`.
+    Gather {
+        /// The key.
+        key: String,
+    },
+    /// Reduce every member's JSON value under `key` with `op`.
+    Reduce {
+        /// The key.
+        key: String,
+        /// How values combine.
+        op: JsonOp,
+    },
     /// Stream every delivery to this node as it arrives: an
     /// [`AdminResponse::Listening`] line, then per delivery an [`AdminResponse::Delivery`]
     /// line followed by its payload bytes.
@@ -80,6 +102,12 @@ pub enum AdminResponse {
     Info(InfoReport),
     /// Answer to [`AdminRequest::ReduceCount`].
     Count(CountReport),
+    /// Answer to [`AdminRequest::Publish`].
+    Published,
+    /// Answer to [`AdminRequest::Gather`].
+    Values(ValuesReport),
+    /// Answer to [`AdminRequest::Reduce`].
+    Reduced(ReducedReport),
     /// Answer to [`AdminRequest::Leave`]: the node is leaving.
     Left,
     /// Answer to [`AdminRequest::Listen`]: deliveries from now on will be streamed.
@@ -173,6 +201,9 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
             node.leave().await;
             return Ok(());
         }
+        Ok(AdminRequest::Publish { key, json }) => values::publish(&node, key, json).await,
+        Ok(AdminRequest::Gather { key }) => values::gather(&node, key).await,
+        Ok(AdminRequest::Reduce { key, op }) => values::reduce(&node, key, op).await,
         Ok(AdminRequest::Status) => match node.status().await {
             Ok(s) => AdminResponse::Status(Box::new(s)),
             Err(e) => AdminResponse::Error(e.to_string()),

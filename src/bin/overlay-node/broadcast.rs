@@ -56,7 +56,7 @@ pub async fn run(args: BroadcastArgs) -> anyhow::Result<()> {
             "missing": r.missing,
             "elapsed_ms": elapsed_ms,
         });
-        println!("{out}");
+        println!("{}", crate::json::tidy(out));
     } else {
         println!(
             "broadcast {:016x}: {} bytes delivered to {} members in {elapsed_ms:.1} ms \

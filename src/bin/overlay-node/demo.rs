@@ -78,7 +78,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             "converged_ms": converged_ms,
             "wall_ms": wall.elapsed().as_millis() as u64,
         });
-        println!("{out}");
+        println!("{}", crate::json::tidy(out));
     } else {
         for node in overlay.nodes.iter().take(args.show) {
             if let Ok(tree) = overlay.nodes[0].tree_snapshot(node.id()).await {

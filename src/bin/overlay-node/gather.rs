@@ -1,36 +1,35 @@
-//! `overlay-node gather info`: every member's id, name, address and uptime, gathered along
-//! the running node's tree.
+//! `overlay-node gather KEY`: every member's value under KEY (`overlay-node publish`),
+//! gathered along the running node's tree; `gather info` gives every member's id, name,
+//! address and uptime.
 
 use anyhow::bail;
 use overlay::admin::{AdminRequest, AdminResponse, request};
 
-/// What to gather.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-pub enum What {
-    /// Each member's id, name, address and uptime.
-    Info,
-}
-
 /// Options of `gather`.
 #[derive(clap::Args, Debug)]
 pub struct GatherArgs {
-    /// What to gather.
-    what: What,
+    /// The key members published their values under, or `info`.
+    key: String,
     #[command(flatten)]
     dir: crate::dirs::DataDirArg,
-    /// Print one JSON object: nodes, missing, elapsed_ms.
+    /// Print one JSON object.
     #[arg(long)]
     json: bool,
 }
 
 pub async fn run(args: GatherArgs) -> anyhow::Result<()> {
-    let What::Info = args.what;
-    let AdminResponse::Info(r) = request(&args.dir.resolve()?, &AdminRequest::GatherInfo).await?
-    else {
+    let dir = args.dir.resolve()?;
+    if args.key != "info" {
+        return values(&dir, args.key, args.json).await;
+    }
+    let AdminResponse::Info(r) = request(&dir, &AdminRequest::GatherInfo).await? else {
         bail!("unexpected answer from the node");
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::json::tidy(serde_json::to_value(&r)?))?
+        );
         return Ok(());
     }
     println!(
@@ -54,6 +53,33 @@ pub async fn run(args: GatherArgs) -> anyhow::Result<()> {
     if !r.missing.is_empty() {
         let ids: Vec<String> = r.missing.iter().map(|m| m.short()).collect();
         println!("missing: {}", ids.join(" "));
+    }
+    Ok(())
+}
+
+async fn values(dir: &std::path::Path, key: String, json: bool) -> anyhow::Result<()> {
+    let AdminResponse::Values(r) = request(dir, &AdminRequest::Gather { key: key.clone() }).await?
+    else {
+        bail!("unexpected answer from the node");
+    };
+    if json {
+        let shown = crate::json::tidy(serde_json::to_value(&r)?);
+        println!("{}", serde_json::to_string_pretty(&shown)?);
+        return Ok(());
+    }
+    for (id, value) in &r.values {
+        println!("{:<10} {value}", id.short());
+    }
+    println!(
+        "{} members have a value under {key:?} ({:.1} ms)",
+        r.values.len(),
+        r.elapsed_ms
+    );
+    for (what, ids) in [("without a value", &r.declined), ("missing", &r.missing)] {
+        if !ids.is_empty() {
+            let ids: Vec<String> = ids.iter().map(|m| m.short()).collect();
+            println!("{what}: {}", ids.join(" "));
+        }
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ mod leave;
 mod listen;
 mod logging;
 mod members;
+mod publish;
 mod reduce;
 mod run;
 mod settings;
@@ -47,9 +48,11 @@ enum Cmd {
     Broadcast(broadcast::BroadcastArgs),
     /// Print every delivery to a running node as it arrives.
     Listen(listen::ListenArgs),
-    /// Gather something from every member through a running node.
+    /// Set the JSON value this node contributes to gathers and reduces of a key.
+    Publish(publish::PublishArgs),
+    /// Gather every member's value under a key (or `info`) through a running node.
     Gather(gather::GatherArgs),
-    /// Reduce over every member through a running node.
+    /// Combine every member's value under a key (sum, min, max; or `count`).
     Reduce(reduce::ReduceArgs),
     /// Make a running node leave the overlay gracefully (it then exits).
     Leave(leave::LeaveArgs),
@@ -87,6 +90,7 @@ fn main() -> std::process::ExitCode {
             Some(Cmd::Demo(args)) => demo::run(args).await,
             Some(Cmd::Broadcast(args)) => broadcast::run(args).await,
             Some(Cmd::Listen(args)) => listen::run(args).await,
+            Some(Cmd::Publish(args)) => publish::run(args).await,
             Some(Cmd::Gather(args)) => gather::run(args).await,
             Some(Cmd::Reduce(args)) => reduce::run(args).await,
             Some(Cmd::Leave(args)) => leave::run(args).await,

@@ -62,6 +62,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             node.token()
         );
     }
+    overlay::admin::register_json_reducers(&node)
+        .await
+        .context("registering the JSON reducers")?;
     let admin = tokio::spawn(overlay::admin::serve(node.clone(), data_dir.clone()));
     tokio::select! {
         signal = wait_for_signal() => {
