@@ -23,6 +23,7 @@ mod quic_field_station;
 mod quic_overlay;
 mod quic_replan;
 mod quic_scatter_gather;
+mod readme;
 mod security;
 mod sim_churn;
 mod sim_clusters;
