@@ -4,6 +4,7 @@
 mod broadcast;
 mod demo;
 mod gather;
+mod http;
 mod reduce;
 mod run;
 mod status;

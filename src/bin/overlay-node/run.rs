@@ -1,5 +1,6 @@
 //! Running a node until SIGINT or SIGTERM, then leaving gracefully.
 
+use crate::http;
 use anyhow::{Context, bail};
 use overlay::api::Node;
 use overlay::net::token::JoinToken;
@@ -30,11 +31,28 @@ pub struct RunArgs {
     /// A readable name shown to other members.
     #[arg(long)]
     name: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, env = "OVERLAY_METRICS", value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// Serve the live web view at http://ADDR/ (with the metrics at /metrics).
+    #[arg(long, env = "OVERLAY_HTTP", value_name = "ADDR")]
+    http: Option<SocketAddr>,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let Some(data_dir) = args.data_dir else {
         bail!("--data-dir is required to run a node (it keeps the node's key and token)");
+    };
+    // Bound before the node starts: a port that cannot be had fails the start, before the
+    // node joins anyone.
+    let metrics = match args.metrics {
+        // The same address twice is one listener serving both.
+        Some(addr) if args.http != Some(addr) => Some(http::listen("--metrics", addr).await?),
+        _ => None,
+    };
+    let web = match args.http {
+        Some(addr) => Some(http::listen("--http", addr).await?),
+        None => None,
     };
     let mut builder = Node::builder().listen(args.listen).data_dir(&data_dir);
     if let Some(name) = args.name {
@@ -66,12 +84,37 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             node.token()
         );
     }
+    // Every daemon answers for its RTT row, so a web view on any member shows the matrix.
+    if let Err(e) = http::publish_rtt_row(&node).await {
+        tracing::debug!(error = %e, "cannot answer for the RTT row");
+    }
+    if metrics.is_some() || web.is_some() {
+        let watch = http::Watch::start(&node);
+        if let Some(listener) = metrics {
+            println!("metrics on http://{}/metrics", local(&listener));
+            let routes = http::Routes::new(node.clone(), watch.clone(), false);
+            tokio::spawn(http::serve(listener, std::sync::Arc::new(routes)));
+        }
+        if let Some(listener) = web {
+            println!("web view on http://{}/", local(&listener));
+            let routes = http::Routes::new(node.clone(), watch, true);
+            tokio::spawn(http::serve(listener, std::sync::Arc::new(routes)));
+        }
+    }
     let admin = tokio::spawn(overlay::admin::serve(node.clone(), data_dir.clone()));
     wait_for_signal().await?;
     tracing::info!("signal received: leaving");
     node.leave().await;
     let _ = admin.await;
     Ok(())
+}
+
+/// The address a listener got (the port chosen when 0 was asked for).
+fn local(listener: &tokio::net::TcpListener) -> String {
+    listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
