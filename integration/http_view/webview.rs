@@ -67,7 +67,7 @@ fn the_web_view_shows_every_member_and_the_tree_in_chromium() {
     let mut d = Daemons::start("webview", &extra);
 
     let shorts: BTreeSet<String> = d.wait_for(
-        "6 members alive, 6 connected trees",
+        "6 members alive, 6 connected trees, every RTT row",
         Duration::from_secs(60),
         || {
             let s = api_status(port)?;
@@ -84,10 +84,22 @@ fn the_web_view_shows_every_member_and_the_tree_in_chromium() {
                     alive.len()
                 ));
             }
+            // Every member's RTT row in, so the matrix is complete (rows are refreshed
+            // every 2 s and the view reuses them for 5 s).
+            let (code, body) = get(port, "/api/rtt")?;
+            let rows: Vec<serde_json::Value> = serde_json::from_str(&body)
+                .map_err(|e| format!("/api/rtt answered {code}: {e}"))?;
+            let full = rows
+                .iter()
+                .filter(|r| r["rtt_ms"].as_array().is_some_and(|a| a.len() == N - 1))
+                .count();
+            if full != N {
+                return Err(format!("{full} of {N} RTT rows complete"));
+            }
             Ok(alive)
         },
     );
-    // The page, its script and the event stream's content type, as a browser gets them.
+    // The page and its script, as a browser gets them.
     let (code, page) = get(port, "/").expect("GET /");
     assert!(
         code == 200 && page.contains("<svg id=\"tree\""),
@@ -125,6 +137,8 @@ fn the_web_view_shows_every_member_and_the_tree_in_chromium() {
     );
     let rtt_cells = attr_values(&dom, "data-rtt-from").len();
     assert_eq!(rtt_cells, N * N, "the RTT matrix has a cell per pair");
+    let unknown = dom.matches(">?</td>").count();
+    assert_eq!(unknown, 0, "every RTT of the matrix is known");
 
     let shot: PathBuf = std::env::var_os("WEBVIEW_SCREENSHOT")
         .map(PathBuf::from)

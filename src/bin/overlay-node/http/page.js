@@ -185,8 +185,10 @@ function renderTree() {
   const bands = [...new Set(t.nodes.map((n) => bandOf(n.id)))].sort((a, b) => a - b);
   const maxDepth = Math.max(0, ...depth.values());
   const W = 1200, rowH = 70, top = 40;
+  // A last row for the members not (or not yet) connected to the root, when there are any.
   const detachedRow = maxDepth + 1;
-  const H = top + (detachedRow + 1) * rowH;
+  const rows = [...depth.values()].some((d) => d < 0) ? detachedRow + 1 : detachedRow;
+  const H = top + rows * rowH;
   const size = (b) => t.nodes.filter((n) => bandOf(n.id) === b).length;
   const total = t.nodes.length || 1;
   let x0 = 0;
