@@ -20,6 +20,8 @@ struct Daemons {
     /// Killed before the directory goes (field order is drop order).
     procs: Vec<Proc>,
     logs: Vec<PathBuf>,
+    /// Each node's data directory (its admin socket is in it).
+    dirs: Vec<PathBuf>,
     _base: TempDir,
 }
 
@@ -32,6 +34,7 @@ impl Daemons {
         let mut d = Daemons {
             procs: Vec::new(),
             logs: Vec::new(),
+            dirs: Vec::new(),
             _base: base,
         };
         // The seed prints the token on stdout; its stderr goes to its log.
@@ -66,6 +69,7 @@ impl Daemons {
             let stdout = child.stdout.take();
             d.procs.push(Proc::new(format!("n{i}"), child));
             d.logs.push(log);
+            d.dirs.push(dir);
             if let Some(stdout) = stdout {
                 token = seed_token(stdout, &d);
             }

@@ -162,6 +162,32 @@ fn three_daemons_export_members_and_rtts() {
         assert_eq!(n, 2, "{counter} in and out are counting");
     }
 
+    // A collective started at the node shows in its counters and histogram.
+    let mut gather = node_cmd();
+    gather
+        .args(["gather", "info", "--data-dir"])
+        .arg(&d.dirs[0]);
+    let out = run_with_timeout(gather, Duration::from_secs(30));
+    assert!(out.status.success(), "gather info: {}", out.stderr);
+    let (_, text) = get(port, "/metrics").expect("scrape");
+    let samples = parse(&text).expect("parses");
+    let gathers = |name: &str, extra: Option<(&str, &str)>| {
+        samples
+            .iter()
+            .filter(|s| s.name == name && s.labels.get("kind").is_some_and(|k| k == "gather"))
+            .filter(|s| extra.is_none_or(|(k, v)| s.labels.get(k).is_some_and(|x| x == v)))
+            .map(|s| s.value)
+            .collect::<Vec<f64>>()
+    };
+    let completed = Some(("outcome", "completed"));
+    assert_eq!(
+        gathers("overlay_collectives_total", completed),
+        [1.0],
+        "{text}"
+    );
+    let name = "overlay_collective_duration_seconds_count";
+    assert_eq!(gathers(name, None), [1.0]);
+
     // Bad input gets a status code, and the daemon keeps serving.
     let answers = [
         (get(port, "/nope"), 404),
