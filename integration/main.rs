@@ -1,9 +1,10 @@
 //! The integration tests: one test binary, one module per file of this directory.
 //!
 //! Simulator tests (`sim_*`) run the protocol core in virtual time; `quic_*` and `security`
-//! run real nodes over QUIC on loopback; `process_overlay` and `cli` run the `overlay-node`
-//! binary; `netns` runs the testbed in network namespaces (root only, else it skips and
-//! says why); `layers` checks that imports flow one way.
+//! run real nodes over QUIC on loopback; `process_overlay`, `cli` and `http_view` (its
+//! metrics and web view, the latter in a headless Chromium) run the `overlay-node` binary;
+//! `netns` runs the testbed in network namespaces (root only, else it skips and says why);
+//! `layers` checks that imports flow one way.
 
 // Real-network tests hold `common::real_network()`, a plain mutex, across their awaits on
 // purpose: each test has its own runtime, and blocking the next one's thread is the point.
@@ -12,6 +13,7 @@
 mod cli;
 mod common;
 mod daemon;
+mod http_view;
 mod layers;
 mod netns;
 mod process_overlay;

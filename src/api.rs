@@ -21,6 +21,7 @@ mod data_dir;
 mod error;
 mod join;
 mod large;
+mod op_stats;
 
 #[cfg(feature = "bench")]
 pub(crate) use self::builder::transport_config;
@@ -36,6 +37,7 @@ pub use self::large::{
     Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,
     Element, Prediction, ReduceOp, TuneEntry,
 };
+pub use self::op_stats::{CollectiveStats, LATENCY_BUCKETS_S};
 pub use crate::net::auth::AuthError;
 pub use crate::net::frame::FrameError;
 pub use crate::net::link::{DialError, DialFailure};
@@ -72,6 +74,8 @@ pub struct Node {
     op_timeout: Duration,
     /// Large collectives: the mailbox, connections, call numbers, the decision table.
     bulk: Arc<large::Shared>,
+    /// Counts and latencies of the collectives started here.
+    op_stats: Arc<op_stats::Recorder>,
 }
 
 impl Node {

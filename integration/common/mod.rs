@@ -141,10 +141,13 @@ pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Output {
     }
 }
 
-/// A command for the node binary with a clean environment for the token.
+/// A command for the node binary with a clean environment for the token and the HTTP
+/// endpoints.
 pub fn node_cmd() -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("OVERLAY_TOKEN")
+        .env_remove("OVERLAY_METRICS")
+        .env_remove("OVERLAY_HTTP")
         .env("RUST_LOG", "info,quinn=warn,rustls=warn");
     cmd
 }

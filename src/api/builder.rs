@@ -317,6 +317,7 @@ impl NodeBuilder {
             task: Arc::new(std::sync::Mutex::new(Some(task))),
             op_timeout: self.op_timeout,
             bulk: Arc::new(super::large::Shared::new(mailbox)),
+            op_stats: Arc::default(),
         };
         node.serve_builtin_keys(&name_for_info, start).await?;
         info!(parent: &span, addr = %local_addr, %advertised, "node started");

@@ -161,6 +161,11 @@ impl Node {
     }
 
     async fn run_op(&self, what: StartKind) -> Result<OpReport, NodeError> {
+        let kind = super::op_stats::kind(&what);
+        self.op_stats.time(kind, self.run_op_untimed(what)).await
+    }
+
+    async fn run_op_untimed(&self, what: StartKind) -> Result<OpReport, NodeError> {
         let (tx, rx) = oneshot::channel();
         let start = Start {
             nonce: 0, // numbered by the driver
@@ -229,6 +234,11 @@ impl Node {
     /// A large payload goes on the data plane: streamed beside the control messages and
     /// forwarded hop by hop as it arrives (see the design document on data streams).
     async fn broadcast_streamed(&self, payload: Bytes) -> Result<OpReport, NodeError> {
+        let op = self.broadcast_streamed_untimed(payload);
+        self.op_stats.time("broadcast_stream", op).await
+    }
+
+    async fn broadcast_streamed_untimed(&self, payload: Bytes) -> Result<OpReport, NodeError> {
         if payload.len() as u64 > MAX_STREAM_PAYLOAD {
             return Err(NodeError::PayloadTooLarge {
                 len: payload.len(),
@@ -393,14 +403,17 @@ impl Node {
     /// Waits until every live member has called `barrier` with the same name (or the
     /// timeout passed: then the outcome lists who did not arrive).
     pub async fn barrier(&self, name: &str) -> Result<BarrierOutcome, NodeError> {
-        let (tx, rx) = oneshot::channel();
-        self.op(OpCommand::Barrier {
-            name: name.to_string(),
-            timeout: self.op_timeout,
-            reply: tx,
-        })
-        .await?;
-        rx.await.map_err(|_| NodeError::Stopped)
+        let op = async {
+            let (tx, rx) = oneshot::channel();
+            self.op(OpCommand::Barrier {
+                name: name.to_string(),
+                timeout: self.op_timeout,
+                reply: tx,
+            })
+            .await?;
+            rx.await.map_err(|_| NodeError::Stopped)
+        };
+        self.op_stats.time("barrier", op).await
     }
 
     /// Publishes this node's value for `key`: gathers and reduces naming it take it.

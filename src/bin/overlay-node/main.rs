@@ -6,6 +6,7 @@ mod demo;
 mod dirs;
 mod gather;
 mod health;
+mod http;
 mod json;
 mod leave;
 mod listen;

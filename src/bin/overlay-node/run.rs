@@ -1,5 +1,6 @@
 //! Running a node until SIGINT, SIGTERM or `overlay-node leave`, then leaving gracefully.
 
+use crate::http;
 use crate::settings::{DEFAULT_LISTEN, Resolved, RunArgs, read_token_file};
 use anyhow::{Context, bail};
 use overlay::api::Node;
@@ -13,6 +14,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .data_dir
         .clone()
         .expect("resolve fills the data directory");
+    // Bound before the node starts: a port that cannot be had fails the start, before the
+    // node joins anyone.
+    let metrics = match settings.metrics {
+        // The same address twice is one listener serving both.
+        Some(addr) if settings.http != Some(addr) => Some(http::listen("--metrics", addr).await?),
+        _ => None,
+    };
+    let web = match settings.http {
+        Some(addr) => Some(http::listen("--http", addr).await?),
+        None => None,
+    };
     let mut builder = Node::builder()
         .listen_default(DEFAULT_LISTEN.parse()?)
         .data_dir(&data_dir);
@@ -65,6 +77,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     overlay::admin::register_json_reducers(&node)
         .await
         .context("registering the JSON reducers")?;
+    // Every daemon answers for its RTT row, so a web view on any member shows the matrix.
+    if let Err(e) = http::publish_rtt_row(&node).await {
+        tracing::debug!(error = %e, "cannot answer for the RTT row");
+    }
+    if metrics.is_some() || web.is_some() {
+        let watch = http::Watch::start(&node);
+        if let Some(listener) = metrics {
+            println!("metrics on http://{}/metrics", local(&listener));
+            let routes = http::Routes::new(node.clone(), watch.clone(), false);
+            tokio::spawn(http::serve(listener, std::sync::Arc::new(routes)));
+        }
+        if let Some(listener) = web {
+            println!("web view on http://{}/", local(&listener));
+            let routes = http::Routes::new(node.clone(), watch, true);
+            tokio::spawn(http::serve(listener, std::sync::Arc::new(routes)));
+        }
+    }
     let admin = tokio::spawn(overlay::admin::serve(node.clone(), data_dir.clone()));
     tokio::select! {
         signal = wait_for_signal() => {
@@ -87,6 +116,14 @@ async fn resolve_one(option: &str, spec: &str) -> anyhow::Result<SocketAddr> {
     addrs
         .next()
         .with_context(|| format!("{option} {spec}: no address"))
+}
+
+/// The address a listener got (the port chosen when 0 was asked for).
+fn local(listener: &tokio::net::TcpListener) -> String {
+    listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// Returns once the node has stopped (`overlay-node leave`).

@@ -86,6 +86,12 @@ pub struct RunArgs {
     /// Give up joining after this many seconds [default: 20]
     #[arg(long, env = "OVERLAY_JOIN_TIMEOUT", value_name = "SECONDS")]
     pub join_timeout: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, env = "OVERLAY_METRICS", value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Serve the live web view at http://ADDR/ (with the metrics at /metrics).
+    #[arg(long, env = "OVERLAY_HTTP", value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
 }
 
 /// The config file, and the effective settings `config print` shows.
@@ -116,6 +122,12 @@ pub struct Settings {
     /// Join timeout, seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub join_timeout: Option<u64>,
+    /// Metrics address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<SocketAddr>,
+    /// Web view address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<SocketAddr>,
 }
 
 /// Effective settings and the token given on the command line or in the environment
@@ -150,6 +162,8 @@ impl RunArgs {
             name: self.name.clone().or(file.name),
             log_format: self.log_format.or(file.log_format),
             join_timeout: self.join_timeout.or(file.join_timeout),
+            metrics: self.metrics.or(file.metrics),
+            http: self.http.or(file.http),
         };
         if self.token.is_some() && settings.token_file.is_some() {
             bail!(
