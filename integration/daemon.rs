@@ -599,3 +599,43 @@ fn published_values_are_gathered_and_reduced_from_the_command_line() {
     let count: serde_json::Value = serde_json::from_str(&count.stdout).expect("JSON");
     assert_eq!(count["count"], 3, "{count}");
 }
+
+#[test]
+fn nodes_join_over_ipv6_and_any_address_advertises_the_routed_one() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        println!("skipped: this machine has no IPv6 loopback");
+        return;
+    }
+    let _net = real_network();
+    let base = TempDir::new("ipv6");
+    let a = Daemon::start(base.path(), "a", &["--listen", "[::1]:0"]);
+    let a_addr = a.members_json()[0]["addr"]
+        .as_str()
+        .expect("addr")
+        .to_string();
+    assert!(a_addr.starts_with("[::1]:"), "{a_addr}");
+    let token = a.token();
+    let b = Daemon::start_with(
+        base.path(),
+        "b",
+        &["--listen", "[::]:0", "--join", &a_addr, "--name", "b"],
+        |c| {
+            c.env("OVERLAY_TOKEN", &token);
+        },
+    );
+    a.wait_alive(2);
+    let seen = a.members_json();
+    let b_seen = seen
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|m| m["name"] == "b")
+        .expect("a knows b")
+        .clone();
+    let addr = b_seen["addr"].as_str().expect("addr");
+    assert!(
+        addr.starts_with("[::1]:"),
+        "b advertised {addr}, not the routed [::1]"
+    );
+    let _ = b;
+}
