@@ -1,6 +1,7 @@
-//! The local admin endpoint: a Unix socket in the node's data directory through which
-//! `overlay-node status` and `overlay-node tree` talk to the running node. One JSON request
-//! per connection (one line), one JSON response back. A broadcast request says how many
+//! The local admin endpoint: a Unix socket in the node's data directory (0600) through
+//! which every `overlay-node` command but `demo`, `token` and `config` talks to the running
+//! node. One JSON request per connection (one line), one JSON response back; `listen`
+//! answers with a stream instead (see [`listen`]). A broadcast request says how many
 //! bytes follow its line and the payload follows as is, so payloads up to the streamed
 //! limit ([`MAX_STREAM_PAYLOAD`]) need neither hex nor a second copy. Only local users with
 //! access to the data directory can reach it.

@@ -96,7 +96,7 @@ impl NodeBuilder {
 
     /// The address other members are told to reach this node at, when it differs from
     /// the listen address (behind NAT or port forwarding, or when listening on 0.0.0.0 or
-    /// [::]). A port of 0 means the port bound. Without it, a node listening on an
+    /// `[::]`). A port of 0 means the port bound. Without it, a node listening on an
     /// unspecified address advertises the address of its interface that routes to the
     /// first join address, and refuses to start when there is none.
     ///
@@ -350,7 +350,7 @@ impl NodeBuilder {
 }
 
 /// The address gossiped to the others: the one given, else the bound one, else (bound to
-/// 0.0.0.0 or [::]) the address of the interface that routes to the first join address.
+/// `0.0.0.0` or `[::]`) the address of the interface that routes to the first join address.
 /// Never an unspecified address: nobody could reach it.
 fn advertised_addr(
     local: SocketAddr,

@@ -83,7 +83,7 @@ pub enum NodeError {
         /// The process holding its lock, as it wrote it.
         pid: Option<u32>,
     },
-    /// The node listens on an unspecified address (0.0.0.0 or [::]) and has no address
+    /// The node listens on an unspecified address (`0.0.0.0` or `[::]`) and has no address
     /// to tell the others: give one with `advertise`.
     #[error(
         "listening on {listen} needs an address to advertise to the other members (--advertise HOST:PORT); it cannot be picked without a join address to route to"

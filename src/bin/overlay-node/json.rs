@@ -4,12 +4,21 @@
 
 use serde_json::{Map, Value};
 
+/// Fields that hold what users published or sent (gathered values, a reduced value, the
+/// text of a delivery): left untouched.
+const USER_DATA: &[&str] = &["value", "values", "text"];
+
 /// Tidies a JSON value as above.
 pub fn tidy(value: Value) -> Value {
     match value {
         Value::Object(map) => {
             let mut out = Map::new();
             for (key, v) in map {
+                // What users published or sent is theirs: shown exactly as it is.
+                if USER_DATA.contains(&key.as_str()) {
+                    out.insert(key, v);
+                    continue;
+                }
                 if let Some(short) = v.as_str().and_then(short_of) {
                     out.insert(format!("{key}_short"), Value::String(short));
                 }
@@ -45,11 +54,17 @@ mod tests {
             "name": "Alive-ish",
             "rtt_ms": 0.1 + 0.2,
             "n": 3,
+            "value": 0.1 + 0.2,
         });
         let t = tidy(v);
         assert_eq!(t["id_short"], id.short());
         assert_eq!(t["name"], "Alive-ish");
         assert_eq!(t["rtt_ms"].as_f64(), Some(0.3));
         assert_eq!(t["n"], 3);
+        assert_eq!(
+            t["value"].as_f64(),
+            Some(0.1 + 0.2),
+            "user data is left as it is"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! `overlay-node listen`: print every delivery to the running node as it arrives, one JSON
-//! line each (`root`, `root_short`, `op`, `kind`, `bytes`, `sha256`, and `file` when
-//! payloads go to a directory); or write the payloads themselves to stdout.
+//! line each (`root`, `root_short`, `op`, `kind`, `bytes`, `sha256`; `file` when payloads
+//! go to a directory, else `text` for a payload of at most 4 KiB of UTF-8); or write the
+//! payloads themselves to stdout.
 
 use crate::dirs::DataDirArg;
 use crate::json::tidy;
@@ -56,6 +57,8 @@ fn report(args: &ListenArgs, header: &DeliveryHeader, payload: &[u8]) -> anyhow:
         return Ok(stdout.flush()?);
     }
     let mut line = serde_json::to_value(header)?;
+    // As `broadcast --json` prints it: 16 hex digits.
+    line["op"] = format!("{:016x}", header.op).into();
     line["sha256"] = hex(ring::digest::digest(&ring::digest::SHA256, payload).as_ref()).into();
     if let Some(out) = &args.out_dir {
         let file = out.join(format!("{}-{:016x}.bin", header.root.short(), header.op));

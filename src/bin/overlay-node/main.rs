@@ -60,7 +60,7 @@ enum Cmd {
     /// The overlay's join token.
     Token(token::TokenArgs),
     /// The effective settings of a node.
-    Config(settings::ConfigArgs),
+    Config(Box<settings::ConfigArgs>),
     /// Run an in-process overlay over an emulated WAN and report when its trees converge.
     Demo(demo::DemoArgs),
 }
@@ -96,7 +96,7 @@ fn main() -> std::process::ExitCode {
             Some(Cmd::Reduce(args)) => reduce::run(args).await,
             Some(Cmd::Leave(args)) => leave::run(args).await,
             Some(Cmd::Token(args)) => token::run(args),
-            Some(Cmd::Config(args)) => settings::run(args),
+            Some(Cmd::Config(args)) => settings::run(*args),
         }
     });
     match result {

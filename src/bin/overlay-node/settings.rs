@@ -216,11 +216,12 @@ pub fn run(args: ConfigArgs) -> anyhow::Result<()> {
     } = run.resolve()?;
     let dir = settings.data_dir.clone().unwrap_or_default();
     let stored = overlay::api::stored_settings(&dir)?;
+    // As the node does: a stored advertised address goes with the stored listen address.
     if settings.listen.is_none() {
         settings.listen = Some(stored.listen.unwrap_or(DEFAULT_LISTEN.parse()?));
-    }
-    if settings.advertise.is_none() && run.listen.is_none() {
-        settings.advertise = stored.advertise.map(|a| a.to_string());
+        if settings.advertise.is_none() {
+            settings.advertise = stored.advertise.map(|a| a.to_string());
+        }
     }
     if settings.name.is_none() {
         settings.name = stored.name;

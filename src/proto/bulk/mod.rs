@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a large allreduce moves its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Algorithm {
     /// Ours: reduce-scatter and allgather over the discovered clusters. Each cluster owns
     /// a share of the vector sized from the measured wide-area bandwidths; inside a
