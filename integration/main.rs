@@ -23,6 +23,7 @@ mod quic_bulk_watch;
 mod quic_collectives;
 mod quic_field_station;
 mod quic_overlay;
+mod quic_ready;
 mod quic_replan;
 mod quic_scatter_gather;
 mod readme;

@@ -21,6 +21,7 @@ mod data_dir;
 mod error;
 mod join;
 mod large;
+mod locality;
 mod op_stats;
 
 #[cfg(feature = "bench")]
@@ -37,6 +38,7 @@ pub use self::large::{
     Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,
     Element, Prediction, ReduceOp, TuneEntry,
 };
+pub use self::locality::{NotReady, readiness};
 pub use self::op_stats::{CollectiveStats, LATENCY_BUCKETS_S};
 pub use crate::net::auth::AuthError;
 pub use crate::net::frame::FrameError;

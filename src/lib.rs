@@ -55,10 +55,30 @@ pub mod topology;
 pub use crate::api::{
     AuthError, BroadcastReport, COUNT_KEY, ClusterBandwidth, ClusterGroup, ClusterLevel,
     DecodeError, Delivery, DialError, DialFailure, Forwarding, FrameError, Gathered, INFO_KEY,
-    IoStep, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, Reduced,
-    ScatterReport, Spread, Transport, TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
+    IoStep, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, NotReady,
+    Reduced, ScatterReport, Spread, Transport, TreeInfo, TreeNode, TreeSnapshot,
+    decode_reduce_outcome,
 };
 pub use crate::net::identity::{Identity, IdentityError};
+
+/// What most applications need, in one import.
+///
+/// ```no_run
+/// use overlay::prelude::*;
+/// # async fn f(seed: std::net::SocketAddr, token: JoinToken) -> Result<(), NodeError> {
+/// let node = Node::builder().join(seed).token(token).start().await?;
+/// node.ready().await?;
+/// let near: Vec<MemberInfo> = node.nearest(3).await?;
+/// let sum = node.reduce("load", Reducer::Sum(NumKind::F64)).await?;
+/// # Ok(()) }
+/// ```
+pub mod prelude {
+    pub use crate::bulk::ReduceOp;
+    pub use crate::{
+        BroadcastReport, Delivery, DeliveryKind, Gathered, JoinToken, Liveness, MemberInfo, Node,
+        NodeBuilder, NodeError, NodeEvent, NodeId, NotReady, NumKind, Reduced, Reducer,
+    };
+}
 
 /// Large collectives: element types, operations, algorithms, options, reports, watches
 /// and tasks of [`Node::allreduce_slice`], [`Node::reduce_slice`],

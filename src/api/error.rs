@@ -100,6 +100,15 @@ pub enum NodeError {
         /// Why it is refused.
         reason: &'static str,
     },
+    /// The node was not ready within the time given to
+    /// [`Node::ready_within`](super::Node::ready_within).
+    #[error("the node was not ready after {waited:?}: {reason}")]
+    NotReady {
+        /// How long it waited.
+        waited: Duration,
+        /// What was still missing.
+        reason: super::NotReady,
+    },
     /// The node has stopped.
     #[error("the node has stopped")]
     Stopped,

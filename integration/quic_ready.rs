@@ -1,0 +1,61 @@
+//! `Node::ready`, `Node::nearest` and `Node::clusters` on real nodes over QUIC: a node
+//! that joined is ready once it knows every tree and has a measured path to each root, and
+//! the nearest members come sorted by measured RTT.
+
+use overlay::Node;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joined_nodes_become_ready_and_know_who_is_near() {
+    let _net = crate::common::real_network();
+    let any = "127.0.0.1:0".parse().unwrap();
+    let first = Node::builder().listen(any).start().await.expect("first");
+    let mut nodes = vec![first.clone()];
+    for _ in 0..3 {
+        let n = Node::builder()
+            .listen(any)
+            .join(first.local_addr())
+            .token(first.token().clone())
+            .start()
+            .await
+            .expect("join");
+        nodes.push(n);
+    }
+    for n in &nodes {
+        n.ready_within(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("{} not ready: {e}", n.id().short()));
+    }
+    // Once ready, every tree it knows has a path and there is one per member.
+    let last = nodes.last().expect("nodes");
+    let status = last.status().await.expect("status");
+    assert_eq!(status.trees.len(), nodes.len(), "one tree per member");
+    assert!(status.trees.iter().all(|t| t.connected));
+    // Probing measures the peers that are not tree neighbours soon after.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let near = loop {
+        let near = last.nearest(2).await.expect("nearest");
+        if near.len() == 2 || std::time::Instant::now() > deadline {
+            break near;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(near.len(), 2, "two of three peers asked for");
+    assert!(near.iter().all(|m| m.id != last.id()), "never itself");
+    assert!(near[0].rtt_ms <= near[1].rtt_ms, "nearest first: {near:?}");
+    assert!(last.nearest(10).await.expect("nearest").len() <= 3);
+    let _ = last.clusters().await.expect("clusters");
+    // A bound that cannot be met says what is missing rather than hanging.
+    let lonely = Node::builder()
+        .listen(any)
+        .start()
+        .await
+        .expect("a node of its own");
+    lonely
+        .ready_within(Duration::from_secs(5))
+        .await
+        .expect("a lone node is ready");
+    for n in nodes.iter().chain([&lonely]) {
+        n.leave().await;
+    }
+}
