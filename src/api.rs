@@ -60,6 +60,21 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+/// The events of a subscription, with [`NodeEvent::Lagged`] where the channel overflowed.
+fn events_of(
+    rx: broadcast::Receiver<NodeEvent>,
+) -> impl Stream<Item = NodeEvent> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move {
+        match rx.recv().await {
+            Ok(e) => Some((e, rx)),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                Some((NodeEvent::Lagged { missed }, rx))
+            }
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    })
+}
+
 /// A handle to a running node; cheap to clone.
 #[derive(Clone)]
 pub struct Node {
@@ -236,19 +251,11 @@ impl Node {
             .map(|ms| Duration::from_secs_f64(ms / 1e3)))
     }
 
-    /// Member and tree events from now on. A consumer that falls more than 1024 events
-    /// behind skips the oldest ones.
+    /// Member and tree events from now on. Memory is bounded: a consumer that falls more
+    /// than 1024 events behind loses the oldest ones and is told so by a
+    /// [`NodeEvent::Lagged`] with their count, never silently.
     pub fn events(&self) -> impl Stream<Item = NodeEvent> + Send + 'static {
-        let rx = self.events.subscribe();
-        futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(e) => return Some((e, rx)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
+        events_of(self.events.subscribe())
     }
 
     /// Leaves gracefully (detach from every tree, announce to every member) and stops.
@@ -278,5 +285,28 @@ impl Node {
         // An aborted task drops its command queue only when the runtime gets to it: the
         // taken handle says so at once.
         self.commands.is_closed() || self.task.lock().expect("not poisoned").is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn a_consumer_that_falls_behind_is_told_how_many_events_it_lost() {
+        let (tx, rx) = broadcast::channel(4);
+        let mut events = Box::pin(events_of(rx));
+        for i in 0..10u8 {
+            let root = NodeId([i; 16]);
+            tx.send(NodeEvent::TreeAdded { root }).expect("a receiver");
+        }
+        drop(tx);
+        let seen: Vec<NodeEvent> = events.by_ref().collect().await;
+        assert_eq!(seen[0], NodeEvent::Lagged { missed: 6 });
+        let kept: Vec<NodeEvent> = (6..10u8)
+            .map(|i| NodeEvent::TreeAdded { root: NodeId([i; 16]) })
+            .collect();
+        assert_eq!(seen[1..], kept[..]);
     }
 }

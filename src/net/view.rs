@@ -201,6 +201,7 @@ pub struct TreeSnapshot {
 
 /// Something that changed at a node.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum NodeEvent {
     /// A member joined or came back.
     MemberUp(MemberInfo),
@@ -217,6 +218,9 @@ pub enum NodeEvent {
     TreeAdded { root: NodeId },
     /// A tree was dropped (its root left or died).
     TreeRemoved { root: NodeId },
+    /// This consumer fell behind: `missed` events were dropped for it (the oldest); the
+    /// events after this one are the oldest still queued. Read `status()` to resync.
+    Lagged { missed: u64 },
 }
 
 /// One level of the discovered groups (level 1: clusters; 2: groups of clusters, such as
