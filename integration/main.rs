@@ -18,6 +18,7 @@ mod layers;
 mod netns;
 mod process_overlay;
 mod quic_allreduce;
+mod quic_backpressure;
 mod quic_bandwidth;
 mod quic_bulk_watch;
 mod quic_collectives;

@@ -279,6 +279,7 @@ pub(crate) fn tap(overlay: &LocalOverlay) -> Deliveries {
         let tx = tx.clone();
         tokio::spawn(async move {
             while let Some(d) = s.next().await {
+                let d = d.expect("this reader keeps up: nothing is dropped for it");
                 let _ = tx.send((i, d));
             }
         });

@@ -115,6 +115,9 @@ pub enum AdminResponse {
     Listening,
     /// One delivery; `header.bytes` payload bytes follow the line.
     Delivery(DeliveryHeader),
+    /// While listening: this many deliveries were dropped because the listener fell
+    /// behind (see [`crate::api::Deliveries`]).
+    Lagged(u64),
     /// The request could not be served.
     Error(String),
 }

@@ -18,6 +18,7 @@
 mod builder;
 mod collective;
 mod data_dir;
+mod deliveries;
 mod error;
 mod join;
 mod large;
@@ -33,6 +34,7 @@ pub use self::collective::{
     BroadcastReport, COUNT_KEY, Gathered, INFO_KEY, NodeInfo, Reduced, ScatterReport,
     decode_reduce_outcome,
 };
+pub use self::deliveries::{DEFAULT_DELIVERY_BUFFER, Deliveries, Lagged};
 pub use self::error::{IoStep, NodeError};
 pub use self::large::{
     Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,
@@ -61,9 +63,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 /// The events of a subscription, with [`NodeEvent::Lagged`] where the channel overflowed.
-fn events_of(
-    rx: broadcast::Receiver<NodeEvent>,
-) -> impl Stream<Item = NodeEvent> + Send + 'static {
+fn events_of(rx: broadcast::Receiver<NodeEvent>) -> impl Stream<Item = NodeEvent> + Send + 'static {
     futures::stream::unfold(rx, |mut rx| async move {
         match rx.recv().await {
             Ok(e) => Some((e, rx)),
@@ -89,6 +89,8 @@ pub struct Node {
     task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
     /// Deadline of the collective operations this handle starts.
     op_timeout: Duration,
+    /// Bound on the unread payload bytes of each `deliveries()` stream.
+    delivery_buffer: usize,
     /// Large collectives: the mailbox, connections, call numbers, the decision table.
     bulk: Arc<large::Shared>,
     /// Counts and latencies of the collectives started here.
@@ -305,7 +307,9 @@ mod tests {
         let seen: Vec<NodeEvent> = events.by_ref().collect().await;
         assert_eq!(seen[0], NodeEvent::Lagged { missed: 6 });
         let kept: Vec<NodeEvent> = (6..10u8)
-            .map(|i| NodeEvent::TreeAdded { root: NodeId([i; 16]) })
+            .map(|i| NodeEvent::TreeAdded {
+                root: NodeId([i; 16]),
+            })
             .collect();
         assert_eq!(seen[1..], kept[..]);
     }

@@ -54,10 +54,10 @@ pub mod topology;
 
 pub use crate::api::{
     AuthError, BroadcastReport, COUNT_KEY, ClusterBandwidth, ClusterGroup, ClusterLevel,
-    DecodeError, Delivery, DialError, DialFailure, Forwarding, FrameError, Gathered, INFO_KEY,
-    IoStep, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, NotReady,
-    Reduced, ScatterReport, Spread, Transport, TreeInfo, TreeNode, TreeSnapshot,
-    decode_reduce_outcome,
+    DEFAULT_DELIVERY_BUFFER, DecodeError, Deliveries, Delivery, DialError, DialFailure, Forwarding,
+    FrameError, Gathered, INFO_KEY, IoStep, Lagged, MemberInfo, Node, NodeBuilder, NodeError,
+    NodeEvent, NodeInfo, NodeStatus, NotReady, Reduced, ScatterReport, Spread, Transport, TreeInfo,
+    TreeNode, TreeSnapshot, decode_reduce_outcome,
 };
 pub use crate::net::identity::{Identity, IdentityError};
 
@@ -75,8 +75,9 @@ pub use crate::net::identity::{Identity, IdentityError};
 pub mod prelude {
     pub use crate::bulk::ReduceOp;
     pub use crate::{
-        BroadcastReport, Delivery, DeliveryKind, Gathered, JoinToken, Liveness, MemberInfo, Node,
-        NodeBuilder, NodeError, NodeEvent, NodeId, NotReady, NumKind, Reduced, Reducer,
+        BroadcastReport, Deliveries, Delivery, DeliveryKind, Gathered, JoinToken, Lagged, Liveness,
+        MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeId, NotReady, NumKind, Reduced,
+        Reducer,
     };
 }
 

@@ -2,15 +2,14 @@
 
 use crate::{Control, WORKER_KEY, WorkItem, WorkResult, result_key};
 use futures::StreamExt;
-use futures::stream::BoxStream;
-use overlay::api::{Delivery, Node};
+use overlay::api::{Deliveries, Node};
 use overlay::proto::DeliveryKind;
 use std::time::Instant;
 
 pub(crate) struct Worker {
     node: Node,
     name: String,
-    deliveries: BoxStream<'static, Delivery>,
+    deliveries: Deliveries,
     quit_on_item: Option<u32>,
     verbose: bool,
 }
@@ -24,7 +23,7 @@ impl Worker {
         quit_on_item: Option<u32>,
         verbose: bool,
     ) -> anyhow::Result<Worker> {
-        let deliveries = node.deliveries().boxed();
+        let deliveries = node.deliveries();
         node.publish_value(WORKER_KEY, &name).await?;
         Ok(Worker {
             node,
@@ -42,6 +41,15 @@ impl Worker {
         let mut items = 0;
         let mut last_key: Option<String> = None;
         while let Some(d) = self.deliveries.next().await {
+            let d = match d {
+                Ok(d) => d,
+                // Items dropped while this worker fell behind are redone by the master,
+                // which hands out every item until someone reports it done.
+                Err(lagged) => {
+                    println!("{}: {lagged}", self.name);
+                    continue;
+                }
+            };
             match d.kind {
                 DeliveryKind::Scatter => {
                     let Ok(item) = d.decode::<WorkItem>() else {

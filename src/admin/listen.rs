@@ -3,7 +3,7 @@
 //! exactly `bytes` payload bytes, so payloads of any size need no escaping.
 
 use super::{AdminError, AdminRequest, AdminResponse, socket_path};
-use crate::api::Node;
+use crate::api::{Lagged, Node};
 use crate::net::view::Delivery;
 use crate::proto::NodeId;
 use futures::StreamExt;
@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
+use tracing::warn;
 
 /// What a delivery was, as `listen` reports it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -39,9 +40,16 @@ impl DeliveryHeader {
 
 /// Streams deliveries to the admin client until it goes away or the node stops.
 pub(super) async fn serve(node: Node, mut write: OwnedWriteHalf) -> std::io::Result<()> {
-    let mut deliveries = Box::pin(node.deliveries());
+    let mut deliveries = node.deliveries();
     send(&mut write, &AdminResponse::Listening).await?;
     while let Some(d) = deliveries.next().await {
+        let d = match d {
+            Ok(d) => d,
+            Err(Lagged(missed)) => {
+                send(&mut write, &AdminResponse::Lagged(missed)).await?;
+                continue;
+            }
+        };
         send(&mut write, &AdminResponse::Delivery(DeliveryHeader::of(&d))).await?;
         write.write_all(&d.payload).await?;
         write.flush().await?;
@@ -103,6 +111,12 @@ pub async fn listen(
                 if !on_delivery(header, payload) {
                     return Ok(());
                 }
+            }
+            AdminResponse::Lagged(missed) => {
+                warn!(
+                    missed,
+                    "this listener fell behind: deliveries were dropped for it"
+                );
             }
             AdminResponse::Error(e) => return Err(AdminError::Node(e)),
             other => {

@@ -55,6 +55,7 @@ pub struct NodeBuilder {
     transport: Transport,
     join_timeout: Duration,
     op_timeout: Duration,
+    delivery_buffer: usize,
     forwarding: Forwarding,
 }
 
@@ -74,6 +75,7 @@ impl Default for NodeBuilder {
             transport: Transport::Udp,
             join_timeout: Duration::from_secs(20),
             op_timeout: crate::proto::collective::DEFAULT_TIMEOUT,
+            delivery_buffer: super::DEFAULT_DELIVERY_BUFFER,
             forwarding: Forwarding::Pipelined,
         }
     }
@@ -173,6 +175,14 @@ impl NodeBuilder {
     /// it, members that have not answered are reported missing.
     pub fn op_timeout(mut self, timeout: Duration) -> Self {
         self.op_timeout = timeout;
+        self
+    }
+
+    /// The most unread payload bytes each [`Node::deliveries`] stream holds (default
+    /// 64 MiB); past it, deliveries are dropped for that stream and it reports
+    /// [`Lagged`](super::Lagged).
+    pub fn delivery_buffer(mut self, bytes: usize) -> Self {
+        self.delivery_buffer = bytes;
         self
     }
 
@@ -316,6 +326,7 @@ impl NodeBuilder {
             members,
             task: Arc::new(std::sync::Mutex::new(Some(task))),
             op_timeout: self.op_timeout,
+            delivery_buffer: self.delivery_buffer,
             bulk: Arc::new(super::large::Shared::new(mailbox)),
             op_stats: Arc::default(),
         };

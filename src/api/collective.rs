@@ -22,11 +22,10 @@ use crate::proto::collective::{
 };
 use crate::proto::{NodeId, OpId, OpReport, Reducer, Start, StartKind};
 use bytes::Bytes;
-use futures::Stream;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::collections::HashMap;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Key every node answers gathers of with its [`NodeInfo`] (JSON).
 pub const INFO_KEY: &str = "overlay.info";
@@ -273,28 +272,6 @@ impl Node {
         value: &T,
     ) -> Result<BroadcastReport, NodeError> {
         self.broadcast(encode(value)?).await
-    }
-
-    /// Every payload delivered to this node from now on: broadcasts (its own included),
-    /// its scatter items, and the results of allreduce, allgather and barrier. Nothing is
-    /// dropped while the stream is held, so read it (or drop it): a stream held without
-    /// reading keeps every later delivery in memory.
-    pub fn deliveries(&self) -> impl Stream<Item = Delivery> + Send + 'static {
-        // Unbounded on purpose: the driver must never wait on the application (that would
-        // stall the overlay for every member) and must not drop a delivery (exactly once).
-        // The queue holds what was delivered to this node and not read yet, so it grows only
-        // while the application holds the stream without reading it; bounding it needs flow
-        // control back to the senders (the backpressure work), not a smaller queue here.
-        let (tx, rx) = mpsc::unbounded_channel();
-        // Subscribed now, not at the first poll, so nothing delivered after this call is missed.
-        let cmd = ApiCommand::Op(OpCommand::Subscribe(tx));
-        if let Err(mpsc::error::TrySendError::Full(cmd)) = self.commands.try_send(cmd) {
-            let commands = self.commands.clone();
-            tokio::spawn(async move {
-                let _ = commands.send(cmd).await;
-            });
-        }
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|d| (d, rx)) })
     }
 
     /// Sends each destination its own item along the tree. Destinations that are not

@@ -138,6 +138,7 @@ pub fn tap(nodes: &[Node]) -> mpsc::UnboundedReceiver<Seen> {
         let tx = tx.clone();
         tokio::spawn(async move {
             while let Some(d) = deliveries.next().await {
+                let d = d.expect("this reader keeps up: nothing is dropped for it");
                 let seen = (i, d.root, d.kind, d.payload.len(), Instant::now());
                 if tx.send(seen).is_err() {
                     break;

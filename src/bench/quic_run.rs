@@ -299,6 +299,7 @@ async fn broadcasts(
         let mut stream = Box::pin(node.deliveries());
         listeners.push(tokio::spawn(async move {
             while let Some(d) = stream.next().await {
+                let d = d.expect("this reader keeps up: nothing is dropped for it");
                 // Taken where the static trees take theirs: when the connection read it.
                 let lag = d.received.elapsed();
                 let mut r = receipts.lock().unwrap_or_else(|e| e.into_inner());

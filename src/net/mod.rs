@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod bulk;
+pub mod deliveries;
 pub mod driver;
 #[cfg(feature = "testkit")]
 pub mod emulated;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 /// Answers gathers and reduces naming a key: gets the request, returns this node's value
@@ -42,7 +42,7 @@ pub enum OpCommand {
     /// Register a named reducer.
     RegisterReducer { name: String, f: ReduceFn },
     /// Receive every delivery from now on.
-    Subscribe(mpsc::UnboundedSender<Delivery>),
+    Subscribe(super::deliveries::DeliverySink),
 }
 
 /// What [`Ops::event`] made of a core event.
@@ -61,7 +61,7 @@ pub enum Handled {
 pub struct Ops {
     waiting: HashMap<u64, oneshot::Sender<OpReport>>,
     handlers: HashMap<String, Handler>,
-    subscribers: Vec<mpsc::UnboundedSender<Delivery>>,
+    subscribers: Vec<super::deliveries::DeliverySink>,
     barriers: HashMap<String, Vec<oneshot::Sender<BarrierOutcome>>>,
     next_nonce: u64,
 }
@@ -95,8 +95,7 @@ impl Ops {
 
     /// Hands a delivery to every subscriber.
     pub fn deliver(&mut self, delivery: Delivery) {
-        self.subscribers
-            .retain(|s| s.send(delivery.clone()).is_ok());
+        self.subscribers.retain(|s| s.offer(&delivery));
     }
 
     /// Handles one API request.
@@ -156,8 +155,7 @@ impl Ops {
                     payload: Bytes::from(d.payload.clone()),
                     received,
                 };
-                self.subscribers
-                    .retain(|s| s.send(delivery.clone()).is_ok());
+                self.subscribers.retain(|s| s.offer(&delivery));
             }
             Event::ContributionNeeded { op, key, request } => {
                 let value = match self.handlers.get(key) {

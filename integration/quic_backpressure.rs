@@ -1,0 +1,89 @@
+//! A reader that never reads its deliveries costs bounded memory: while 10,000 broadcasts
+//! arrive, its stream holds at most the node's delivery buffer, then reports how many it
+//! dropped (`Lagged`); a second stream on the same node that keeps up gets every one of
+//! them exactly once.
+
+use futures::StreamExt;
+use overlay::{Lagged, Node};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+const MESSAGES: usize = 10_000;
+const BUFFER: usize = 256 << 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_never_reads_holds_bounded_memory_and_is_told_what_it_lost() {
+    let _net = crate::common::real_network();
+    let any = "127.0.0.1:0".parse().unwrap();
+    let a = Node::builder().listen(any).start().await.expect("a");
+    let b = Node::builder()
+        .listen(any)
+        .join(a.local_addr())
+        .token(a.token().clone())
+        .delivery_buffer(BUFFER)
+        .start()
+        .await
+        .expect("b");
+    b.ready_within(Duration::from_secs(20))
+        .await
+        .expect("b ready");
+    a.ready_within(Duration::from_secs(20))
+        .await
+        .expect("a ready");
+
+    let mut idle = b.deliveries();
+    let mut reader = b.deliveries();
+    let counted = tokio::spawn(async move {
+        let mut seen = HashSet::new();
+        while seen.len() < MESSAGES {
+            match tokio::time::timeout(Duration::from_secs(60), reader.next()).await {
+                Ok(Some(Ok(d))) => assert!(seen.insert(d.op), "op {} delivered twice", d.op),
+                Ok(Some(Err(lagged))) => panic!("the reader that keeps up lagged: {lagged}"),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        seen.len()
+    });
+
+    let t0 = Instant::now();
+    let payload = vec![7u8; 1024];
+    for batch in 0..MESSAGES / 16 {
+        let sends = (0..16).map(|_| a.broadcast(payload.clone()));
+        for r in futures::future::join_all(sends).await {
+            let r = r.unwrap_or_else(|e| panic!("broadcast in batch {batch}: {e}"));
+            assert!(
+                r.missing.is_empty(),
+                "batch {batch}: {:?} missing",
+                r.missing
+            );
+        }
+    }
+    let got = counted.await.expect("reader");
+    println!(
+        "{MESSAGES} broadcasts of 1 KiB in {:?}; the reader got {got}; the idle stream holds {} bytes",
+        t0.elapsed(),
+        idle.queued_bytes()
+    );
+    assert_eq!(got, MESSAGES, "the reader that keeps up missed some");
+    assert!(
+        idle.queued_bytes() <= BUFFER,
+        "{} bytes held for a stream nobody reads (bound {BUFFER})",
+        idle.queued_bytes()
+    );
+
+    // Reading it now: first how many were dropped, then what it holds; together, all.
+    let first = idle.next().await.expect("an item");
+    let Err(Lagged(missed)) = first else {
+        panic!("expected Lagged first, got {first:?}");
+    };
+    let mut held = 0u64;
+    while let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(200), idle.next()).await {
+        item.expect("one report of the loss, then deliveries");
+        held += 1;
+    }
+    println!("the idle stream held {held} deliveries and reported {missed} dropped");
+    assert_eq!(held + missed, MESSAGES as u64);
+    assert!(held as usize * 1024 <= BUFFER);
+    a.leave().await;
+    b.leave().await;
+}

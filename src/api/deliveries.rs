@@ -1,0 +1,95 @@
+//! The application's stream of deliveries, bounded in memory.
+
+use super::Node;
+use crate::net::deliveries::{Budget, DeliverySink};
+use crate::net::driver::ApiCommand;
+use crate::net::ops::OpCommand;
+use crate::net::view::Delivery;
+use futures::Stream;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// The default bound on the payload bytes a [`Deliveries`] stream holds unread.
+pub const DEFAULT_DELIVERY_BUFFER: usize = 64 << 20;
+
+/// Deliveries were dropped for a stream whose reader fell behind: `.0` of them, all after
+/// the ones it had queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the reader fell behind: {0} deliveries were dropped for it")]
+pub struct Lagged(pub u64);
+
+/// Every payload delivered to this node from [`Node::deliveries`] on; `Unpin`, so
+/// `.next().await` works without pinning.
+///
+/// Memory is bounded: the stream holds at most the node's delivery buffer
+/// ([`NodeBuilder::delivery_buffer`](super::NodeBuilder::delivery_buffer), 64 MiB by
+/// default) of unread payload (one larger payload still arrives into an empty queue).
+/// The node never waits for its reader, since that would stall the overlay for every
+/// member: what does not fit is dropped for this stream alone, and the stream yields
+/// `Err(Lagged(n))` with their count before its next delivery. A reader that keeps up
+/// sees every delivery exactly once.
+pub struct Deliveries {
+    rx: mpsc::UnboundedReceiver<Delivery>,
+    budget: Arc<Budget>,
+}
+
+impl Deliveries {
+    /// Payload bytes delivered to this stream and not read yet.
+    pub fn queued_bytes(&self) -> usize {
+        self.budget.queued()
+    }
+}
+
+impl Stream for Deliveries {
+    type Item = Result<Delivery, Lagged>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let missed = self.budget.take_missed();
+        if missed > 0 {
+            return Poll::Ready(Some(Err(Lagged(missed))));
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(d)) => {
+                self.budget.release(d.payload.len());
+                Poll::Ready(Some(Ok(d)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Node {
+    /// Every payload delivered to this node from now on: broadcasts (its own included),
+    /// its scatter items, and the results of allreduce, allgather and barrier; bounded
+    /// in memory, see [`Deliveries`].
+    ///
+    /// ```no_run
+    /// # async fn f(node: overlay::Node) {
+    /// use futures::StreamExt;
+    /// let mut deliveries = node.deliveries();
+    /// while let Some(d) = deliveries.next().await {
+    ///     match d {
+    ///         Ok(d) => println!("{} bytes from {}", d.payload.len(), d.root),
+    ///         Err(lagged) => eprintln!("{lagged}"),
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn deliveries(&self) -> Deliveries {
+        let budget = Budget::new(self.delivery_buffer);
+        let (sink, rx) = DeliverySink::new(budget.clone());
+        // Subscribed now, not at the first poll, so nothing delivered after this call is
+        // missed.
+        let cmd = ApiCommand::Op(OpCommand::Subscribe(sink));
+        if let Err(mpsc::error::TrySendError::Full(cmd)) = self.commands.try_send(cmd) {
+            let commands = self.commands.clone();
+            tokio::spawn(async move {
+                let _ = commands.send(cmd).await;
+            });
+        }
+        Deliveries { rx, budget }
+    }
+}

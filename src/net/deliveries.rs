@@ -1,0 +1,118 @@
+//! The queue between the driver and one `deliveries()` stream: bounded in bytes, never
+//! waited on. The driver must not stall the overlay for a slow application, so a delivery
+//! that does not fit is dropped for that stream alone and counted; the stream reports the
+//! count as `Lagged` before its next delivery. A delivery always fits an empty queue, so
+//! one payload larger than the bound still arrives.
+
+use super::view::Delivery;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use tokio::sync::mpsc;
+
+/// What the driver and the stream share: bytes queued, deliveries dropped.
+#[derive(Debug, Default)]
+pub struct Budget {
+    /// Payload bytes queued and not read.
+    queued: AtomicUsize,
+    /// Deliveries dropped since the stream last reported it.
+    missed: AtomicU64,
+    /// The bound on `queued`.
+    limit: usize,
+}
+
+impl Budget {
+    /// A budget of `limit` payload bytes.
+    pub fn new(limit: usize) -> Arc<Budget> {
+        Arc::new(Budget {
+            limit,
+            ..Budget::default()
+        })
+    }
+
+    /// Payload bytes queued and not read yet.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Takes the count of deliveries dropped since the last call.
+    pub fn take_missed(&self) -> u64 {
+        self.missed.swap(0, Ordering::Relaxed)
+    }
+
+    /// Gives back the bytes of a delivery that was read.
+    pub fn release(&self, bytes: usize) {
+        self.queued.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The driver's end of one stream.
+pub struct DeliverySink {
+    tx: mpsc::UnboundedSender<Delivery>,
+    budget: Arc<Budget>,
+}
+
+impl DeliverySink {
+    /// A sink and the receiver of its stream.
+    pub fn new(budget: Arc<Budget>) -> (DeliverySink, mpsc::UnboundedReceiver<Delivery>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (DeliverySink { tx, budget }, rx)
+    }
+
+    /// Queues `delivery` if it fits (or the queue is empty), else counts it as missed.
+    /// False once the stream is gone.
+    pub fn offer(&self, delivery: &Delivery) -> bool {
+        if self.tx.is_closed() {
+            return false;
+        }
+        let len = delivery.payload.len();
+        let queued = self.budget.queued.load(Ordering::Relaxed);
+        if queued > 0 && queued + len > self.budget.limit {
+            self.budget.missed.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        self.budget.queued.fetch_add(len, Ordering::Relaxed);
+        if self.tx.send(delivery.clone()).is_err() {
+            self.budget.release(len);
+            return false;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn delivery(len: usize) -> Delivery {
+        Delivery {
+            root: crate::proto::NodeId([1; 16]),
+            op: 1,
+            kind: crate::proto::DeliveryKind::Broadcast,
+            payload: Bytes::from(vec![0u8; len]),
+            received: std::time::Instant::now(),
+        }
+    }
+
+    #[test]
+    fn what_does_not_fit_is_counted_and_an_empty_queue_takes_anything() {
+        let budget = Budget::new(1000);
+        let (sink, mut rx) = DeliverySink::new(budget.clone());
+        assert!(
+            sink.offer(&delivery(5000)),
+            "one payload larger than the bound"
+        );
+        assert!(sink.offer(&delivery(10)));
+        assert_eq!(budget.queued(), 5000);
+        assert_eq!(budget.take_missed(), 1);
+        let first = rx.try_recv().expect("queued");
+        budget.release(first.payload.len());
+        for _ in 0..150 {
+            sink.offer(&delivery(10));
+        }
+        assert_eq!(budget.queued(), 1000, "filled to the bound");
+        assert_eq!(budget.take_missed(), 50);
+        drop(rx);
+        assert!(!sink.offer(&delivery(1)), "a closed stream is dropped");
+    }
+}
