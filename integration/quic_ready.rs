@@ -59,3 +59,49 @@ async fn joined_nodes_become_ready_and_know_who_is_near() {
         n.leave().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_broadcasts_arrive_decoded_and_foreign_ones_as_decode_errors() {
+    use futures::StreamExt;
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Step {
+        n: u32,
+        loss: f64,
+    }
+    let _net = crate::common::real_network();
+    let any = "127.0.0.1:0".parse().unwrap();
+    let a = Node::builder().listen(any).start().await.expect("a");
+    let b = Node::builder()
+        .listen(any)
+        .join(a.local_addr())
+        .token(a.token().clone())
+        .start()
+        .await
+        .expect("b");
+    b.ready_within(Duration::from_secs(20))
+        .await
+        .expect("ready");
+    a.ready_within(Duration::from_secs(20))
+        .await
+        .expect("ready");
+    let mut steps = b.deliveries_of::<Step>();
+    a.broadcast_value(&Step { n: 7, loss: 0.25 })
+        .await
+        .expect("typed");
+    a.broadcast(vec![0xff; 3]).await.expect("bytes");
+    let limit = Duration::from_secs(10);
+    let first = tokio::time::timeout(limit, steps.next())
+        .await
+        .expect("in time");
+    let (from, step) = first.expect("the stream goes on").expect("a Step");
+    assert_eq!((from, step), (a.id(), Step { n: 7, loss: 0.25 }));
+    let second = tokio::time::timeout(limit, steps.next())
+        .await
+        .expect("in time");
+    match second.expect("the stream goes on") {
+        Err(overlay::DeliveryError::Decode { root, .. }) => assert_eq!(root, a.id()),
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+    a.leave().await;
+    b.leave().await;
+}

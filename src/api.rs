@@ -34,7 +34,7 @@ pub use self::collective::{
     BroadcastReport, COUNT_KEY, Gathered, INFO_KEY, NodeInfo, Reduced, ScatterReport,
     decode_reduce_outcome,
 };
-pub use self::deliveries::{DEFAULT_DELIVERY_BUFFER, Deliveries, Lagged};
+pub use self::deliveries::{DEFAULT_DELIVERY_BUFFER, Deliveries, DeliveryError, Lagged};
 pub use self::error::{IoStep, NodeError};
 pub use self::large::{
     Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,

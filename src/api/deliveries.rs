@@ -4,8 +4,9 @@ use super::Node;
 use crate::net::deliveries::{Budget, DeliverySink};
 use crate::net::driver::ApiCommand;
 use crate::net::ops::OpCommand;
-use crate::net::view::Delivery;
-use futures::Stream;
+use crate::net::view::{DecodeError, Delivery};
+use futures::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,6 +20,26 @@ pub const DEFAULT_DELIVERY_BUFFER: usize = 64 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("the reader fell behind: {0} deliveries were dropped for it")]
 pub struct Lagged(pub u64);
+
+/// What [`Node::deliveries_of`] yields besides values.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// The reader fell behind (see [`Deliveries`]).
+    #[error(transparent)]
+    Lagged(#[from] Lagged),
+    /// A broadcast whose payload is not a `T` (sent by another part of the application,
+    /// or by another version of it).
+    #[error("broadcast {op:016x} from {root}: {source}")]
+    Decode {
+        /// Who sent it.
+        root: crate::proto::NodeId,
+        /// Its number at the root.
+        op: u64,
+        /// Why it did not decode.
+        #[source]
+        source: DecodeError,
+    },
+}
 
 /// Every payload delivered to this node from [`Node::deliveries`] on; `Unpin`, so
 /// `.next().await` works without pinning.
@@ -91,5 +112,41 @@ impl Node {
             });
         }
         Deliveries { rx, budget }
+    }
+
+    /// The broadcasts delivered to this node from now on, decoded as `T` (the other side
+    /// of [`Node::broadcast_value`]); bounded as [`Deliveries`]. Scatter items and the
+    /// results of allreduce, allgather and barrier are left out.
+    ///
+    /// ```no_run
+    /// # async fn f(node: overlay::Node) -> Result<(), overlay::NodeError> {
+    /// use futures::StreamExt;
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Step { n: u32 }
+    /// let mut steps = node.deliveries_of::<Step>();
+    /// node.broadcast_value(&Step { n: 1 }).await?;
+    /// while let Some(Ok((from, step))) = steps.next().await {
+    ///     println!("step {} from {from}", step.n);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn deliveries_of<T: DeserializeOwned + Send + 'static>(
+        &self,
+    ) -> impl Stream<Item = Result<(crate::proto::NodeId, T), DeliveryError>> + Send + Unpin + 'static
+    {
+        self.deliveries().filter_map(|d| {
+            let item = match d {
+                Err(lagged) => Some(Err(DeliveryError::Lagged(lagged))),
+                Ok(d) if d.kind != crate::proto::DeliveryKind::Broadcast => None,
+                Ok(d) => Some(d.decode::<T>().map(|v| (d.root, v)).map_err(|source| {
+                    DeliveryError::Decode {
+                        root: d.root,
+                        op: d.op,
+                        source,
+                    }
+                })),
+            };
+            std::future::ready(item)
+        })
     }
 }
