@@ -375,11 +375,13 @@ pub async fn request(data_dir: &Path, req: &AdminRequest) -> Result<AdminRespons
     exchange(data_dir, req, &[]).await
 }
 
-async fn exchange(
+/// Connects to the node's admin socket and sends `req` (one line) and `payload`; returns
+/// the reading half for the answer.
+async fn send_request(
     data_dir: &Path,
     req: &AdminRequest,
     payload: &[u8],
-) -> Result<AdminResponse, AdminError> {
+) -> Result<tokio::net::unix::OwnedReadHalf, AdminError> {
     let path = socket_path(data_dir);
     let stream = tokio::net::UnixStream::connect(&path)
         .await
@@ -392,6 +394,15 @@ async fn exchange(
     body.push(b'\n');
     write.write_all(&body).await?;
     write.write_all(payload).await?;
+    Ok(read)
+}
+
+async fn exchange(
+    data_dir: &Path,
+    req: &AdminRequest,
+    payload: &[u8],
+) -> Result<AdminResponse, AdminError> {
+    let read = send_request(data_dir, req, payload).await?;
     let mut line = String::new();
     BufReader::new(read).read_line(&mut line).await?;
     match serde_json::from_str(&line).map_err(|e| AdminError::Malformed(e.to_string()))? {

@@ -2,7 +2,7 @@
 //! socket as it arrives. Each one is a JSON line ([`AdminResponse::Delivery`]) followed by
 //! exactly `bytes` payload bytes, so payloads of any size need no escaping.
 
-use super::{AdminError, AdminRequest, AdminResponse, socket_path};
+use super::{AdminError, AdminRequest, AdminResponse};
 use crate::api::{Lagged, Node};
 use crate::net::view::Delivery;
 use crate::proto::NodeId;
@@ -71,17 +71,7 @@ pub async fn listen(
     on_ready: impl FnOnce(),
     mut on_delivery: impl FnMut(DeliveryHeader, Vec<u8>) -> bool,
 ) -> Result<(), AdminError> {
-    let path = socket_path(data_dir);
-    let stream = tokio::net::UnixStream::connect(&path)
-        .await
-        .map_err(|source| AdminError::Connect {
-            path: path.display().to_string(),
-            source,
-        })?;
-    let (read, mut write) = stream.into_split();
-    let mut req = serde_json::to_vec(&AdminRequest::Listen).map_err(std::io::Error::other)?;
-    req.push(b'\n');
-    write.write_all(&req).await?;
+    let read = super::send_request(data_dir, &AdminRequest::Listen, &[]).await?;
     let mut read = BufReader::new(read);
     let mut on_ready = Some(on_ready);
     loop {

@@ -1,7 +1,7 @@
 //! The application's stream of deliveries, bounded in memory.
 
 use super::Node;
-use crate::net::deliveries::{Budget, DeliverySink};
+use crate::net::deliveries::{Budget, DeliverySink, cost};
 use crate::net::driver::ApiCommand;
 use crate::net::ops::OpCommand;
 use crate::net::view::{DecodeError, Delivery};
@@ -57,7 +57,8 @@ pub struct Deliveries {
 }
 
 impl Deliveries {
-    /// Payload bytes delivered to this stream and not read yet.
+    /// Bytes delivered to this stream and not read yet (payloads plus a small charge per
+    /// delivery).
     pub fn queued_bytes(&self) -> usize {
         self.budget.queued()
     }
@@ -73,7 +74,7 @@ impl Stream for Deliveries {
         }
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some(d)) => {
-                self.budget.release(d.payload.len());
+                self.budget.release(cost(&d));
                 Poll::Ready(Some(Ok(d)))
             }
             Poll::Ready(None) => Poll::Ready(None),

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 /// What the driver and the stream share: bytes queued, deliveries dropped.
 #[derive(Debug, Default)]
 pub struct Budget {
-    /// Payload bytes queued and not read.
+    /// Bytes charged (see [`cost`]) for what is queued and not read.
     queued: AtomicUsize,
     /// Deliveries dropped since the stream last reported it.
     missed: AtomicU64,
@@ -29,7 +29,7 @@ impl Budget {
         })
     }
 
-    /// Payload bytes queued and not read yet.
+    /// Bytes charged (see [`cost`]) for what is queued and not read.yet.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
     }
@@ -45,6 +45,15 @@ impl Budget {
     }
 }
 
+/// What a queued delivery is charged beyond its payload: its own size and the channel's
+/// slot, so that a flood of empty payloads is bounded as well.
+pub const OVERHEAD: usize = 128;
+
+/// The bytes a queued delivery is charged for.
+pub fn cost(delivery: &Delivery) -> usize {
+    delivery.payload.len() + OVERHEAD
+}
+
 /// The driver's end of one stream.
 pub struct DeliverySink {
     tx: mpsc::UnboundedSender<Delivery>,
@@ -54,6 +63,8 @@ pub struct DeliverySink {
 impl DeliverySink {
     /// A sink and the receiver of its stream.
     pub fn new(budget: Arc<Budget>) -> (DeliverySink, mpsc::UnboundedReceiver<Delivery>) {
+        // Unbounded as a channel, bounded by the budget: `offer` queues nothing past it,
+        // and every delivery costs at least `OVERHEAD`, so empty payloads count too.
         let (tx, rx) = mpsc::unbounded_channel();
         (DeliverySink { tx, budget }, rx)
     }
@@ -64,7 +75,7 @@ impl DeliverySink {
         if self.tx.is_closed() {
             return false;
         }
-        let len = delivery.payload.len();
+        let len = cost(delivery);
         let queued = self.budget.queued.load(Ordering::Relaxed);
         if queued > 0 && queued + len > self.budget.limit {
             self.budget.missed.fetch_add(1, Ordering::Relaxed);
@@ -103,15 +114,20 @@ mod tests {
             "one payload larger than the bound"
         );
         assert!(sink.offer(&delivery(10)));
-        assert_eq!(budget.queued(), 5000);
+        assert_eq!(budget.queued(), 5000 + OVERHEAD);
         assert_eq!(budget.take_missed(), 1);
         let first = rx.try_recv().expect("queued");
-        budget.release(first.payload.len());
+        budget.release(cost(&first));
         for _ in 0..150 {
-            sink.offer(&delivery(10));
+            sink.offer(&delivery(0));
         }
-        assert_eq!(budget.queued(), 1000, "filled to the bound");
-        assert_eq!(budget.take_missed(), 50);
+        let fit = 1000 / OVERHEAD;
+        assert_eq!(
+            budget.queued(),
+            fit * OVERHEAD,
+            "empty payloads fill it too"
+        );
+        assert_eq!(budget.take_missed(), 150 - fit as u64);
         drop(rx);
         assert!(!sink.offer(&delivery(1)), "a closed stream is dropped");
     }

@@ -26,10 +26,7 @@ pub async fn run(args: GatherArgs) -> anyhow::Result<()> {
         bail!("unexpected answer from the node");
     };
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&crate::json::tidy(serde_json::to_value(&r)?))?
-        );
+        crate::json::print_pretty(&r)?;
         return Ok(());
     }
     println!(
@@ -63,8 +60,7 @@ async fn values(dir: &std::path::Path, key: String, json: bool) -> anyhow::Resul
         bail!("unexpected answer from the node");
     };
     if json {
-        let shown = crate::json::tidy(serde_json::to_value(&r)?);
-        println!("{}", serde_json::to_string_pretty(&shown)?);
+        crate::json::print_pretty(&r)?;
         return Ok(());
     }
     for (id, value) in &r.values {

@@ -8,6 +8,15 @@ use serde_json::{Map, Value};
 /// text of a delivery): left untouched.
 const USER_DATA: &[&str] = &["value", "values", "text"];
 
+/// Prints `value` tidied, pretty.
+pub fn print_pretty(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&tidy(serde_json::to_value(value)?))?
+    );
+    Ok(())
+}
+
 /// Tidies a JSON value as above.
 pub fn tidy(value: Value) -> Value {
     match value {

@@ -1,7 +1,6 @@
 //! `overlay-node reduce KEY`: combines every member's value under KEY along the running
 //! node's tree (`reduce count` counts the members: each contributes 1).
 
-use crate::json::tidy;
 use anyhow::bail;
 use overlay::admin::{AdminRequest, AdminResponse, JsonOp, request};
 use overlay::proto::NodeId;
@@ -39,10 +38,7 @@ pub async fn run(args: ReduceArgs) -> anyhow::Result<()> {
             bail!("unexpected answer from the node");
         };
         if args.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&tidy(serde_json::to_value(&r)?))?
-            );
+            crate::json::print_pretty(&r)?;
             return Ok(());
         }
         println!(
@@ -67,10 +63,7 @@ pub async fn run(args: ReduceArgs) -> anyhow::Result<()> {
         bail!("unexpected answer from the node");
     };
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&tidy(serde_json::to_value(&r)?))?
-        );
+        crate::json::print_pretty(&r)?;
         return Ok(());
     }
     match &r.value {

@@ -21,10 +21,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         bail!("unexpected answer from the node");
     };
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&crate::json::tidy(serde_json::to_value(&s)?))?
-        );
+        crate::json::print_pretty(&s)?;
         return Ok(());
     }
     let name_of = |id: overlay::proto::NodeId| {
