@@ -58,44 +58,68 @@ async fn a_deep_second_path_moves_the_crossover_up_and_a_slow_lan_gets_a_chain()
             .get(id)
             .map_or("?", |c| topo.clusters[*c].name.as_str())
     };
-    for b in root.status().await.expect("status").bandwidth {
-        eprintln!(
-            "  {} -> {}: {:.1} Mbit/s, {:?} ms",
-            name(&b.from),
-            name(&b.to),
-            b.mbit,
-            b.latency_ms
-        );
-    }
+    let print_matrix = |bandwidth: &[overlay::ClusterBandwidth]| {
+        for b in bandwidth {
+            eprintln!(
+                "  {} -> {}: {:.1} Mbit/s, {:?} ms",
+                name(&b.from),
+                name(&b.to),
+                b.mbit,
+                b.latency_ms
+            );
+        }
+    };
     let lan = topo.clusters[station]
         .bandwidth_mbit
         .expect("the file gives the LAN");
     eprintln!("station inside: measured {inside:.1} Mbit/s (the emulator's NIC: {lan})");
 
+    // The choice rests on the measured matrix, and the first trains are taken while ten
+    // nodes start on two shared cores: one read campus -> station at 2.5 of 20 Mbit/s,
+    // which makes the stream slow enough for a wider tree to fit. The routine rounds
+    // outvote such a figure (median per peer, then per pair); once they have, the model
+    // must pick the chain, within a minute and a half.
     let big = 8u64 << 20;
-    let plan = root
-        .broadcast_plan(big)
-        .await
-        .expect("plan")
-        .expect("measured");
-    let fanout = |c: usize| {
-        plan.fanouts
+    let fanout = |fanouts: &[(NodeId, usize)], c: usize| {
+        fanouts
             .iter()
             .find(|(name, _)| cluster.get(name) == Some(&c))
             .map(|(_, k)| *k)
     };
-    eprintln!(
-        "8 MiB plan: {} tree(s) at {:?} Mbit/s, bound {:.1}, crossover {:?} bytes, fanouts {:?}",
-        plan.trees.len(),
-        plan.trees.iter().map(|t| t.mbit).collect::<Vec<_>>(),
-        plan.bound_mbit,
-        plan.crossover_bytes,
-        (0..topo.clusters.len())
-            .map(|c| (topo.clusters[c].name.as_str(), fanout(c)))
-            .collect::<Vec<_>>()
-    );
-    assert!(plan.striped, "8 MiB is striped over both paths");
-    assert_eq!(fanout(station), Some(1), "a chain on the slow LAN");
+    let start = Instant::now();
+    let plan = loop {
+        let plan = root
+            .broadcast_plan(big)
+            .await
+            .expect("plan")
+            .expect("measured");
+        eprintln!(
+            "{:>5.1} s: 8 MiB plan: {} tree(s) at {:?} Mbit/s, bound {:.1}, crossover {:?} \
+             bytes, fanouts {:?}",
+            start.elapsed().as_secs_f64(),
+            plan.trees.len(),
+            plan.trees.iter().map(|t| t.mbit).collect::<Vec<_>>(),
+            plan.bound_mbit,
+            plan.crossover_bytes,
+            (0..topo.clusters.len())
+                .map(|c| (topo.clusters[c].name.as_str(), fanout(&plan.fanouts, c)))
+                .collect::<Vec<_>>()
+        );
+        if plan.striped && fanout(&plan.fanouts, station) == Some(1) {
+            break plan;
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            print_matrix(&root.status().await.expect("status").bandwidth);
+            assert!(plan.striped, "8 MiB is striped over both paths");
+            assert_eq!(
+                fanout(&plan.fanouts, station),
+                Some(1),
+                "a chain on the slow LAN"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    print_matrix(&root.status().await.expect("status").bandwidth);
     let crossover = plan.crossover_bytes.expect("striping pays from some size");
     assert!(
         crossover > 256 << 10,
