@@ -2,6 +2,7 @@
 //! with nothing but the data directory, `--advertise`, the config file, `health`, `token
 //! show`, `leave`, `listen` receiving a `broadcast --file`, and joins that fail fast.
 
+mod admin_limits;
 mod commands;
 mod setup;
 

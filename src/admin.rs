@@ -21,8 +21,10 @@ use crate::proto::{Liveness, NodeId};
 use crate::proto::{NumKind, Reducer};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 /// A request to the running node.
@@ -162,13 +164,32 @@ pub async fn serve(node: Node, data_dir: PathBuf) -> std::io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     }
+    let slots = Arc::new(Semaphore::new(MAX_ADMIN_CONNECTIONS));
+    let mut accept_errors = 0u64;
     loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, most often: wait for some to close and go on.
+                    // Ending here left the node without an admin socket for good.
+                    accept_errors += 1;
+                    if accept_errors.is_power_of_two() {
+                        warn!(error = %e, errors = accept_errors, "admin socket cannot accept");
+                    }
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                    continue;
+                }
+            },
             _ = wait_stopped(&node) => break,
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(refuse_busy(stream));
+            continue;
         };
         let node = node.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             if let Err(e) = answer(node, stream).await {
                 debug!(error = %e, "admin request failed");
             }
@@ -176,6 +197,30 @@ pub async fn serve(node: Node, data_dir: PathBuf) -> std::io::Result<()> {
     }
     let _ = std::fs::remove_file(&path);
     Ok(())
+}
+
+/// Admin connections served at once; further ones are told the node is busy and closed,
+/// so idle clients cannot take every descriptor of the node.
+pub const MAX_ADMIN_CONNECTIONS: usize = 256;
+/// How long a client may take to send its request line (and, for a broadcast, between
+/// two reads of its payload) before the connection is closed.
+pub const ADMIN_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after a failed accept before the next one.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+async fn refuse_busy(mut stream: tokio::net::UnixStream) {
+    // The request is read (briefly) first: a client whose request is refused unread gets
+    // a broken pipe instead of the reason.
+    let mut line = String::new();
+    let mut reader = BufReader::new(&mut stream).take(MAX_REQUEST_LINE);
+    let _ = tokio::time::timeout(Duration::from_secs(1), reader.read_line(&mut line)).await;
+    let busy = AdminResponse::Error(format!(
+        "the node is busy: {MAX_ADMIN_CONNECTIONS} admin connections are open"
+    ));
+    if let Ok(mut out) = serde_json::to_vec(&busy) {
+        out.push(b'\n');
+        let _ = tokio::time::timeout(ADMIN_READ_TIMEOUT, stream.write_all(&out)).await;
+    }
 }
 
 async fn wait_stopped(node: &Node) {
@@ -188,9 +233,15 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read).take(MAX_REQUEST_LINE);
-    reader.read_line(&mut line).await?;
+    let read = tokio::time::timeout(ADMIN_READ_TIMEOUT, reader.read_line(&mut line)).await;
     let mut body = reader.into_inner();
-    let response = match serde_json::from_str::<AdminRequest>(&line) {
+    let parsed = match read {
+        Ok(read) => read.map(|_| serde_json::from_str::<AdminRequest>(&line)),
+        Err(_) => Ok(Err(serde::de::Error::custom(format!(
+            "no request within {ADMIN_READ_TIMEOUT:?}"
+        )))),
+    };
+    let response = match parsed? {
         Err(e) => {
             warn!(error = %e, "malformed admin request");
             AdminResponse::Error(format!("malformed request: {e}"))
@@ -283,12 +334,21 @@ async fn read_payload(
             "payload of {len} bytes exceeds the limit of {MAX_STREAM_PAYLOAD} bytes"
         ));
     }
-    // Grow as bytes arrive rather than trusting the announced length up front.
+    // Grow as bytes arrive rather than trusting the announced length up front; a client
+    // that stops sending is given up on after ADMIN_READ_TIMEOUT without a byte.
     let mut payload = Vec::with_capacity(len.min(1 << 24) as usize);
-    body.take(len)
-        .read_to_end(&mut payload)
-        .await
-        .map_err(|e| format!("reading the payload: {e}"))?;
+    let mut body = body.take(len);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::time::timeout(ADMIN_READ_TIMEOUT, body.read(&mut chunk))
+            .await
+            .map_err(|_| format!("the payload stalled for {ADMIN_READ_TIMEOUT:?}"))?
+            .map_err(|e| format!("reading the payload: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        payload.extend_from_slice(&chunk[..n]);
+    }
     if payload.len() as u64 != len {
         return Err(format!(
             "payload cut short: {} of {len} bytes arrived",

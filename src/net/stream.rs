@@ -304,11 +304,6 @@ impl Streams {
 /// bytes to the last (what the transfer's rate is measured over).
 async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<Duration, String> {
     let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
-    buf.state
-        .lock()
-        .expect("not poisoned")
-        .data
-        .reserve_exact(buf.len as usize);
     let mut filled = 0u64;
     let mut first: Option<Instant> = None;
     while let Some(chunk) = recv
@@ -322,11 +317,17 @@ async fn receive(recv: &mut quinn::RecvStream, buf: &Buf) -> Result<Duration, St
             return Err(format!("more than the announced {} bytes", buf.len));
         }
         hash.update(&chunk.bytes);
-        buf.state
-            .lock()
-            .expect("not poisoned")
-            .data
-            .extend_from_slice(&chunk.bytes);
+        let mut st = buf.state.lock().expect("not poisoned");
+        // Memory follows what arrived, not what the header announced (a header alone,
+        // for an operation nobody started, once reserved up to 1 GiB): doubling, capped
+        // at the announced length so a complete payload holds no slack.
+        if st.data.capacity() - st.data.len() < chunk.bytes.len() {
+            let want = (st.data.capacity() * 2).clamp(filled as usize, buf.len as usize);
+            let extra = want - st.data.len();
+            st.data.reserve_exact(extra);
+        }
+        st.data.extend_from_slice(&chunk.bytes);
+        drop(st);
         buf.progress.send_replace(Progress::Filled(filled));
     }
     if filled != buf.len {

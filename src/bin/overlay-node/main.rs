@@ -74,6 +74,13 @@ fn main() -> std::process::ExitCode {
         },
         Some(_) => settings::LogFormat::Text,
     };
+    if cli.command.is_some() {
+        // A command's output piped into `head` ends it quietly, as for any Unix tool,
+        // instead of a panic on the broken pipe. Not the node itself: it outlives its
+        // terminal.
+        // SAFETY: restoring a signal's default disposition, before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     // The demo runs many nodes in one process: their routine lines would bury its result.
     let quiet = matches!(cli.command, Some(Cmd::Demo(_)));
     logging::init(format, if quiet { "warn" } else { "info" });

@@ -45,10 +45,16 @@ impl Gossip {
     /// [`Gossip::apply`]; with `piggyback` off, news is not queued for probes and acks
     /// (the records a joining node receives: news to it alone).
     pub(super) fn apply_with(&mut self, now: Time, r: MemberRecord, piggyback: bool) -> bool {
+        if r.incarnation == u64::MAX {
+            // No honest node gets there (incarnations start from the boot time and grow
+            // by one per refutation), and nobody could refute it: a record that would
+            // outlive every refutation is refused.
+            return false;
+        }
         if r.id == self.me.id {
             // Gossip says we are suspect or dead: refute with a higher incarnation.
             if r.state != Liveness::Alive && r.incarnation >= self.me.incarnation && !self.left {
-                self.me.incarnation = r.incarnation + 1;
+                self.me.incarnation = r.incarnation + 1; // below u64::MAX: checked above
                 self.enqueue(self.me.clone());
                 let refutation = self.me.clone();
                 for to in self.pick_random(self.config.rumor_fanout, &[]) {

@@ -208,6 +208,39 @@ fn a_suspected_member_refutes_with_a_higher_incarnation() {
 }
 
 #[test]
+fn a_record_at_the_last_incarnation_is_refused_about_anyone() {
+    // Nobody could refute it: a death at u64::MAX would be for good (and the refutation's
+    // "+ 1" would overflow).
+    let mut net = Net::new(4);
+    net.join_all();
+    for about in [0, 3] {
+        let mut forged = net.nodes[0].record(&net.id(about)).unwrap().clone();
+        forged.state = Liveness::Dead;
+        forged.incarnation = u64::MAX;
+        let from = net.id(1);
+        net.nodes[0].handle_message(
+            net.now,
+            from,
+            GossipMessage::Sync {
+                members: vec![forged],
+                reply: false,
+            },
+        );
+        net.drain(0);
+    }
+    net.run_for(Duration::from_secs(5));
+    for i in 0..4 {
+        for about in (0..4).filter(|&a| a != i) {
+            assert_eq!(
+                net.state_of(i, about),
+                Some(Liveness::Alive),
+                "{i} about {about}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_leaving_member_is_removed_everywhere_and_a_restart_brings_it_back() {
     let mut net = Net::new(5);
     net.join_all();
