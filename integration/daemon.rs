@@ -4,6 +4,7 @@
 
 mod admin_limits;
 mod commands;
+mod log_flood;
 mod setup;
 
 use crate::common::{Output, Proc, node_cmd, run_with_timeout};

@@ -5,13 +5,15 @@
 //!   match the id the dialer asks for;
 //! - connections that never prove the token, or prove a wrong one, get nothing processed;
 //! - an admitted peer sending random, truncated or oversized frames gets them dropped (or
-//!   its connection closed) without harming the node, which keeps serving other peers.
+//!   its connection closed) without harming the node, which keeps serving other peers;
+//!   one that keeps doing so is closed and kept out for a while.
 
 use overlay::api::{Node, NodeStatus};
 use overlay::net::auth::{
     AuthError, CLOSE_AUTH_FAILED, CLOSE_PROTOCOL, CLOSE_TIMEOUT, authenticate,
 };
 use overlay::net::frame::{MAX_FRAME_BYTES, read_frame, write_frame};
+use overlay::net::guard::MAX_STRIKES;
 use overlay::net::identity::{ANY_NODE, Identity, server_name_for};
 use overlay::net::token::{JoinToken, Role};
 use overlay::proto::message::WIRE_VERSION;
@@ -410,6 +412,8 @@ async fn malformed_frames_from_an_admitted_peer_are_rejected() {
             }
             junk.push(body);
         }
+        // As many as a peer may send within a minute without being closed.
+        junk.truncate(MAX_STRIKES as usize - 1);
         junk.push(Vec::new()); // an empty frame
         for body in &junk {
             write_frame(&mut send, body).await.expect("write");
@@ -444,6 +448,27 @@ async fn malformed_frames_from_an_admitted_peer_are_rejected() {
             "{} junk frames rejected, connection kept, next valid frame answered",
             junk.len()
         );
+        // One more is one too many: the connection is closed and the peer kept out, so
+        // its next connection is closed right after admission.
+        write_frame(&mut send, &[WIRE_VERSION, 0xff, 0xff])
+            .await
+            .expect("write");
+        let code = closed_by_node(&conn, Duration::from_secs(10)).await;
+        assert_eq!(code, u64::from(CLOSE_PROTOCOL));
+        let again = raw
+            .connect(node.local_addr(), ANY_NODE)
+            .await
+            .expect("handshake");
+        // Its proof may not even finish: the node closes as soon as its own side is done.
+        let _ = authenticate(&again, node.token(), Role::Dialer, Duration::from_secs(5)).await;
+        let code = closed_by_node(&again, Duration::from_secs(10)).await;
+        assert_eq!(code, u64::from(CLOSE_PROTOCOL));
+        let s = wait_status(&node, "kept out counted", Duration::from_secs(5), |s| {
+            s.peers_kept_out == before.peers_kept_out + 1
+        })
+        .await;
+        assert!(s.refused_connections > before.refused_connections, "{s:#?}");
+        eprintln!("the next junk frame closed it; the peer's next connection was refused");
         // And a legitimate node joins afterwards.
         let friend = joiner("friend", &node).await;
         wait_status(&node, "friend alive", Duration::from_secs(10), |s| {

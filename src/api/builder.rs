@@ -298,6 +298,7 @@ impl NodeBuilder {
             to_driver,
             stats: Arc::new(LinkStats::default()),
             mailbox: mailbox.clone(),
+            guard: Arc::default(),
         };
         let driver = Driver::new(DriverParts {
             node: crate::proto::Node::new(core, gossip),

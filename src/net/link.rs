@@ -4,12 +4,13 @@
 
 use super::auth::{AuthError, CLOSE_PROTOCOL, authenticate};
 use super::frame::{FrameError, append_frame, read_frame};
+use super::guard::Guard;
 use super::token::{JoinToken, Role};
 use crate::proto::{DataHeader, NodeId, Packet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
@@ -51,6 +52,9 @@ pub enum DialFailure {
     /// The join-token exchange failed.
     #[error(transparent)]
     Admission(#[from] AuthError),
+    /// The peer broke the protocol too often lately and is kept out for this long.
+    #[error("peer kept out for another {0:.0?} after repeated protocol violations")]
+    KeptOut(Duration),
 }
 
 impl DialError {
@@ -122,6 +126,11 @@ pub enum LinkInput {
 pub struct LinkStats {
     /// Connections refused because the peer failed the token proof.
     pub auth_failures: AtomicU64,
+    /// Inbound connections refused for any reason: too many handshakes pending, a
+    /// handshake that failed or timed out, a failed token proof, a peer kept out.
+    pub refused_connections: AtomicU64,
+    /// Times a peer was kept out for too many malformed frames or protocol violations.
+    pub peers_kept_out: AtomicU64,
     /// Frames that did not decode (dropped, connection kept).
     pub frames_rejected: AtomicU64,
     /// Connections closed for a protocol violation (oversized or truncated frame).
@@ -149,6 +158,8 @@ pub struct LinkContext {
     pub stats: Arc<LinkStats>,
     /// Where point-to-point transfers of large collectives arrive.
     pub mailbox: Arc<super::bulk::Mailbox>,
+    /// Log gates and strikes (see [`super::guard`]).
+    pub guard: Arc<Guard>,
 }
 
 /// Accepts connections forever; each is admitted in its own task.
@@ -156,7 +167,13 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     while let Some(incoming) = endpoint.accept().await {
         let Ok(permit) = slots.clone().try_acquire_owned() else {
-            warn!(remote = %incoming.remote_address(), "too many pending handshakes: refused");
+            let remote = incoming.remote_address();
+            ctx.stats
+                .refused_connections
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(more) = ctx.guard.refused.allow(remote.ip(), Instant::now()) {
+                warn!(%remote, more, "too many pending handshakes: refused");
+            }
             incoming.refuse();
             continue;
         };
@@ -167,10 +184,16 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
             let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
                 Ok(Ok(conn)) => conn,
                 Ok(Err(e)) => {
+                    ctx.stats
+                        .refused_connections
+                        .fetch_add(1, Ordering::Relaxed);
                     debug!(%remote, error = %e, "inbound handshake failed");
                     return;
                 }
                 Err(_) => {
+                    ctx.stats
+                        .refused_connections
+                        .fetch_add(1, Ordering::Relaxed);
                     debug!(%remote, "inbound handshake timed out");
                     return;
                 }
@@ -178,6 +201,12 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
             match authenticate(&conn, &ctx.token, Role::Acceptor, HANDSHAKE_TIMEOUT).await {
                 Ok(peer) if peer == ctx.me => {
                     conn.close(CLOSE_PROTOCOL.into(), b"connected to itself");
+                }
+                Ok(peer) if ctx.guard.strikes.kept_out(&peer, Instant::now()).is_some() => {
+                    ctx.stats
+                        .refused_connections
+                        .fetch_add(1, Ordering::Relaxed);
+                    conn.close(CLOSE_PROTOCOL.into(), b"kept out after protocol violations");
                 }
                 Ok(peer) => {
                     let connected = LinkInput::Connected {
@@ -192,7 +221,14 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
                     if matches!(e, AuthError::BadProof { .. }) {
                         ctx.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
                     }
-                    warn!(%remote, error = %e, "refused an inbound connection");
+                    ctx.stats
+                        .refused_connections
+                        .fetch_add(1, Ordering::Relaxed);
+                    // Anyone who can reach the port gets here: one line per address and
+                    // interval, saying how many were held back, so the log cannot be filled.
+                    if let Some(more) = ctx.guard.refused.allow(remote.ip(), Instant::now()) {
+                        warn!(%remote, error = %e, more, "refused an inbound connection");
+                    }
                 }
             }
         });
@@ -221,7 +257,13 @@ pub async fn dial(
         }
     };
     match authenticate(&conn, &ctx.token, Role::Dialer, HANDSHAKE_TIMEOUT).await {
-        Ok(peer) => Ok((peer, conn)),
+        Ok(peer) => match ctx.guard.strikes.kept_out(&peer, Instant::now()) {
+            Some(left) => {
+                conn.close(CLOSE_PROTOCOL.into(), b"kept out after protocol violations");
+                Err(DialError::new(addr, DialFailure::KeptOut(left)))
+            }
+            None => Ok((peer, conn)),
+        },
         Err(e) => {
             if matches!(e, AuthError::BadProof { .. }) {
                 ctx.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
@@ -316,7 +358,7 @@ async fn read_stream(
                     .bytes_in
                     .fetch_add(bytes.len() as u64 + 4, Ordering::Relaxed);
                 let was_first = std::mem::replace(&mut first, false);
-                let at = std::time::Instant::now();
+                let at = Instant::now();
                 match Packet::decode(&bytes) {
                     Ok(Packet::Data(header)) if was_first => {
                         // A data-plane stream: the rest is raw payload, read by the driver's
@@ -332,7 +374,12 @@ async fn read_stream(
                     }
                     Ok(Packet::Data(_) | Packet::Bulk(_)) => {
                         ctx.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
-                        warn!(peer = %peer, "dropped a data header in the middle of a stream");
+                        if let Some(more) = ctx.guard.frames.allow(peer, at) {
+                            warn!(%peer, more, "dropped a data header in the middle of a stream");
+                        }
+                        if strike_out(peer, &conn, &ctx) {
+                            return;
+                        }
                     }
                     Ok(packet) => {
                         ctx.stats.frames_in.fetch_add(1, Ordering::Relaxed);
@@ -353,14 +400,23 @@ async fn read_stream(
                     }
                     Err(e) => {
                         ctx.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
-                        warn!(peer = %peer, error = %e, "dropped a malformed frame");
+                        if let Some(more) = ctx.guard.frames.allow(peer, at) {
+                            warn!(%peer, error = %e, more, "dropped a malformed frame");
+                        }
+                        if strike_out(peer, &conn, &ctx) {
+                            return;
+                        }
                     }
                 }
             }
             Err(e @ (FrameError::TooLarge { .. } | FrameError::Truncated)) => {
                 ctx.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
-                warn!(peer = %peer, error = %e, "closing the connection: protocol violation");
-                conn.close(CLOSE_PROTOCOL.into(), e.to_string().as_bytes());
+                if let Some(more) = ctx.guard.frames.allow(peer, Instant::now()) {
+                    warn!(%peer, error = %e, more, "closing the connection: protocol violation");
+                }
+                if !strike_out(peer, &conn, &ctx) {
+                    conn.close(CLOSE_PROTOCOL.into(), e.to_string().as_bytes());
+                }
                 return;
             }
             Err(e) => {
@@ -369,4 +425,21 @@ async fn read_stream(
             }
         }
     }
+}
+
+/// Counts a strike against `peer`; on one too many, closes its connection and keeps it
+/// out for [`super::guard::KEEP_OUT`] (returns true: the caller stops reading).
+fn strike_out(peer: NodeId, conn: &quinn::Connection, ctx: &LinkContext) -> bool {
+    if !ctx.guard.strikes.strike(peer, Instant::now()) {
+        return false;
+    }
+    ctx.stats.peers_kept_out.fetch_add(1, Ordering::Relaxed);
+    warn!(
+        %peer,
+        strikes = super::guard::MAX_STRIKES,
+        keep_out = ?super::guard::KEEP_OUT,
+        "closing the connection and keeping the peer out: too many bad frames"
+    );
+    conn.close(CLOSE_PROTOCOL.into(), b"too many bad frames");
+    true
 }

@@ -3,6 +3,7 @@
 //! - [`identity`]: TLS keys and certificates; a node's id is bound to its key.
 //! - [`token`] and [`auth`]: the join token and the session-bound proof of holding it.
 //! - [`frame`]: length-prefixed frames on QUIC streams, with a size limit.
+//! - [`guard`]: rate-limited logs about remote parties, and peers kept out after strikes.
 //! - [`link`]: accept, dial, and the reader/writer tasks of each connection.
 //! - [`driver`]: the one task that owns the protocol core and gossip (the driver loop).
 //! - [`emulated`]: a UDP socket that adds a topology's WAN latency on loopback.
@@ -20,6 +21,7 @@ pub mod driver;
 #[cfg(feature = "testkit")]
 pub mod emulated;
 pub mod frame;
+pub mod guard;
 pub mod identity;
 pub mod link;
 pub mod links;

@@ -116,6 +116,13 @@ pub struct NodeStatus {
     pub protocol_errors: u64,
     /// Connections refused for a bad join-token proof.
     pub auth_failures: u64,
+    /// Inbound connections refused for any reason (handshakes over the limit or failed,
+    /// bad token proofs, peers kept out).
+    #[serde(default)]
+    pub refused_connections: u64,
+    /// Times a peer was kept out for too many malformed frames or protocol violations.
+    #[serde(default)]
+    pub peers_kept_out: u64,
     /// Packets dropped (queues full, peer unreachable).
     pub packets_dropped: u64,
     /// Time since start.

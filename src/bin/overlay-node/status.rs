@@ -105,13 +105,15 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "\nconnections {}, frames in/out {}/{}, rejected frames {}, protocol errors {}, auth failures {}, dropped {}",
+        "\nconnections {}, frames in/out {}/{}, rejected frames {}, protocol errors {}, auth failures {}, refused connections {}, peers kept out {}, dropped {}",
         s.connections,
         s.frames_in,
         s.frames_out,
         s.frames_rejected,
         s.protocol_errors,
         s.auth_failures,
+        s.refused_connections,
+        s.peers_kept_out,
         s.packets_dropped
     );
     Ok(())

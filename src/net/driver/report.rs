@@ -136,6 +136,8 @@ impl Driver {
             frames_rejected: stats.frames_rejected.load(Relaxed),
             protocol_errors: stats.protocol_errors.load(Relaxed),
             auth_failures: stats.auth_failures.load(Relaxed),
+            refused_connections: stats.refused_connections.load(Relaxed),
+            peers_kept_out: stats.peers_kept_out.load(Relaxed),
             packets_dropped: self.links.dropped,
             uptime_ms: self.start.elapsed().as_millis() as u64,
             clusters: cluster_levels(core.clusters(), me.id, |id| {

@@ -24,6 +24,7 @@ fn links_on_loopback(token: &Arc<JoinToken>) -> (Links, mpsc::Receiver<LinkInput
         to_driver,
         stats: Arc::default(),
         mailbox: Arc::default(),
+        guard: Arc::default(),
     };
     tokio::spawn(link::accept_loop(endpoint.clone(), ctx.clone()));
     let client = identity.client_config().expect("client config");

@@ -199,6 +199,17 @@ fn traffic(o: &mut Out, s: &NodeStatus) {
             s.auth_failures,
         ),
         (
+            "overlay_refused_connections_total",
+            "Inbound connections refused (handshakes over the limit or failed, bad token \
+             proofs, peers kept out).",
+            s.refused_connections,
+        ),
+        (
+            "overlay_peers_kept_out_total",
+            "Times a peer was kept out for too many malformed frames or protocol violations.",
+            s.peers_kept_out,
+        ),
+        (
             "overlay_packets_dropped_total",
             "Packets dropped (queues full, peer unreachable).",
             s.packets_dropped,

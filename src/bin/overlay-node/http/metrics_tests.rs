@@ -171,6 +171,8 @@ fn status() -> NodeStatus {
         frames_rejected: 0,
         protocol_errors: 1,
         auth_failures: 2,
+        refused_connections: 7,
+        peers_kept_out: 1,
         packets_dropped: 0,
         uptime_ms: 1500,
         clusters: vec![ClusterLevel {
@@ -247,6 +249,8 @@ fn every_line_parses_and_the_values_are_the_status() {
         u64::MAX as f64
     );
     assert_eq!(one("overlay_auth_failures_total", &[]), 2.0);
+    assert_eq!(one("overlay_refused_connections_total", &[]), 7.0);
+    assert_eq!(one("overlay_peers_kept_out_total", &[]), 1.0);
     assert_eq!(one("overlay_cluster_bandwidth_bits_per_second", &[]), 940e6);
     assert_eq!(
         one(

@@ -1,0 +1,236 @@
+//! What keeps a remote party from filling the node's log or wearing it down with bad
+//! frames: log lines about one source at most once per interval (with the count of the
+//! lines held back), and peers that keep breaking the protocol kept out for a while.
+//!
+//! Both tables are bounded: a source that does not fit is counted with all the others
+//! that did not fit, under one shared entry, so a flood of fresh addresses costs a fixed
+//! amount of memory and one log line per interval.
+
+use crate::proto::NodeId;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How often a line about one source may be logged.
+pub const LOG_INTERVAL: Duration = Duration::from_secs(60);
+/// Sources remembered at once by a log gate.
+pub const MAX_LOG_SOURCES: usize = 4096;
+/// Malformed frames or protocol violations a peer may cause within [`STRIKE_WINDOW`]
+/// before its connection is closed and it is kept out.
+pub const MAX_STRIKES: u32 = 16;
+/// The window strikes are counted over.
+pub const STRIKE_WINDOW: Duration = Duration::from_secs(60);
+/// How long a peer that ran out of strikes is kept out (neither accepted nor dialed).
+pub const KEEP_OUT: Duration = Duration::from_secs(60);
+
+/// At most one log line per source and [`LOG_INTERVAL`].
+///
+/// ```
+/// use overlay::net::guard::LogGate;
+/// use std::time::{Duration, Instant};
+/// let gate = LogGate::new(Duration::from_secs(60), 16);
+/// let t = Instant::now();
+/// assert_eq!(gate.allow("10.0.0.1", t), Some(0)); // logged
+/// assert_eq!(gate.allow("10.0.0.1", t), None); // held back
+/// assert_eq!(gate.allow("10.0.0.1", t + Duration::from_secs(61)), Some(1)); // "1 more"
+/// ```
+#[derive(Debug)]
+pub struct LogGate<K> {
+    interval: Duration,
+    max_sources: usize,
+    inner: Mutex<Windows<K>>,
+}
+
+#[derive(Debug)]
+struct Windows<K> {
+    by_source: HashMap<K, Window>,
+    /// Every source that did not fit in `by_source`.
+    overflow: Option<Window>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    logged_at: Instant,
+    held_back: u64,
+}
+
+impl Window {
+    /// Whether a line may be logged at `now`, and how many were held back before it.
+    fn pass(&mut self, now: Instant, interval: Duration) -> Option<u64> {
+        if now.saturating_duration_since(self.logged_at) >= interval {
+            let held = std::mem::take(&mut self.held_back);
+            self.logged_at = now;
+            Some(held)
+        } else {
+            self.held_back += 1;
+            None
+        }
+    }
+}
+
+impl<K: Hash + Eq + Copy> LogGate<K> {
+    /// A gate letting one line per source through every `interval`, remembering at most
+    /// `max_sources` sources.
+    pub fn new(interval: Duration, max_sources: usize) -> Self {
+        LogGate {
+            interval,
+            max_sources,
+            inner: Mutex::new(Windows {
+                by_source: HashMap::new(),
+                overflow: None,
+            }),
+        }
+    }
+
+    /// `Some(n)` if a line about `source` may be logged now (`n` lines about it were held
+    /// back since the last one), `None` if it is held back.
+    pub fn allow(&self, source: K, now: Instant) -> Option<u64> {
+        let mut w = self.inner.lock().expect("not poisoned");
+        if let Some(win) = w.by_source.get_mut(&source) {
+            return win.pass(now, self.interval);
+        }
+        if w.by_source.len() >= self.max_sources {
+            let interval = self.interval;
+            w.by_source
+                .retain(|_, win| now.saturating_duration_since(win.logged_at) < interval);
+        }
+        let fresh = Window {
+            logged_at: now,
+            held_back: 0,
+        };
+        if w.by_source.len() < self.max_sources {
+            w.by_source.insert(source, fresh);
+            return Some(0);
+        }
+        match &mut w.overflow {
+            Some(win) => win.pass(now, self.interval),
+            none => {
+                *none = Some(fresh);
+                Some(0)
+            }
+        }
+    }
+}
+
+/// The gates and strikes of one node, shared by its connection tasks.
+#[derive(Debug)]
+pub struct Guard {
+    /// Lines about refused inbound connections, per remote IP address.
+    pub refused: LogGate<std::net::IpAddr>,
+    /// Lines about bad frames, per admitted peer.
+    pub frames: LogGate<NodeId>,
+    /// Strikes against admitted peers.
+    pub strikes: Strikes,
+}
+
+impl Default for Guard {
+    fn default() -> Self {
+        Guard {
+            refused: LogGate::new(LOG_INTERVAL, MAX_LOG_SOURCES),
+            frames: LogGate::new(LOG_INTERVAL, MAX_LOG_SOURCES),
+            strikes: Strikes::default(),
+        }
+    }
+}
+
+/// Strikes per peer and the peers kept out.
+#[derive(Debug, Default)]
+pub struct Strikes {
+    inner: Mutex<StrikeTable>,
+}
+
+#[derive(Debug, Default)]
+struct StrikeTable {
+    /// Per peer: when its window started and the strikes in it.
+    counts: HashMap<NodeId, (Instant, u32)>,
+    /// Peers kept out, until when.
+    kept_out: HashMap<NodeId, Instant>,
+}
+
+impl Strikes {
+    /// Counts one strike against `peer`; true when that was one too many: the caller
+    /// closes the connection, and the peer is kept out for [`KEEP_OUT`].
+    pub fn strike(&self, peer: NodeId, now: Instant) -> bool {
+        let mut t = self.inner.lock().expect("not poisoned");
+        if t.counts.len() >= MAX_LOG_SOURCES {
+            t.counts
+                .retain(|_, (since, _)| now.saturating_duration_since(*since) < STRIKE_WINDOW);
+        }
+        let entry = t.counts.entry(peer).or_insert((now, 0));
+        if now.saturating_duration_since(entry.0) >= STRIKE_WINDOW {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
+        if entry.1 <= MAX_STRIKES {
+            return false;
+        }
+        t.counts.remove(&peer);
+        t.kept_out.retain(|_, until| *until > now);
+        t.kept_out.insert(peer, now + KEEP_OUT);
+        true
+    }
+
+    /// How much longer `peer` is kept out, if it is.
+    pub fn kept_out(&self, peer: &NodeId, now: Instant) -> Option<Duration> {
+        let t = self.inner.lock().expect("not poisoned");
+        let until = *t.kept_out.get(peer)?;
+        (until > now).then(|| until - now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gate_passes_one_line_per_interval_and_counts_the_rest() {
+        let gate = LogGate::new(Duration::from_secs(10), 4);
+        let t = Instant::now();
+        assert_eq!(gate.allow(1u32, t), Some(0));
+        for _ in 0..5 {
+            assert_eq!(gate.allow(1, t + Duration::from_secs(1)), None);
+        }
+        assert_eq!(
+            gate.allow(2, t),
+            Some(0),
+            "another source has its own window"
+        );
+        assert_eq!(gate.allow(1, t + Duration::from_secs(10)), Some(5));
+    }
+
+    #[test]
+    fn a_flood_of_fresh_sources_shares_one_window_past_the_limit() {
+        let gate = LogGate::new(Duration::from_secs(10), 4);
+        let t = Instant::now();
+        let passed = (0..10_000u32)
+            .filter(|i| gate.allow(*i, t).is_some())
+            .count();
+        // Four remembered sources and one line for all the others.
+        assert_eq!(passed, 5);
+        let later = t + Duration::from_secs(10);
+        // Past the interval the old entries make room again.
+        assert_eq!(gate.allow(20_000, later), Some(0));
+        assert!(gate.inner.lock().unwrap().by_source.len() <= 4);
+    }
+
+    #[test]
+    fn a_peer_is_kept_out_after_too_many_strikes_and_let_in_later() {
+        let s = Strikes::default();
+        let (p, q) = (NodeId::from_bytes([1; 16]), NodeId::from_bytes([2; 16]));
+        let t = Instant::now();
+        for _ in 0..MAX_STRIKES {
+            assert!(!s.strike(p, t));
+        }
+        assert!(!s.strike(q, t), "strikes are per peer");
+        assert!(s.strike(p, t));
+        assert!(s.kept_out(&p, t).is_some());
+        assert!(s.kept_out(&q, t).is_none());
+        assert!(s.kept_out(&p, t + KEEP_OUT).is_none());
+        // Strikes spread out over windows never add up.
+        for k in 0..3 * MAX_STRIKES {
+            let at = t + STRIKE_WINDOW * (k / (MAX_STRIKES / 2)) + KEEP_OUT;
+            assert!(!s.strike(q, at), "strike {k}");
+        }
+    }
+}
