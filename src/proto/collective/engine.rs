@@ -1,6 +1,7 @@
 //! The collective engine: relays, the root's bookkeeping, retries and reports. The protocol
 //! is described in the module docs of [`super`].
 
+mod admit;
 mod own;
 mod parts;
 mod relay;
@@ -8,6 +9,9 @@ mod root;
 mod send;
 mod state;
 
+use self::admit::OriginSlots;
+#[cfg(test)]
+pub(super) use self::admit::limits as admit_limits;
 use self::parts::{barrier_key, child_budget, chunk_items, delivery_kind, is_empty, reached_only};
 use self::state::{Deferred, Origin, Own, Phase, Plan, Relay, Slot, Target};
 
@@ -28,9 +32,6 @@ use std::time::Duration;
 /// answers are recognised during that time).
 const REMEMBER: Duration = Duration::from_secs(60);
 
-/// Most operations a node takes part in at once; more are refused (a flood guard).
-const MAX_RELAYS: usize = 20_000;
-
 /// Most children outside the cluster an entry sends to on behalf of the nodes below it.
 const MAX_HOISTED: usize = 32;
 
@@ -39,6 +40,8 @@ const MAX_HOISTED: usize = 32;
 pub struct Collectives {
     me: NodeId,
     relays: HashMap<OpId, Relay>,
+    /// The relay entries of each root (see `admit.rs`).
+    by_origin: HashMap<NodeId, OriginSlots>,
     origins: HashMap<OpId, Origin>,
     published: HashMap<String, Vec<u8>>,
     reducers: Reducers,
@@ -69,6 +72,7 @@ impl Collectives {
         Collectives {
             me,
             relays: HashMap::new(),
+            by_origin: HashMap::new(),
             origins: HashMap::new(),
             published: HashMap::new(),
             reducers: Reducers::default(),
@@ -236,6 +240,13 @@ impl Collectives {
         };
         if self.origins.contains_key(&op) || self.relays.contains_key(&op) {
             report.error = Some(OpRefused::InUse { nonce: s.nonce });
+            return self.events.push_back(Event::Report(Box::new(report)));
+        }
+        if !self.admit(now, op) {
+            // Said at once: waiting out the timeout would look like every member missing.
+            report.error = Some(OpRefused::Busy {
+                running: self.origins.len(),
+            });
             return self.events.push_back(Event::Report(Box::new(report)));
         }
         let size = match &body {
@@ -408,7 +419,7 @@ impl Collectives {
             }
             self.forget.pop_front();
             if self.relays.get(&op).is_some_and(|r| r.forget_at <= now) {
-                self.relays.remove(&op);
+                self.remove_entry(&op);
             }
         }
         while let Some(&(t, op)) = self.streams_forget.front() {

@@ -204,6 +204,13 @@ pub enum OpRefused {
         /// The number asked for.
         nonce: u64,
     },
+    /// This node takes part in too many operations of its own (or in all) to start
+    /// another now; the running ones finish or are forgotten within their timeout.
+    #[error("busy: {running} operations started here are still running; try again later")]
+    Busy {
+        /// Operations started at this node and not reported yet.
+        running: usize,
+    },
     /// The payload is larger than the operation carries.
     #[error("payload of {len} bytes exceeds the limit of {limit} bytes")]
     TooLarge {

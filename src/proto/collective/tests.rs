@@ -5,6 +5,7 @@ use crate::proto::message::{CollectiveMessage, Message, NumKind};
 use crate::proto::{Event, Time};
 use std::collections::{HashMap, VecDeque};
 
+mod flood;
 mod plan;
 
 struct View {

@@ -1,7 +1,7 @@
 //! A node's own part in an operation: its contribution, and answers to members that ask it
 //! directly.
 
-use super::{Collectives, MAX_RELAYS, Own, Phase, Relay, Slot, delivery_kind, reached_only};
+use super::{Collectives, Own, Phase, Relay, Slot, delivery_kind, reached_only};
 use crate::proto::collective::acc::own_part;
 use crate::proto::collective::{Delivered, DeliveryKind, OpKind, Overlay};
 use crate::proto::message::{DownBody, OpId, Reducer, UpPart};
@@ -64,9 +64,8 @@ impl Collectives {
     ) {
         let me = self.me;
         if !self.relays.contains_key(&op) {
-            if self.relays.len() >= MAX_RELAYS {
-                self.refused_floods += 1;
-                return;
+            if !self.admit(now, op) {
+                return self.reply(ov, from, op, UpPart::default());
             }
             let deadline = now + Duration::from_micros(budget_us as u64);
             let relay = Relay::blank(from, Phase::Done, deadline);

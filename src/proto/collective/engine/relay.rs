@@ -2,7 +2,7 @@
 //! scatter items, direct answers, and answers from below.
 
 use super::{
-    Collectives, Deferred, MAX_RELAYS, Own, Phase, Plan, REMEMBER, Relay, Slot, Target,
+    Collectives, Deferred, Own, Phase, Plan, REMEMBER, Relay, Slot, Target,
     child_budget, chunk_items, delivery_kind, is_empty, reached_only,
 };
 use crate::proto::collective::{Delivered, DeliveryKind, OpKind, Overlay, plan};
@@ -46,9 +46,19 @@ impl Collectives {
             }
             return;
         }
-        if self.relays.len() >= MAX_RELAYS {
-            self.refused_floods += 1;
-            tracing::warn!(%from, "too many collective operations in flight; one refused");
+        if !self.admit(now, op) {
+            // Answered at once, as reaching nothing: the sender reports this subtree
+            // missing (or asks its members directly) instead of waiting out its budget.
+            if from != self.me {
+                self.send_up(from, op, UpPart::default());
+            }
+            if self.refused_floods.is_power_of_two() {
+                tracing::warn!(
+                    root = %op.root,
+                    refused = self.refused_floods,
+                    "too many collective operations of one root in flight; refusing"
+                );
+            }
             return;
         }
         let deadline = now + Duration::from_micros(budget_us as u64);
@@ -216,7 +226,9 @@ impl Collectives {
     pub(super) fn insert_relay(&mut self, op: OpId, relay: Relay) {
         self.wake(relay.deadline, op, Slot::Relay);
         self.forget.push_back((relay.forget_at, op));
-        self.relays.insert(op, relay);
+        if self.relays.insert(op, relay).is_none() {
+            self.count_entry(op);
+        }
     }
 
     /// Splits scatter items: this node's own, and the rest passed on: each to the child whose subtree holds its destination, or

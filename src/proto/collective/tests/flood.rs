@@ -1,0 +1,115 @@
+//! A flood of operations from one root: bounded per root, refusals answered at once, and
+//! the other roots' operations unharmed.
+
+use super::*;
+use crate::proto::collective::engine::admit_limits;
+use crate::proto::message::{DownBody, OpId, UpPart};
+
+/// Node 1 relays for roots 0 and 3; node 2, below it in both trees, stopped silently (not
+/// yet known dead), so every operation at node 1 stays running until its budget.
+fn two_roots_over_a_stalled_relay() -> Net {
+    let mut net = Net::new(4, &[(0, 1), (1, 2), (1, 3)]);
+    let (r0, r3) = (net.ids[0], net.ids[3]);
+    let (n0, n1, n2) = (net.ids[0], net.ids[1], net.ids[2]);
+    for v in &mut net.views {
+        v.children.insert(r0, Vec::new());
+        v.children.insert(r3, Vec::new());
+    }
+    net.views[0].children.insert(r0, vec![n1]);
+    net.views[1].children.insert(r0, vec![n2, r3]);
+    net.views[3].children.insert(r3, vec![n1]);
+    net.views[1].children.insert(r3, vec![n0, n2]);
+    net.alive[2] = false;
+    net
+}
+
+fn down(op: OpId) -> CollectiveMessage {
+    CollectiveMessage::Down {
+        op,
+        budget_us: 5_000_000,
+        direct: false,
+        more: false,
+        plan: Vec::new(),
+        hoisted: Vec::new(),
+        covered: Vec::new(),
+        body: DownBody::Broadcast {
+            payload: b"flood".to_vec(),
+            purpose: Purpose::Data,
+        },
+        route: Vec::new(),
+    }
+}
+
+#[test]
+fn a_forged_flood_from_one_root_is_answered_at_once_and_another_root_still_gets_through() {
+    let (per_root, _) = admit_limits();
+    let mut net = two_roots_over_a_stalled_relay();
+    let (r0, n1) = (net.ids[0], 1);
+    // More operations of root 0 than node 1 keeps for one root, all still running.
+    let flood = per_root + 500;
+    for nonce in 0..flood as u64 {
+        let op = OpId { root: r0, nonce };
+        net.engines[n1].handle_message(net.now, &net.views[n1], r0, down(op));
+    }
+    let mut refused = 0;
+    while let Some(t) = net.engines[n1].poll_transmit() {
+        if let Message::Collective(CollectiveMessage::Up { part, .. }) = &t.msg {
+            assert_eq!(t.to, r0);
+            assert_eq!(*part, UpPart::default(), "a refusal reaches nothing");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 500, "every refused operation answered at once");
+    assert_eq!(net.engines[n1].refused_operations(), 500);
+    while net.engines[n1].poll_event().is_some() {}
+
+    // Root 3 has its own share at node 1: its broadcast reaches node 0 and node 1.
+    net.start(
+        3,
+        StartKind::Broadcast {
+            payload: b"mine".to_vec(),
+        },
+    );
+    net.run(Duration::from_secs(5));
+    let got: Vec<usize> = net.deliveries(DeliveryKind::Broadcast);
+    assert_eq!(got, vec![0, 1, 3], "root 3's broadcast, not blocked by root 0's flood");
+    let r = net.report();
+    assert_eq!(r.missing, vec![net.ids[2]], "{r:?}");
+}
+
+#[test]
+fn a_root_over_its_share_is_told_busy_at_once_and_finished_operations_make_room() {
+    let (per_root, _) = admit_limits();
+    let mut net = two_roots_over_a_stalled_relay();
+    for nonce in 0..per_root as u64 + 3 {
+        net.start_op(
+            0,
+            nonce,
+            StartKind::Broadcast {
+                payload: b"x".to_vec(),
+            },
+        );
+    }
+    let busy = (net.events.iter())
+        .filter(|(i, e)| {
+            *i == 0
+                && matches!(e, Event::Report(r) if matches!(r.error, Some(OpRefused::Busy { .. })))
+        })
+        .count();
+    assert_eq!(busy, 3, "the three over the share are refused as busy, not left to time out");
+    // Once they finished (node 2 reported missing), the next one runs: answered entries
+    // are given up for it.
+    net.run(Duration::from_secs(10));
+    net.events.clear();
+    net.start_op(
+        0,
+        per_root as u64 + 10,
+        StartKind::Broadcast {
+            payload: b"after".to_vec(),
+        },
+    );
+    net.run(Duration::from_secs(20));
+    let r = net.report();
+    assert!(r.error.is_none(), "{r:?}");
+    assert!(r.reached.contains(&net.ids[1]), "{r:?}");
+}
