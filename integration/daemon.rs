@@ -5,6 +5,7 @@
 mod admin_limits;
 mod commands;
 mod log_flood;
+mod relay_flood;
 mod setup;
 
 use crate::common::{Output, Proc, node_cmd, run_with_timeout};

@@ -69,9 +69,7 @@ impl Collectives {
         // then, so the queue stays within twice what the root holds.
         if slots.order.len() > 2 * slots.held + SCAN {
             let relays = &self.relays;
-            slots
-                .order
-                .retain(|o| *o == op || relays.contains_key(o));
+            slots.order.retain(|o| *o == op || relays.contains_key(o));
         }
     }
 
@@ -96,7 +94,11 @@ impl Collectives {
         };
         let relays = &self.relays;
         // Ids forgotten since are skipped; the queue stays about as long as `held`.
-        while slots.order.front().is_some_and(|op| !relays.contains_key(op)) {
+        while slots
+            .order
+            .front()
+            .is_some_and(|op| !relays.contains_key(op))
+        {
             slots.order.pop_front();
         }
         let finished = |op: &OpId, past: bool| {

@@ -2,8 +2,8 @@
 //! scatter items, direct answers, and answers from below.
 
 use super::{
-    Collectives, Deferred, Own, Phase, Plan, REMEMBER, Relay, Slot, Target,
-    child_budget, chunk_items, delivery_kind, is_empty, reached_only,
+    Collectives, Deferred, Own, Phase, Plan, REMEMBER, Relay, Slot, Target, child_budget,
+    chunk_items, delivery_kind, is_empty, reached_only,
 };
 use crate::proto::collective::{Delivered, DeliveryKind, OpKind, Overlay, plan};
 use crate::proto::message::{DownBody, OpId, Purpose, UpPart};

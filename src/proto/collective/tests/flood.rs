@@ -72,7 +72,11 @@ fn a_forged_flood_from_one_root_is_answered_at_once_and_another_root_still_gets_
     );
     net.run(Duration::from_secs(5));
     let got: Vec<usize> = net.deliveries(DeliveryKind::Broadcast);
-    assert_eq!(got, vec![0, 1, 3], "root 3's broadcast, not blocked by root 0's flood");
+    assert_eq!(
+        got,
+        vec![0, 1, 3],
+        "root 3's broadcast, not blocked by root 0's flood"
+    );
     let r = net.report();
     assert_eq!(r.missing, vec![net.ids[2]], "{r:?}");
 }
@@ -96,7 +100,10 @@ fn a_root_over_its_share_is_told_busy_at_once_and_finished_operations_make_room(
                 && matches!(e, Event::Report(r) if matches!(r.error, Some(OpRefused::Busy { .. })))
         })
         .count();
-    assert_eq!(busy, 3, "the three over the share are refused as busy, not left to time out");
+    assert_eq!(
+        busy, 3,
+        "the three over the share are refused as busy, not left to time out"
+    );
     // Once they finished (node 2 reported missing), the next one runs: answered entries
     // are given up for it.
     net.run(Duration::from_secs(10));
