@@ -7,6 +7,7 @@ mod commands;
 mod log_flood;
 mod relay_flood;
 mod setup;
+mod slow_seed;
 
 use crate::common::{Output, Proc, node_cmd, run_with_timeout};
 use std::path::{Path, PathBuf};

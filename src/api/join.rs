@@ -16,6 +16,8 @@ const REFUSED_ROUNDS: u32 = 3;
 /// Backoff between rounds: first and largest pause.
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(4);
+/// How long a restarting node tries its remembered peers before it goes on alone.
+const RESTART_WAIT: Duration = Duration::from_secs(20);
 
 /// Joins through the first of `addrs` that admits the node. A restarting node (its
 /// addresses come from the data directory) continues alone when none answers.
@@ -33,10 +35,22 @@ pub(super) async fn join_any(
             Err(NodeError::NoJoinAddress)
         };
     }
+    // A restarting node whose old peers all stay silent goes on alone after a while,
+    // however long a fresh join would keep trying.
+    let deadline = if restarting {
+        deadline.min(Instant::now() + RESTART_WAIT)
+    } else {
+        deadline
+    };
     let mut last_error = None;
     let mut refused_rounds = 0;
     let mut pause = BACKOFF_FIRST;
+    let mut round = 0u64;
     loop {
+        round += 1;
+        // Rounds 1, 2, 4, 8...: a join that waits for hours says so now and then, not
+        // every few seconds.
+        let say = round.is_power_of_two();
         let mut all_refused = true;
         for &addr in addrs {
             let attempt = tokio::select! {
@@ -52,7 +66,9 @@ pub(super) async fn join_any(
                 Err(e @ NodeError::TokenRejected { .. }) => return Err(e),
                 Err(e @ (NodeError::Join(_) | NodeError::JoinTimeout { .. })) => {
                     all_refused = false;
-                    warn!(parent: span, %addr, error = %e, "join attempt failed");
+                    if say {
+                        warn!(parent: span, %addr, error = %e, round, "join attempt failed; trying again");
+                    }
                     last_error = Some(e);
                 }
                 Err(e @ NodeError::JoinRefused { .. }) => {

@@ -8,6 +8,9 @@ use overlay::net::token::JoinToken;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// "Keep trying": a century, which an `Instant` can still hold.
+const JOIN_FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let Resolved { settings, token } = args.resolve()?;
     let data_dir = settings
@@ -37,9 +40,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(name) = &settings.name {
         builder = builder.name(name.clone());
     }
-    if let Some(secs) = settings.join_timeout {
-        builder = builder.join_timeout(Duration::from_secs(secs));
-    }
+    // A daemon never exits because joining is slow (a seed busy with a join storm, a
+    // network still coming up): without --join-timeout it keeps trying.
+    let join_timeout = settings
+        .join_timeout
+        .map_or(JOIN_FOREVER, Duration::from_secs);
+    builder = builder.join_timeout(join_timeout);
     let token = match (token, &settings.token_file) {
         (Some(t), _) => Some(t.parse::<JoinToken>().context("--token")?),
         (None, Some(file)) => Some(

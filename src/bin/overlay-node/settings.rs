@@ -83,7 +83,8 @@ pub struct RunArgs {
     /// Log line format [default: text]
     #[arg(long, env = "OVERLAY_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Give up joining after this many seconds [default: 20]
+    /// Give up joining after this many seconds [default: keep trying, with backoff; an
+    /// address whose port is closed for three rounds in a row still fails at once]
     #[arg(long, env = "OVERLAY_JOIN_TIMEOUT", value_name = "SECONDS")]
     pub join_timeout: Option<u64>,
     /// Serve Prometheus metrics at http://ADDR/metrics.
