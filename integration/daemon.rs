@@ -5,6 +5,7 @@
 mod admin_limits;
 mod commands;
 mod log_flood;
+mod malicious_member;
 mod relay_flood;
 mod setup;
 mod slow_seed;

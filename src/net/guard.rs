@@ -12,6 +12,15 @@ use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// Control-plane bytes one connection may have read per second, over time: above it
+/// the node reads that peer's streams more slowly, so QUIC flow control holds the peer
+/// back and one member cannot take the node's CPU from the others. Data-plane streams
+/// (large payloads) are not counted. Far above what the protocol sends: inline
+/// broadcasts (at most 960 KiB each) still pass at about 35 per second per link.
+pub const CONTROL_READ_RATE: f64 = 32.0 * 1024.0 * 1024.0;
+/// What one connection may read at once above that rate.
+pub const CONTROL_READ_BURST: f64 = 8.0 * 1024.0 * 1024.0;
+
 /// How often a line about one source may be logged.
 pub const LOG_INTERVAL: Duration = Duration::from_secs(60);
 /// Sources remembered at once by a log gate.
@@ -134,6 +143,40 @@ impl Default for Guard {
     }
 }
 
+/// A token bucket of bytes one connection's readers spend: a reader that overdraws it
+/// waits out its debt before reading on.
+#[derive(Debug)]
+pub struct ReadBudget {
+    rate: f64,
+    burst: f64,
+    /// Bytes left (negative: owed) and when last refilled.
+    state: Mutex<(f64, Instant)>,
+}
+
+impl ReadBudget {
+    /// A full bucket of `burst` bytes refilled at `rate` bytes per second.
+    pub fn new(rate: f64, burst: f64) -> Self {
+        ReadBudget {
+            rate,
+            burst,
+            state: Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// Spends `bytes` at `now`; how long the reader must wait before reading on.
+    pub fn spend(&self, bytes: usize, now: Instant) -> Duration {
+        let mut st = self.state.lock().expect("not poisoned");
+        let refill = now.saturating_duration_since(st.1).as_secs_f64() * self.rate;
+        st.0 = (st.0 + refill).min(self.burst) - bytes as f64;
+        st.1 = now;
+        if st.0 >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-st.0 / self.rate)
+        }
+    }
+}
+
 /// Strikes per peer and the peers kept out.
 #[derive(Debug, Default)]
 pub struct Strikes {
@@ -212,6 +255,21 @@ mod tests {
         // Past the interval the old entries make room again.
         assert_eq!(gate.allow(20_000, later), Some(0));
         assert!(gate.inner.lock().unwrap().by_source.len() <= 4);
+    }
+
+    #[test]
+    fn a_read_budget_lets_a_burst_through_and_then_paces_to_its_rate() {
+        let b = ReadBudget::new(1000.0, 500.0);
+        let t = Instant::now();
+        assert_eq!(b.spend(500, t), Duration::ZERO);
+        // 1000 bytes owed at 1000 B/s: a second.
+        assert_eq!(b.spend(1000, t), Duration::from_secs(1));
+        // Half a second later half the debt is paid.
+        let w = b.spend(0, t + Duration::from_millis(500));
+        assert!((w.as_secs_f64() - 0.5).abs() < 1e-9, "{w:?}");
+        // Long idle refills to the burst, no more.
+        assert_eq!(b.spend(500, t + Duration::from_secs(100)), Duration::ZERO);
+        assert!(b.spend(1, t + Duration::from_secs(100)) > Duration::ZERO);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::auth::{AuthError, CLOSE_PROTOCOL, authenticate};
 use super::frame::{FrameError, append_frame, read_frame};
-use super::guard::Guard;
+use super::guard::{CONTROL_READ_BURST, CONTROL_READ_RATE, Guard, ReadBudget};
 use super::token::{JoinToken, Role};
 use crate::proto::{DataHeader, NodeId, Packet};
 use std::net::SocketAddr;
@@ -327,10 +327,13 @@ async fn writer(conn: quinn::Connection, mut rx: mpsc::Receiver<Vec<u8>>, stats:
 /// Reads every unidirectional stream the peer opens and forwards decoded packets.
 async fn reader(peer: NodeId, conn: quinn::Connection, ctx: LinkContext) {
     let id = conn.stable_id();
+    // One budget for all the connection's control streams: more streams buy no more.
+    let budget = Arc::new(ReadBudget::new(CONTROL_READ_RATE, CONTROL_READ_BURST));
     let reason = loop {
         match conn.accept_uni().await {
             Ok(recv) => {
-                crate::net::spawn_in_span(read_stream(peer, conn.clone(), recv, ctx.clone()));
+                let stream = read_stream(peer, conn.clone(), recv, ctx.clone(), budget.clone());
+                crate::net::spawn_in_span(stream);
             }
             Err(e) => break e.to_string(),
         }
@@ -348,6 +351,7 @@ async fn read_stream(
     conn: quinn::Connection,
     mut recv: quinn::RecvStream,
     ctx: LinkContext,
+    budget: Arc<ReadBudget>,
 ) {
     let mut first = true;
     loop {
@@ -359,6 +363,9 @@ async fn read_stream(
                     .fetch_add(bytes.len() as u64 + 4, Ordering::Relaxed);
                 let was_first = std::mem::replace(&mut first, false);
                 let at = Instant::now();
+                // Paid before the next read (a data-plane header is let through: its
+                // stream is read elsewhere, at the rate the payload's plan sets).
+                let owed = budget.spend(bytes.len() + 4, at);
                 match Packet::decode(&bytes) {
                     Ok(Packet::Data(header)) if was_first => {
                         // A data-plane stream: the rest is raw payload, read by the driver's
@@ -407,6 +414,9 @@ async fn read_stream(
                             return;
                         }
                     }
+                }
+                if !owed.is_zero() {
+                    tokio::time::sleep(owed).await;
                 }
             }
             Err(e @ (FrameError::TooLarge { .. } | FrameError::Truncated)) => {
