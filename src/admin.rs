@@ -186,11 +186,8 @@ async fn wait_stopped(node: &Node) {
 
 async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
-    let mut line = String::new();
-    let mut reader = BufReader::new(read).take(MAX_REQUEST_LINE);
-    reader.read_line(&mut line).await?;
-    let mut body = reader.into_inner();
-    let response = match serde_json::from_str::<AdminRequest>(&line) {
+    let (request, mut body) = read_request(read).await?;
+    let response = match request {
         Err(e) => {
             warn!(error = %e, "malformed admin request");
             AdminResponse::Error(format!("malformed request: {e}"))
@@ -272,9 +269,21 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
 /// Longest request line a node reads (requests other than the payload are small).
 const MAX_REQUEST_LINE: u64 = 64 * 1024;
 
+/// Reads a request's line (at most [`MAX_REQUEST_LINE`] bytes, UTF-8) from what a client
+/// sent and parses it; the reader is returned where a broadcast's payload starts. Over
+/// any reader, so that the fuzz entry point can feed it plain bytes.
+pub(crate) async fn read_request<R: tokio::io::AsyncRead + Unpin>(
+    read: R,
+) -> std::io::Result<(serde_json::Result<AdminRequest>, BufReader<R>)> {
+    let mut line = String::new();
+    let mut reader = BufReader::new(read).take(MAX_REQUEST_LINE);
+    reader.read_line(&mut line).await?;
+    Ok((serde_json::from_str(&line), reader.into_inner()))
+}
+
 /// Reads the `len` payload bytes that follow a broadcast request, all of them or an error
 /// saying what was wrong (too large, cut short).
-async fn read_payload(
+pub(crate) async fn read_payload(
     body: &mut (impl tokio::io::AsyncRead + Unpin),
     len: u64,
 ) -> Result<Vec<u8>, String> {

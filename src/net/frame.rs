@@ -37,19 +37,26 @@ pub async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>,
         Err(quinn::ReadExactError::FinishedEarly(_)) => return Err(FrameError::Truncated),
         Err(e) => return Err(e.into()),
     }
-    let len = u32::from_be_bytes(len) as usize;
+    let mut body = vec![0u8; frame_len(len)?];
+    match recv.read_exact(&mut body).await {
+        Ok(()) => Ok(Some(body)),
+        Err(quinn::ReadExactError::FinishedEarly(_)) => Err(FrameError::Truncated),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The body length a frame's 4-byte prefix announces, refused above [`MAX_FRAME_BYTES`].
+/// The one place a prefix is interpreted, so that [`read_frame`] and the fuzz entry
+/// points (which have no stream) check it alike.
+pub fn frame_len(prefix: [u8; 4]) -> Result<usize, FrameError> {
+    let len = u32::from_be_bytes(prefix) as usize;
     if len > MAX_FRAME_BYTES {
         return Err(FrameError::TooLarge {
             len,
             limit: MAX_FRAME_BYTES,
         });
     }
-    let mut body = vec![0u8; len];
-    match recv.read_exact(&mut body).await {
-        Ok(()) => Ok(Some(body)),
-        Err(quinn::ReadExactError::FinishedEarly(_)) => Err(FrameError::Truncated),
-        Err(e) => Err(e.into()),
-    }
+    Ok(len)
 }
 
 /// Writes one raw frame.
