@@ -68,11 +68,14 @@ fn packet_round_trip(p: &Packet) {
     assert_eq!(again.encode().ok(), Some(bytes), "encoding is stable");
 }
 
+/// A frame's body and the bytes after the frame.
+pub type Split<'a> = (&'a [u8], &'a [u8]);
+
 /// What [`crate::net::frame::read_frame`] returns on a stream that holds `bytes` and
 /// then ends, and the bytes after the frame: `Ok(None)` at a clean end between frames,
 /// [`FrameError::Truncated`] inside one, [`FrameError::TooLarge`] for a prefix over the
 /// limit (checked by the same [`frame_len`] before anything is allocated).
-pub fn next_frame(bytes: &[u8]) -> Result<Option<(&[u8], &[u8])>, FrameError> {
+pub fn next_frame(bytes: &[u8]) -> Result<Option<Split<'_>>, FrameError> {
     if bytes.is_empty() {
         return Ok(None);
     }

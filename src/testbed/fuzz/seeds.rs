@@ -229,7 +229,10 @@ pub fn frame_inputs() -> Vec<Vec<u8>> {
         out
     };
     let all = packet_inputs();
-    let mut out: Vec<Vec<u8>> = all.iter().map(|p| framed(&[p.clone()])).collect();
+    let mut out: Vec<Vec<u8>> = all
+        .iter()
+        .map(|p| framed(std::slice::from_ref(p)))
+        .collect();
     // Control streams carry several packets back to back.
     out.push(framed(&all[..6]));
     // Data and bulk streams: the header, then raw payload.
