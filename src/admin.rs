@@ -231,17 +231,15 @@ async fn wait_stopped(node: &Node) {
 
 async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
-    let mut line = String::new();
-    let mut reader = BufReader::new(read).take(MAX_REQUEST_LINE);
-    let read = tokio::time::timeout(ADMIN_READ_TIMEOUT, reader.read_line(&mut line)).await;
-    let mut body = reader.into_inner();
-    let parsed = match read {
-        Ok(read) => read.map(|_| serde_json::from_str::<AdminRequest>(&line)),
-        Err(_) => Ok(Err(serde::de::Error::custom(format!(
-            "no request within {ADMIN_READ_TIMEOUT:?}"
-        )))),
+    let Ok(read) = tokio::time::timeout(ADMIN_READ_TIMEOUT, read_request(read)).await else {
+        let late = AdminResponse::Error(format!("no request within {ADMIN_READ_TIMEOUT:?}"));
+        let mut out = serde_json::to_vec(&late).map_err(std::io::Error::other)?;
+        out.push(b'\n');
+        write.write_all(&out).await?;
+        return write.shutdown().await;
     };
-    let response = match parsed? {
+    let (request, mut body) = read?;
+    let response = match request {
         Err(e) => {
             warn!(error = %e, "malformed admin request");
             AdminResponse::Error(format!("malformed request: {e}"))
@@ -323,9 +321,21 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
 /// Longest request line a node reads (requests other than the payload are small).
 const MAX_REQUEST_LINE: u64 = 64 * 1024;
 
+/// Reads a request's line (at most [`MAX_REQUEST_LINE`] bytes, UTF-8) from what a client
+/// sent and parses it; the reader is returned where a broadcast's payload starts. Over
+/// any reader, so that the fuzz entry point can feed it plain bytes.
+pub(crate) async fn read_request<R: tokio::io::AsyncRead + Unpin>(
+    read: R,
+) -> std::io::Result<(serde_json::Result<AdminRequest>, BufReader<R>)> {
+    let mut line = String::new();
+    let mut reader = BufReader::new(read).take(MAX_REQUEST_LINE);
+    reader.read_line(&mut line).await?;
+    Ok((serde_json::from_str(&line), reader.into_inner()))
+}
+
 /// Reads the `len` payload bytes that follow a broadcast request, all of them or an error
 /// saying what was wrong (too large, cut short).
-async fn read_payload(
+pub(crate) async fn read_payload(
     body: &mut (impl tokio::io::AsyncRead + Unpin),
     len: u64,
 ) -> Result<Vec<u8>, String> {

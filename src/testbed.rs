@@ -7,6 +7,8 @@
 //! router is `.1` on it and the cluster's nodes are `.2`, `.3`, ... A node is named
 //! `{cluster}-{k}` (k from 1), like the nodes of [`crate::local::LocalOverlay`].
 
+pub mod fuzz;
+
 use crate::api::NodeStatus;
 use crate::local::{OverlayCheck, check_statuses};
 use crate::proto::{Liveness, NodeId};

@@ -110,6 +110,14 @@ impl Topology {
         Some(Topology::parse(text, &origin).expect("shipped topology file must parse"))
     }
 
+    /// The text of a shipped topology file, by file stem (seeds for fuzzing the parser).
+    pub fn builtin_text(name: &str) -> Option<&'static str> {
+        BUILTIN
+            .iter()
+            .find(|(stem, _)| *stem == name)
+            .map(|&(_, text)| text)
+    }
+
     /// File stems of the topologies available through [`Topology::builtin`].
     pub fn builtin_names() -> impl Iterator<Item = &'static str> {
         BUILTIN.iter().map(|(stem, _)| *stem)

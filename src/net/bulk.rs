@@ -189,6 +189,18 @@ impl Inner {
     }
 }
 
+/// Whether the transfer a received `header` announces from `peer` is taken, decided from
+/// the header alone before any of its bytes are read: `None` when refused (over
+/// [`MAX_TRANSFER`], no room, or its operation is over), else the key it is posted under
+/// and the bytes reserved for it (see [`Mailbox::reserve`]).
+pub fn admit(mailbox: &Mailbox, peer: NodeId, header: &BulkHeader) -> Option<(Key, usize)> {
+    if header.len > MAX_TRANSFER {
+        return None;
+    }
+    let key = (header.op, peer, header.tag);
+    Some((key, mailbox.reserve(&key, header.len)?))
+}
+
 /// Reads a transfer whose header came on `recv` and posts it.
 pub async fn receive(
     mailbox: &Mailbox,
@@ -196,12 +208,7 @@ pub async fn receive(
     header: BulkHeader,
     mut recv: quinn::RecvStream,
 ) {
-    let key = (header.op, peer, header.tag);
-    let reserved = match header.len > MAX_TRANSFER {
-        true => None,
-        false => mailbox.reserve(&key, header.len),
-    };
-    let Some(reserved) = reserved else {
+    let Some((key, reserved)) = admit(mailbox, peer, &header) else {
         debug!(peer = %peer, len = header.len, "refused a transfer: too large, no room, or over");
         let _ = recv.stop(STOP_REFUSED.into());
         return;

@@ -37,19 +37,41 @@ pub async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Option<Vec<u8>>,
         Err(quinn::ReadExactError::FinishedEarly(_)) => return Err(FrameError::Truncated),
         Err(e) => return Err(e.into()),
     }
-    let len = u32::from_be_bytes(len) as usize;
+    let len = frame_len(len)?;
+    // Memory follows the bytes that arrived, not the prefix: a peer announcing 1 MiB on
+    // each of its streams and sending nothing more holds almost nothing here.
+    let mut body: Vec<u8> = Vec::with_capacity(len.min(FIRST_CHUNK));
+    while body.len() < len {
+        let chunk = match recv.read_chunk(len - body.len(), true).await {
+            Ok(Some(chunk)) => chunk.bytes,
+            Ok(None) => return Err(FrameError::Truncated),
+            Err(e) => return Err(quinn::ReadExactError::ReadError(e).into()),
+        };
+        if body.capacity() - body.len() < chunk.len() {
+            let want = (body.capacity() * 2).clamp(body.len() + chunk.len(), len);
+            body.reserve_exact(want - body.len());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
+}
+
+/// What a frame's body is first given room for; it grows (doubling, capped at the
+/// announced length) as more arrives.
+const FIRST_CHUNK: usize = 64 * 1024;
+
+/// The body length a frame's 4-byte prefix announces, refused above [`MAX_FRAME_BYTES`].
+/// The one place a prefix is interpreted, so that [`read_frame`] and the fuzz entry
+/// points (which have no stream) check it alike.
+pub fn frame_len(prefix: [u8; 4]) -> Result<usize, FrameError> {
+    let len = u32::from_be_bytes(prefix) as usize;
     if len > MAX_FRAME_BYTES {
         return Err(FrameError::TooLarge {
             len,
             limit: MAX_FRAME_BYTES,
         });
     }
-    let mut body = vec![0u8; len];
-    match recv.read_exact(&mut body).await {
-        Ok(()) => Ok(Some(body)),
-        Err(quinn::ReadExactError::FinishedEarly(_)) => Err(FrameError::Truncated),
-        Err(e) => Err(e.into()),
-    }
+    Ok(len)
 }
 
 /// Writes one raw frame.

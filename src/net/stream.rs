@@ -239,7 +239,7 @@ impl Streams {
         mut recv: quinn::RecvStream,
         ctx: &LinkContext,
     ) {
-        if header.len > MAX_STREAM_PAYLOAD {
+        if !admissible(&header) {
             warn!(%peer, len = header.len, "data stream larger than the limit refused");
             let _ = recv.stop(RESET_FAILED.into());
             return;
@@ -298,6 +298,13 @@ impl Streams {
             st.receiving || st.keep_from.elapsed() < KEEP
         });
     }
+}
+
+/// Whether a received data-stream header may be received at all, decided from the header
+/// alone: its announced length is capped at [`MAX_STREAM_PAYLOAD`] (the buffer then grows
+/// with the bytes that arrive, up to that length).
+pub fn admissible(header: &DataHeader) -> bool {
+    header.len <= MAX_STREAM_PAYLOAD
 }
 
 /// Reads the payload into `buf`, hashing as it comes; returns the time from the first

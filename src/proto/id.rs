@@ -70,7 +70,9 @@ pub fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
 
 /// An even number of hex digits (either case) as bytes; `None` otherwise.
 pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+    // Digits only: `from_str_radix` would also take a sign ("+f" as 0f), so two
+    // spellings would parse to the same token or id.
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len() / 2)
@@ -157,6 +159,15 @@ mod tests {
         assert!(s.bytes().all(|c| BASE32.contains(&c)));
         assert_eq!(NodeId::from_hex(&a.to_hex()), Some(a));
         assert_eq!(NodeId::from_hex("zz"), None);
+    }
+
+    #[test]
+    fn hex_is_digits_only_not_signed_numbers() {
+        // Found by fuzzing the join token's parser: "+a" was read as 0a.
+        assert_eq!(decode_hex("+a"), None);
+        assert_eq!(decode_hex("0A"), Some(vec![10]));
+        let signed = format!("+{}", &"ab".repeat(16)[1..]);
+        assert_eq!(NodeId::from_hex(&signed), None);
     }
 }
 
