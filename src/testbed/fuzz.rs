@@ -37,6 +37,7 @@ pub fn targets() -> Vec<Target> {
         #[cfg(feature = "cli")]
         target("admin_request", admin_request, seeds::admin_inputs),
         target("topology", topology, seeds::topology_inputs),
+        target("reduce", reduce, seeds::reduce_inputs),
     ]
 }
 
@@ -257,4 +258,39 @@ pub fn topology(data: &[u8]) {
     }
     assert!(t.node_count() <= crate::topology::MAX_NODES);
     let _ = super::Plan::new(t, None);
+}
+
+/// The built-in reducers on two partial results a peer could send: the first byte picks
+/// the operation and element type, the next two where the rest splits into the two
+/// values. Combining must answer an error, not panic, on any bytes; two valid integer
+/// vectors combine into a valid one, the same in either order.
+pub fn reduce(data: &[u8]) {
+    use crate::proto::collective::Reducers;
+    use crate::proto::{NumKind, Reducer};
+    let [pick, hi, lo, rest @ ..] = data else {
+        return;
+    };
+    let kind = [NumKind::I64, NumKind::U64, NumKind::F64][usize::from(pick % 3)];
+    let reducer = match (pick / 3) % 3 {
+        0 => Reducer::Sum(kind),
+        1 => Reducer::Min(kind),
+        _ => Reducer::Max(kind),
+    };
+    let split = usize::from(u16::from_be_bytes([*hi, *lo])).min(rest.len());
+    let (a, b) = rest.split_at(split);
+    let reducers = Reducers::default();
+    let valid = reducers.validate(&reducer, a).is_ok() && reducers.validate(&reducer, b).is_ok();
+    let ab = reducers.combine(&reducer, a, b);
+    let ba = reducers.combine(&reducer, b, a);
+    if let Ok(v) = &ab {
+        assert!(valid, "only valid values combine");
+        assert!(
+            reducers.validate(&reducer, v).is_ok(),
+            "a combined value is valid input again"
+        );
+        if kind != NumKind::F64 {
+            // Floats may differ in the bits of a NaN; integers may not.
+            assert_eq!(ba.as_ref().ok(), Some(v), "integer reducers commute");
+        }
+    }
 }

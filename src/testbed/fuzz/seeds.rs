@@ -362,3 +362,31 @@ pub fn topology_inputs() -> Vec<Vec<u8>> {
     }
     out
 }
+
+/// Seeds of [`super::reduce`]: each built-in reducer on pairs of real encoded vectors
+/// (equal and different lengths, empty, extreme values).
+pub fn reduce_inputs() -> Vec<Vec<u8>> {
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = vec![
+        (enc(&[1i64, -2, i64::MAX]), enc(&[3i64, i64::MIN, 1])),
+        (enc(&[1u64, u64::MAX]), enc(&[2u64, 5])),
+        (enc(&[0.5f64, f64::NAN]), enc(&[-1.0f64, f64::INFINITY])),
+        (enc(&[1u64, 2, 3]), enc(&[1u64])),
+        (enc::<u64>(&[]), enc::<u64>(&[])),
+    ];
+    let mut out = Vec::new();
+    for pick in 0..9u8 {
+        for (a, b) in &pairs {
+            let split = (a.len() as u16).to_be_bytes();
+            let mut input = vec![pick, split[0], split[1]];
+            input.extend_from_slice(a);
+            input.extend_from_slice(b);
+            out.push(input);
+        }
+    }
+    out
+}
+
+/// A vector encoded as a peer sends it.
+fn enc<T: serde::Serialize>(v: &[T]) -> Vec<u8> {
+    postcard::to_allocvec(v).expect("a vector encodes")
+}
