@@ -82,6 +82,34 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The address this node gossips, as its own `members` entry shows it.
+    fn addr(&self) -> std::net::SocketAddr {
+        self.members_json()[0]["addr"]
+            .as_str()
+            .expect("addr")
+            .parse()
+            .expect("a socket address")
+    }
+
+    /// Run flags that join this node: a loopback listen address, `--join` its address and
+    /// `--token-file` a copy of its token written under `base`.
+    fn join_args(&self, base: &Path) -> Vec<String> {
+        let token_file = base.join("token.txt");
+        std::fs::write(&token_file, format!("{}\n", self.token())).expect("token file");
+        let token_file = token_file.to_str().expect("utf-8").to_string();
+        let addr = self.addr().to_string();
+        [
+            "--listen",
+            "127.0.0.1:0",
+            "--join",
+            &addr,
+            "--token-file",
+            &token_file,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
     fn token(&self) -> String {
         let out = self.cli(&["token", "show"]);
         assert!(out.status.success(), "token show: {}", out.stderr);

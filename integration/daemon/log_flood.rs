@@ -13,11 +13,7 @@ fn two_hundred_refused_connections_make_one_log_line_and_a_count() {
     let _net = real_network();
     let base = TempDir::new("log-flood");
     let d = Daemon::start(base.path(), "a", &["--listen", "127.0.0.1:0"]);
-    let addr: std::net::SocketAddr = d.members_json()[0]["addr"]
-        .as_str()
-        .expect("addr")
-        .parse()
-        .expect("socket address");
+    let addr = d.addr();
     let attempts = 200;
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let refused = runtime.block_on(async {

@@ -78,22 +78,10 @@ fn a_member_sending_maximum_frames_flat_out_changes_nothing_for_the_others() {
         .unwrap_or(15);
     let base = TempDir::new("malicious");
     let target = Daemon::start(base.path(), "a", &["--listen", "127.0.0.1:0"]);
-    let addr: std::net::SocketAddr = target.members_json()[0]["addr"]
-        .as_str()
-        .expect("addr")
-        .parse()
-        .expect("socket address");
+    let addr = target.addr();
     let token_text = target.token();
-    let token_file = base.path().join("token.txt");
-    std::fs::write(&token_file, format!("{token_text}\n")).expect("token file");
-    let join = [
-        "--listen",
-        "127.0.0.1:0",
-        "--join",
-        &addr.to_string(),
-        "--token-file",
-        token_file.to_str().expect("utf-8"),
-    ];
+    let args = target.join_args(base.path());
+    let join: Vec<&str> = args.iter().map(String::as_str).collect();
     let b = Daemon::start(base.path(), "b", &join);
     let c = Daemon::start(base.path(), "c", &join);
     for d in [&target, &b, &c] {

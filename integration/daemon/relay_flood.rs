@@ -42,20 +42,8 @@ fn a_flood_of_broadcasts_from_one_member_leaves_the_others_working() {
     let _net = real_network();
     let base = TempDir::new("relay-flood");
     let a = Daemon::start(base.path(), "a", &["--listen", "127.0.0.1:0"]);
-    let a_addr = a.members_json()[0]["addr"]
-        .as_str()
-        .expect("addr")
-        .to_string();
-    let token_file = base.path().join("token.txt");
-    std::fs::write(&token_file, format!("{}\n", a.token())).expect("token file");
-    let join = [
-        "--listen",
-        "127.0.0.1:0",
-        "--join",
-        &a_addr,
-        "--token-file",
-        token_file.to_str().expect("utf-8"),
-    ];
+    let args = a.join_args(base.path());
+    let join: Vec<&str> = args.iter().map(String::as_str).collect();
     let b = Daemon::start(base.path(), "b", &join);
     let c = Daemon::start(base.path(), "c", &join);
     for d in [&a, &b, &c] {

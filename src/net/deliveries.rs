@@ -65,7 +65,7 @@ impl DeliverySink {
     pub fn new(budget: Arc<Budget>) -> (DeliverySink, mpsc::UnboundedReceiver<Delivery>) {
         // Unbounded as a channel, bounded by the budget: `offer` queues nothing past it,
         // and every delivery costs at least `OVERHEAD`, so empty payloads count too.
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::unbounded_channel(); // bounded by `budget` (see `offer`)
         (DeliverySink { tx, budget }, rx)
     }
 
