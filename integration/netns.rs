@@ -26,6 +26,7 @@ use overlay::topology::Topology;
 use std::time::{Duration, Instant};
 
 mod checks;
+mod faults;
 mod scripts;
 
 use checks::{broadcast_verdict, clusters_verdict, partition_and_heal};
@@ -47,6 +48,8 @@ const CUT: &str = "Leiden";
 /// connections is left when the link comes back.
 const LONG_CUT: &str = "Delft";
 const LONG_HOLD: Duration = Duration::from_secs(35);
+/// The wide-area link given packet loss (5 %, then 20 %).
+const LOSSY: (&str, &str) = ("VU", "Leiden");
 /// RTT margin: |measured - 2 x one-way| <= max(MARGIN_MS, MARGIN_REL x expected).
 const MARGIN_MS: f64 = 1.0;
 const MARGIN_REL: f64 = 0.2;
@@ -109,6 +112,8 @@ fn das4_testbed_in_namespaces() {
     let converged = t_run.elapsed();
     eprintln!("converged {} ms after run started", converged.as_millis());
     let ids: Vec<String> = ss.iter().map(|s| s.id.to_hex()).collect();
+    let by_name: std::collections::BTreeMap<String, String> =
+        ss.iter().map(|s| (s.name.clone(), s.id.to_hex())).collect();
 
     // RTTs against the topology. An estimate is the minimum of its samples, and the first
     // samples are taken while 12 processes start at once on the machine's cores: a pair
@@ -226,15 +231,28 @@ fn das4_testbed_in_namespaces() {
         Duration::from_secs(30),
     );
     match broadcast_verdict(&out, &ids) {
-        Ok(line) => eprintln!("{line}"),
+        Ok(r) => eprintln!(
+            "broadcast {}: delivered to all {} nodes in {} ms",
+            r.op,
+            ids.len(),
+            r.ms
+        ),
         Err(e) => failures.push(format!("broadcast: {e}")),
     }
 
     // Partitions: a cluster cut off from every other one, healed as soon as both sides have
     // settled, then another one held well past every timeout of the old connections.
     for (cluster, hold) in [(CUT, Duration::ZERO), (LONG_CUT, LONG_HOLD)] {
-        failures.extend(partition_and_heal(&plan, &all, cluster, hold));
+        failures.extend(partition_and_heal(&plan, &all, &by_name, cluster, hold));
     }
+
+    // Faults: loss on one wide-area link, a parent stopped and continued, 30 % killed (last:
+    // those nodes stay dead).
+    for pct in ["5", "20"] {
+        failures.extend(faults::loss(&all, &ids, LOSSY.0, LOSSY.1, pct));
+    }
+    failures.extend(faults::stop_parent(&plan, &all));
+    failures.extend(faults::kill_many(&plan, &all));
 
     // Down: nothing of the testbed remains.
     let pids = recorded_pids();

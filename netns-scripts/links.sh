@@ -53,3 +53,25 @@ for_pairs() {
     ((a != b)) || die "a cluster cannot be cut from itself"
     "$3" "$((a < b ? a : b))" "$((a < b ? b : a))"
 }
+
+# set_loss I J (with $pct and $mode set): the loss of one unordered pair, both ways. In
+# STATE/loss one "A B PERCENT" line per lossy pair (A before B in file order), which the
+# emulator reads; in netem mode the netem qdiscs of I->J and J->I are changed as well.
+set_loss() {
+    local i=$1 j=$2 line
+    line="${CLUSTER_NAME[i]} ${CLUSTER_NAME[j]}"
+    if [[ $mode == netem ]]; then
+        tc -n "$ROUTER_NS" qdisc change dev "r$j" parent "1:$((i + 1))" handle "$((i + 10)):" \
+            netem delay "${LINK_LAT["$i $j"]}ms" loss "$pct%" limit 100000
+        tc -n "$ROUTER_NS" qdisc change dev "r$i" parent "1:$((j + 1))" handle "$((j + 10)):" \
+            netem delay "${LINK_LAT["$j $i"]}ms" loss "$pct%" limit 100000
+    fi
+    { grep -v "^$line " "$STATE/loss" || true; } >"$STATE/loss.new"
+    if awk -v p="$pct" 'BEGIN { exit !(p > 0) }'; then
+        echo "$line $pct" >>"$STATE/loss.new"
+        info "loss ${CLUSTER_NAME[i]} <-> ${CLUSTER_NAME[j]}: $pct%"
+    else
+        info "loss ${CLUSTER_NAME[i]} <-> ${CLUSTER_NAME[j]}: none"
+    fi
+    mv "$STATE/loss.new" "$STATE/loss"
+}

@@ -1,12 +1,12 @@
 //! The checks beyond convergence: clusters discovered, a broadcast delivered, and a
 //! partition and its heal.
 
-use super::scripts::{run_script, wait_until};
+use super::scripts::{data_dir, node_cmd, run_script, wait_until};
 use crate::common::Output;
 use overlay::api::NodeStatus;
 use overlay::proto::Liveness;
 use overlay::testbed::{Plan, check_group};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 /// `Ok` if every status's level-1 groups, by member name, are the plan's clusters.
@@ -40,9 +40,17 @@ pub(super) fn clusters_verdict(plan: &Plan, ss: &[NodeStatus]) -> Result<(), Str
     Ok(())
 }
 
-/// Checks `overlay-node broadcast --json` output: `{"op", "delivered": [ids], "missing":
-/// [ids], "elapsed_ms"}`; every node id delivered, none missing.
-pub(super) fn broadcast_verdict(out: &Output, ids: &[String]) -> Result<String, String> {
+/// What `overlay-node broadcast --json` printed: `{"op", "delivered": [ids], "missing":
+/// [ids], "elapsed_ms"}`.
+pub(super) struct BroadcastReport {
+    pub(super) op: String,
+    pub(super) delivered: Vec<String>,
+    pub(super) missing: Vec<String>,
+    pub(super) ms: f64,
+}
+
+/// Parses `overlay-node broadcast --json` output; an error if it failed or is not that.
+pub(super) fn broadcast_report(out: &Output) -> Result<BroadcastReport, String> {
     if !out.status.success() {
         return Err(format!("exited with {}: {}", out.status, out.stderr.trim()));
     }
@@ -60,31 +68,73 @@ pub(super) fn broadcast_verdict(out: &Output, ids: &[String]) -> Result<String, 
             })
             .collect()
     };
-    let delivered = list("delivered")?;
-    let missing = list("missing")?;
-    let not_delivered: Vec<&String> = ids.iter().filter(|id| !delivered.contains(id)).collect();
-    if !not_delivered.is_empty() || !missing.is_empty() {
-        return Err(format!(
-            "not delivered to {not_delivered:?}, reported missing {missing:?}"
-        ));
-    }
     let op = v.get("op").and_then(|x| x.as_str()).ok_or("no \"op\"")?;
     let ms = v
         .get("elapsed_ms")
         .and_then(|x| x.as_f64())
         .ok_or("no \"elapsed_ms\"")?;
-    Ok(format!(
-        "broadcast {op}: delivered to all {} nodes in {ms} ms",
-        ids.len()
-    ))
+    Ok(BroadcastReport {
+        op: op.to_string(),
+        delivered: list("delivered")?,
+        missing: list("missing")?,
+        ms,
+    })
 }
 
-/// Cuts `cluster` off from every other cluster; checks that, once each side has declared
-/// the other dead, each side's trees span that side; keeps the cut for `hold` more; heals;
-/// checks that every tree spans all nodes again. Returns what failed.
+/// Checks a broadcast's report: every node id in `ids` delivered, none missing.
+pub(super) fn broadcast_verdict(out: &Output, ids: &[String]) -> Result<BroadcastReport, String> {
+    let r = broadcast_report(out)?;
+    let not_delivered: Vec<&String> = ids.iter().filter(|id| !r.delivered.contains(id)).collect();
+    if !not_delivered.is_empty() || !r.missing.is_empty() {
+        return Err(format!(
+            "op {}: not delivered to {not_delivered:?}, reported missing {:?}",
+            r.op, r.missing
+        ));
+    }
+    Ok(r)
+}
+
+/// Checks a broadcast sent from outside `inside` right after the cut: every node outside
+/// delivered it, every node inside is reported missing (nothing silently lost).
+fn cut_broadcast_verdict(
+    out: &Output,
+    ids: &BTreeMap<String, String>,
+    inside: &[String],
+) -> Result<String, String> {
+    let r = broadcast_report(out)?;
+    let mut wrong = Vec::new();
+    for (name, id) in ids {
+        let (delivered, missing) = (r.delivered.contains(id), r.missing.contains(id));
+        match (inside.contains(name), delivered, missing) {
+            (false, true, false) | (true, false, true) => {}
+            (_, d, m) => wrong.push(format!("{name}: delivered {d}, reported missing {m}")),
+        }
+    }
+    if wrong.is_empty() {
+        Ok(format!(
+            "broadcast during the cut: delivered to the {} reachable, the {} cut off reported              missing, after {} ms",
+            r.delivered.len(),
+            r.missing.len(),
+            r.ms
+        ))
+    } else {
+        Err(format!(
+            "broadcast {} during the cut: {}",
+            r.op,
+            wrong.join("; ")
+        ))
+    }
+}
+
+/// Cuts `cluster` off from every other cluster and broadcasts from the other side at once:
+/// the cut-off nodes must be reported missing. Checks that, once each side has declared the
+/// other dead, each side's trees span that side; keeps the cut for `hold` more; heals;
+/// checks that every tree spans all nodes again, with no parent left from the partition,
+/// and is wide-area optimal. Returns what failed. `ids` maps node names to hex ids.
 pub(super) fn partition_and_heal(
     plan: &Plan,
     all: &[String],
+    ids: &BTreeMap<String, String>,
     cluster: &str,
     hold: Duration,
 ) -> Vec<String> {
@@ -103,6 +153,13 @@ pub(super) fn partition_and_heal(
     let out = run_script("partition", &[cluster, "all"], Duration::from_secs(30));
     eprint!("{}", out.stdout);
     let t_cut = Instant::now();
+    let sender = outside[0].clone();
+    let text = format!("sent while {cluster} is cut off");
+    let during = std::thread::spawn(move || {
+        let dir = data_dir(&sender);
+        let args = ["broadcast", "--data-dir", &dir, "--text", &text, "--json"];
+        node_cmd(&sender, &args, Duration::from_secs(60))
+    });
     let settled = wait_until(
         &format!(
             "partition of {cluster}: each side declares the other dead; the {} span their own \
@@ -139,6 +196,13 @@ pub(super) fn partition_and_heal(
         ),
         Err(e) => failures.push(e),
     }
+    match during.join() {
+        Ok(out) => match cut_broadcast_verdict(&out, ids, &inside) {
+            Ok(line) => eprintln!("{line}"),
+            Err(e) => failures.push(e),
+        },
+        Err(_) => failures.push("broadcast during the cut: panicked".into()),
+    }
     if !hold.is_zero() {
         eprintln!("keeping {cluster} cut off for {} s more", hold.as_secs());
         std::thread::sleep(hold);
@@ -147,7 +211,7 @@ pub(super) fn partition_and_heal(
     eprint!("{}", out.stdout);
     let healed = wait_until(
         &format!(
-            "heal of {cluster} after a {} s partition: every tree spans all {} nodes again",
+            "heal of {cluster} after a {} s partition: every tree spans all {} nodes again and is wide-area optimal",
             t_cut.elapsed().as_secs(),
             all.len()
         ),
@@ -155,7 +219,7 @@ pub(super) fn partition_and_heal(
         Duration::from_secs(60),
         |ss| {
             let c = check_group(plan, ss, None);
-            if c.spanning() {
+            if c.optimal() && c.trees_with_foreign_parent == 0 {
                 Ok(())
             } else {
                 Err(format!("{c:?}"))
@@ -164,7 +228,7 @@ pub(super) fn partition_and_heal(
     );
     match healed {
         Ok((_, took)) => eprintln!(
-            "heal of {cluster}: all {} trees span again {} ms after the heal",
+            "heal of {cluster}: all {} trees span again, wide-area optimal, {} ms after the heal",
             all.len(),
             took.as_millis()
         ),

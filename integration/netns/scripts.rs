@@ -54,11 +54,38 @@ pub(super) fn run_script(name: &str, args: &[&str], limit: Duration) -> Output {
     out
 }
 
-/// `exec NODE overlay-node ARGS...`
-pub(super) fn node_cmd(node: &str, args: &[&str], limit: Duration) -> Output {
+/// `exec NODE overlay-node ARGS...`, not started (the script execs the command, so the
+/// child's pid is `overlay-node`'s).
+pub(super) fn node_command(node: &str, args: &[&str]) -> Command {
     let mut cmd = script("exec");
     cmd.arg(node).arg("overlay-node").args(args);
-    run_with_timeout(cmd, limit)
+    cmd
+}
+
+/// `exec NODE overlay-node ARGS...`, run to completion within `limit`.
+pub(super) fn node_cmd(node: &str, args: &[&str], limit: Duration) -> Output {
+    run_with_timeout(node_command(node, args), limit)
+}
+
+/// The pid of a node's `overlay-node` process, from the pid file `run` wrote.
+pub(super) fn node_pid(node: &str) -> i32 {
+    let file = state_dir().join("pids").join(format!("{node}.pid"));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
+
+/// Sends `signal` to `pid`; panics if it cannot.
+pub(super) fn signal(pid: i32, signal: libc::c_int) {
+    // SAFETY: kill takes two integers and touches no memory of ours.
+    let rc = unsafe { libc::kill(pid, signal) };
+    assert_eq!(
+        rc,
+        0,
+        "kill({pid}, {signal}): {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 pub(super) fn data_dir(node: &str) -> String {
@@ -80,7 +107,7 @@ fn status(node: &str) -> Result<NodeStatus, String> {
 }
 
 /// The statuses of `nodes`, asked in parallel; the nodes that did not answer are left out.
-fn statuses(nodes: &[String]) -> (Vec<NodeStatus>, Vec<String>) {
+pub(super) fn statuses(nodes: &[String]) -> (Vec<NodeStatus>, Vec<String>) {
     let answers: Vec<Result<NodeStatus, String>> = std::thread::scope(|s| {
         let asks: Vec<_> = nodes.iter().map(|n| s.spawn(move || status(n))).collect();
         asks.into_iter()

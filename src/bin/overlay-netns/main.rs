@@ -4,13 +4,15 @@
 //!   scripts build: clusters, subnets, nodes, and the latency and bandwidth of every link.
 //! - `wan`: the userspace WAN emulator for kernels without `sch_netem`; it runs in the router
 //!   namespace, reads every packet routed between clusters from a TUN device, holds it for
-//!   the one-way latency between its source and destination clusters and writes it back.
+//!   the one-way latency between its source and destination clusters and writes it back
+//!   (or drops it, with the loss `netns-scripts/loss` set for that pair).
 //! - `status`: asks every node of a running testbed for its status and judges the trees,
 //!   the membership and the measured RTTs against the topology.
 //! - `large`: a large broadcast from one cluster, its throughput as a share of the
 //!   topology's max-flow bound, and the bandwidth matrix the sending node measured.
 
 mod large;
+mod loss;
 mod plan;
 mod status;
 mod wan;

@@ -12,6 +12,7 @@
 //! for equal deadlines, in arrival order, so a flow between two clusters is never reordered.
 //! Packets that are not IPv4 between two known clusters pass without delay.
 
+use crate::loss::LossTable;
 use anyhow::{Context, bail};
 use overlay::testbed::cluster_of_ip;
 use overlay::topology::Topology;
@@ -35,6 +36,10 @@ pub struct WanArgs {
     /// Topology file: the one-way latency of every pair of clusters.
     #[arg(long, value_name = "FILE")]
     topology: PathBuf,
+    /// Packet loss between clusters, read again whenever it changes (`A B PERCENT` lines;
+    /// see `netns-scripts/loss`).
+    #[arg(long, value_name = "FILE")]
+    loss_file: Option<PathBuf>,
     /// Most packets held at once; more are dropped (a router's buffer).
     #[arg(long, default_value_t = 100_000)]
     max_queue: usize,
@@ -235,6 +240,7 @@ struct Stats {
     delayed: AtomicU64,
     written: AtomicU64,
     dropped: AtomicU64,
+    lost: AtomicU64,
     write_errors: AtomicU64,
     max_late_us: AtomicU64,
     total_late_us: AtomicU64,
@@ -269,6 +275,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     let reader = {
         let (tun, shared, stats) = (tun.clone(), shared.clone(), stats.clone());
         let max_queue = args.max_queue;
+        let mut loss = LossTable::new(args.loss_file.clone(), &topology);
         std::thread::Builder::new().name("wan-read".into()).spawn(
             move || -> anyhow::Result<()> {
                 let mut buf = vec![0u8; 65_536];
@@ -276,6 +283,14 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                     let n = (&*tun).read(&mut buf).context("reading from the TUN")?;
                     let now = Instant::now();
                     stats.read.fetch_add(1, Ordering::Relaxed);
+                    if let Some(line) = loss.refresh(now) {
+                        eprintln!("{line}");
+                    }
+                    let pair = delays.pair(&buf[..n]);
+                    if pair.is_some_and(|(from, to)| loss.drops(from, to)) {
+                        stats.lost.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let delay = delays.delay(&buf[..n]);
                     if !delay.is_zero() {
                         stats.delayed.fetch_add(1, Ordering::Relaxed);
@@ -349,11 +364,12 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             last_stats = Instant::now();
             let written = stats.written.load(Ordering::Relaxed);
             eprintln!(
-                "wan: read {} (delayed {}), written {}, dropped {} (queue full), write errors {}, max queue {}; released late: mean {:.0} us, {} packets by more than 1 ms, max {} us (since the last line)",
+                "wan: read {} (delayed {}), written {}, dropped {} (queue full), lost {} (loss set), write errors {}, max queue {}; released late: mean {:.0} us, {} packets by more than 1 ms, max {} us (since the last line)",
                 stats.read.load(Ordering::Relaxed),
                 stats.delayed.load(Ordering::Relaxed),
                 written,
                 stats.dropped.load(Ordering::Relaxed),
+                stats.lost.load(Ordering::Relaxed),
                 stats.write_errors.load(Ordering::Relaxed),
                 stats.max_queue.load(Ordering::Relaxed),
                 stats.total_late_us.swap(0, Ordering::Relaxed) as f64
