@@ -11,6 +11,7 @@
 //! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--nodes-per-cluster N]
 //! cargo run --release --example bench -- collectives-sim [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives ...] [--settle-s S]
 //! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--min-mib M] [--collectives allreduce,reduce,scatter,gather,allgather] [--contenders default,NAME,...]
+//! cargo build --release && cargo run --release --example bench -- soak [--minutes N] [--nodes N] [--churners N]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
 //! ```
 //!
@@ -36,6 +37,7 @@ mod large;
 mod markdown;
 mod quic;
 mod sim_jobs;
+mod soak;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -195,7 +197,11 @@ enum What {
         #[arg(long, default_value_t = 20)]
         settle_s: u64,
     },
-    /// Everything above; writes docs/BENCHMARKS.md and the plots, carrying over the
+    /// Real `overlay-node` processes on loopback for minutes with churn, broadcasts and
+    /// collectives: RSS, descriptors, tasks and traffic at the start and the end, and
+    /// deliveries lost or duplicated (see examples/bench/soak.rs). Not part of `all`.
+    Soak(soak::SoakArgs),
+    /// Everything above but `soak`; writes docs/BENCHMARKS.md and the plots, carrying over the
     /// sections of the old report marked as kept (figures from runs `all` does not make).
     All,
 }
@@ -406,6 +412,13 @@ fn main() -> anyhow::Result<()> {
             &collectives,
             settle_s,
         )?],
+        What::Soak(args) => {
+            let report = soak::soak(&args)?;
+            if !cli.json {
+                print!("{}", report.text());
+            }
+            vec![serde_json::to_value(&report)?]
+        }
         What::All => {
             // The real-QUIC Fig. 5 first and alone: it times sub-millisecond hops, which
             // anything else running beside it would disturb.

@@ -350,7 +350,11 @@ pub(super) fn kill_many(plan: &Plan, all: &[String]) -> Vec<String> {
     }
     let count = (all.len() as f64 * 0.3).round() as usize;
     let mut victims = busiest_parents(&ss);
-    let rest: Vec<String> = all.iter().filter(|n| !victims.contains(n)).cloned().collect();
+    let rest: Vec<String> = all
+        .iter()
+        .filter(|n| !victims.contains(n))
+        .cloned()
+        .collect();
     victims.extend(rest);
     victims.truncate(count);
     let bound = simulated_repair(plan, count, 4) + POLL_SLACK;

@@ -126,14 +126,17 @@ pub(super) fn statuses(nodes: &[String]) -> (Vec<NodeStatus>, Vec<String>) {
 }
 
 /// Polls the statuses of `nodes` until `cond` holds; returns the statuses and how long it
-/// took, or the last reason after `limit`.
+/// took, or the last reason after `limit`. While it waits, it prints the reason every
+/// [`PROGRESS_EVERY`] when it changed, so a slow step shows where it stood.
 pub(super) fn wait_until(
     what: &str,
     nodes: &[String],
     limit: Duration,
     mut cond: impl FnMut(&[NodeStatus]) -> Result<(), String>,
 ) -> Result<(Vec<NodeStatus>, Duration), String> {
+    const PROGRESS_EVERY: Duration = Duration::from_secs(5);
     let start = Instant::now();
+    let mut shown = (start, String::new());
     loop {
         let (ss, errors) = statuses(nodes);
         let verdict = if errors.is_empty() {
@@ -149,7 +152,16 @@ pub(super) fn wait_until(
             Err(reason) if start.elapsed() >= limit => {
                 return Err(format!("{what}: not within {limit:?}; last: {reason}"));
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+            Err(reason) => {
+                if shown.0.elapsed() >= PROGRESS_EVERY && reason != shown.1 {
+                    eprintln!(
+                        "[{what}: still waiting after {} ms: {reason}]",
+                        start.elapsed().as_millis()
+                    );
+                    shown = (Instant::now(), reason);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
         }
     }
 }

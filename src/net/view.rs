@@ -159,6 +159,11 @@ pub struct NodeStatus {
     /// `Node::collective_table`).
     #[serde(default)]
     pub collectives: Vec<crate::proto::bulk::TuneEntry>,
+    /// Tokio tasks alive in the runtime the node runs on (the daemon's own; an embedding
+    /// application's tasks count too when it shares its runtime). A count that keeps
+    /// growing while the overlay is steady is a leak.
+    #[serde(default)]
+    pub tasks: u64,
 }
 
 /// One directed cluster-to-cluster bandwidth estimate (clusters named by their smallest

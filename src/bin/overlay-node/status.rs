@@ -105,8 +105,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "\nconnections {}, frames in/out {}/{}, rejected frames {}, protocol errors {}, auth failures {}, refused connections {}, peers kept out {}, dropped {}",
+        "\nconnections {}, tasks {}, frames in/out {}/{}, rejected frames {}, protocol errors {}, auth failures {}, refused connections {}, peers kept out {}, dropped {}",
         s.connections,
+        s.tasks,
         s.frames_in,
         s.frames_out,
         s.frames_rejected,

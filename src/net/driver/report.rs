@@ -152,6 +152,8 @@ impl Driver {
             probe_bytes_received: core.bandwidth_stats().train_bytes_received,
             // Kept by the API handle, which fills it in.
             collectives: Vec::new(),
+            tasks: tokio::runtime::Handle::try_current()
+                .map_or(0, |h| h.metrics().num_alive_tasks() as u64),
         }
     }
 }

@@ -79,6 +79,12 @@ pub fn render(s: &NodeStatus, extra: &Extra) -> String {
     }
     o.family("overlay_connections", "gauge", "Open peer connections.");
     o.sample("overlay_connections", &[], &s.connections.to_string());
+    o.family(
+        "overlay_tokio_tasks",
+        "gauge",
+        "Tokio tasks alive in the node's runtime.",
+    );
+    o.sample("overlay_tokio_tasks", &[], &s.tasks.to_string());
 
     trees(&mut o, s, &name_of, extra.parent_changes);
     traffic(&mut o, s);

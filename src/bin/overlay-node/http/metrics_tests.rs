@@ -200,6 +200,7 @@ fn status() -> NodeStatus {
         probe_bytes_sent: 5,
         probe_bytes_received: 6,
         collectives: vec![],
+        tasks: 42,
     }
 }
 
@@ -251,6 +252,7 @@ fn every_line_parses_and_the_values_are_the_status() {
     assert_eq!(one("overlay_auth_failures_total", &[]), 2.0);
     assert_eq!(one("overlay_refused_connections_total", &[]), 7.0);
     assert_eq!(one("overlay_peers_kept_out_total", &[]), 1.0);
+    assert_eq!(one("overlay_tokio_tasks", &[]), 42.0);
     assert_eq!(one("overlay_cluster_bandwidth_bits_per_second", &[]), 940e6);
     assert_eq!(
         one(
