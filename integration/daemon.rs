@@ -4,6 +4,7 @@
 
 mod admin_limits;
 mod commands;
+mod connection_flood;
 mod log_flood;
 mod malicious_member;
 mod relay_flood;

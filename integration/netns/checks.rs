@@ -130,7 +130,7 @@ fn cut_broadcast_verdict(
 /// the cut-off nodes must be reported missing. Checks that, once each side has declared the
 /// other dead, each side's trees span that side; keeps the cut for `hold` more; heals;
 /// checks that every tree spans all nodes again, with no parent left from the partition,
-/// and is wide-area optimal. Returns what failed. `ids` maps node names to hex ids.
+/// then that it is wide-area optimal. Returns what failed. `ids` maps node names to hex ids.
 pub(super) fn partition_and_heal(
     plan: &Plan,
     all: &[String],
@@ -209,30 +209,57 @@ pub(super) fn partition_and_heal(
     }
     let out = run_script("heal", &[cluster, "all"], Duration::from_secs(30));
     eprint!("{}", out.stdout);
-    let healed = wait_until(
-        &format!(
-            "heal of {cluster} after a {} s partition: every tree spans all {} nodes again and is wide-area optimal",
-            t_cut.elapsed().as_secs(),
-            all.len()
-        ),
-        all,
-        Duration::from_secs(60),
-        |ss| {
-            let c = check_group(plan, ss, None);
-            if c.optimal() && c.trees_with_foreign_parent == 0 {
-                Ok(())
-            } else {
-                Err(format!("{c:?}"))
-            }
-        },
+    let what = format!(
+        "heal of {cluster} after a {} s partition",
+        t_cut.elapsed().as_secs()
     );
-    match healed {
-        Ok((_, took)) => eprintln!(
-            "heal of {cluster}: all {} trees span again, wide-area optimal, {} ms after the heal",
+    match settle(plan, all, None, &what, Duration::from_secs(60)) {
+        Ok((spanned, optimal)) => eprintln!(
+            "heal of {cluster}: all {} trees span again {} ms after the heal, no parent left \
+             from the partition; wide-area optimal after {} ms",
             all.len(),
-            took.as_millis()
+            spanned.as_millis(),
+            optimal.as_millis()
         ),
         Err(e) => failures.push(e),
     }
     failures
+}
+
+/// A tree that spans can take longer to become wide-area optimal: a node that measured a
+/// wide-area RTT high while the processes started keeps a second entry into its cluster
+/// until the rules of DESIGN §3.9 find the single one (seconds, once up to 45 s here).
+pub(super) const OPTIMAL_LIMIT: Duration = Duration::from_secs(90);
+
+/// Waits until the trees of `group` (every node of the plan when `None`; `nodes` are asked)
+/// span it with no parent outside it, within `span_limit`; then until every tree is also
+/// wide-area optimal, within [`OPTIMAL_LIMIT`] more. Returns both times from the call.
+pub(super) fn settle(
+    plan: &Plan,
+    nodes: &[String],
+    group: Option<&[String]>,
+    what: &str,
+    span_limit: Duration,
+) -> Result<(Duration, Duration), String> {
+    let start = Instant::now();
+    let verdict = |ss: &[NodeStatus], optimal: bool| {
+        let c = check_group(plan, ss, group);
+        let ok = if optimal { c.optimal() } else { c.spanning() };
+        if ok && c.trees_with_foreign_parent == 0 {
+            Ok(())
+        } else {
+            Err(format!("{c:?}"))
+        }
+    };
+    wait_until(&format!("{what}: trees span"), nodes, span_limit, |ss| {
+        verdict(ss, false)
+    })?;
+    let spanned = start.elapsed();
+    wait_until(
+        &format!("{what}: trees wide-area optimal"),
+        nodes,
+        OPTIMAL_LIMIT,
+        |ss| verdict(ss, true),
+    )?;
+    Ok((spanned, start.elapsed()))
 }

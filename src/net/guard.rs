@@ -9,7 +9,8 @@
 use crate::proto::NodeId;
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Control-plane bytes one connection may have read per second, over time: above it
@@ -20,6 +21,11 @@ use std::time::{Duration, Instant};
 pub const CONTROL_READ_RATE: f64 = 32.0 * 1024.0 * 1024.0;
 /// What one connection may read at once above that rate.
 pub const CONTROL_READ_BURST: f64 = 8.0 * 1024.0 * 1024.0;
+
+/// Connections one remote address may have in handshake or token proof at once: one
+/// machine cannot take every admission slot (`net::link::MAX_PENDING_HANDSHAKES`) from the
+/// others. An honest node dials a peer once at a time.
+pub const MAX_PENDING_PER_ADDRESS: usize = 16;
 
 /// How often a line about one source may be logged.
 pub const LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -131,6 +137,8 @@ pub struct Guard {
     pub frames: LogGate<NodeId>,
     /// Strikes against admitted peers.
     pub strikes: Strikes,
+    /// Connections not admitted yet, per remote address.
+    pub pending: Arc<Pending>,
 }
 
 impl Default for Guard {
@@ -139,6 +147,63 @@ impl Default for Guard {
             refused: LogGate::new(LOG_INTERVAL, MAX_LOG_SOURCES),
             frames: LogGate::new(LOG_INTERVAL, MAX_LOG_SOURCES),
             strikes: Strikes::default(),
+            pending: Arc::default(),
+        }
+    }
+}
+
+/// Inbound connections in handshake or token proof, per remote IP address, at most
+/// [`MAX_PENDING_PER_ADDRESS`] each. Entries live only while a connection is pending, and
+/// the node admits at most `MAX_PENDING_HANDSHAKES` at once, so the table stays small.
+///
+/// ```
+/// use overlay::net::guard::{MAX_PENDING_PER_ADDRESS, Pending};
+/// use std::sync::Arc;
+/// let pending = Arc::new(Pending::default());
+/// let ip = "10.0.0.1".parse().unwrap();
+/// let slots: Vec<_> = (0..MAX_PENDING_PER_ADDRESS).map(|_| pending.enter(ip).unwrap()).collect();
+/// assert!(pending.enter(ip).is_none()); // this address is at its share
+/// assert!(pending.enter("10.0.0.2".parse().unwrap()).is_some()); // another is not
+/// drop(slots);
+/// assert!(pending.enter(ip).is_some());
+/// ```
+#[derive(Debug, Default)]
+pub struct Pending {
+    by_ip: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Pending {
+    /// A slot for a connection from `ip`, held until dropped; `None` when `ip` holds its
+    /// share already.
+    pub fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<PendingSlot> {
+        let mut by_ip = self.by_ip.lock().expect("pending lock");
+        let n = by_ip.entry(ip).or_default();
+        if *n >= MAX_PENDING_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(PendingSlot {
+            pending: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One pending connection's place in [`Pending`].
+#[derive(Debug)]
+pub struct PendingSlot {
+    pending: Arc<Pending>,
+    ip: IpAddr,
+}
+
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        let mut by_ip = self.pending.by_ip.lock().expect("pending lock");
+        if let Some(n) = by_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                by_ip.remove(&self.ip);
+            }
         }
     }
 }

@@ -17,7 +17,9 @@ use tracing::{debug, warn};
 /// How long the TLS handshake plus the token exchange may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections that may be in the handshake or the token exchange at once; beyond it new
-/// ones are refused, so peers that never prove anything cannot pile up.
+/// ones are refused, so peers that never prove anything cannot pile up. One address may
+/// hold at most [`super::guard::MAX_PENDING_PER_ADDRESS`] of them, and past half of them
+/// a client must first validate its address (QUIC retry).
 pub const MAX_PENDING_HANDSHAKES: usize = 128;
 /// Frames queued for one connection's writer before new ones are dropped.
 pub const WRITER_QUEUE: usize = 4096;
@@ -162,78 +164,7 @@ pub struct LinkContext {
     pub guard: Arc<Guard>,
 }
 
-/// Accepts connections forever; each is admitted in its own task.
-pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
-    while let Some(incoming) = endpoint.accept().await {
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            let remote = incoming.remote_address();
-            ctx.stats
-                .refused_connections
-                .fetch_add(1, Ordering::Relaxed);
-            if let Some(more) = ctx.guard.refused.allow(remote.ip(), Instant::now()) {
-                warn!(%remote, more, "too many pending handshakes: refused");
-            }
-            incoming.refuse();
-            continue;
-        };
-        let ctx = ctx.clone();
-        crate::net::spawn_in_span(async move {
-            let _permit = permit; // held until admission is decided
-            let remote = incoming.remote_address();
-            let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
-                Ok(Ok(conn)) => conn,
-                Ok(Err(e)) => {
-                    ctx.stats
-                        .refused_connections
-                        .fetch_add(1, Ordering::Relaxed);
-                    debug!(%remote, error = %e, "inbound handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    ctx.stats
-                        .refused_connections
-                        .fetch_add(1, Ordering::Relaxed);
-                    debug!(%remote, "inbound handshake timed out");
-                    return;
-                }
-            };
-            match authenticate(&conn, &ctx.token, Role::Acceptor, HANDSHAKE_TIMEOUT).await {
-                Ok(peer) if peer == ctx.me => {
-                    conn.close(CLOSE_PROTOCOL.into(), b"connected to itself");
-                }
-                Ok(peer) if ctx.guard.strikes.kept_out(&peer, Instant::now()).is_some() => {
-                    ctx.stats
-                        .refused_connections
-                        .fetch_add(1, Ordering::Relaxed);
-                    conn.close(CLOSE_PROTOCOL.into(), b"kept out after protocol violations");
-                }
-                Ok(peer) => {
-                    let connected = LinkInput::Connected {
-                        peer,
-                        conn,
-                        dialed: false,
-                        join: None,
-                    };
-                    let _ = ctx.to_driver.send(connected).await;
-                }
-                Err(e) => {
-                    if matches!(e, AuthError::BadProof { .. }) {
-                        ctx.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                    ctx.stats
-                        .refused_connections
-                        .fetch_add(1, Ordering::Relaxed);
-                    // Anyone who can reach the port gets here: one line per address and
-                    // interval, saying how many were held back, so the log cannot be filled.
-                    if let Some(more) = ctx.guard.refused.allow(remote.ip(), Instant::now()) {
-                        warn!(%remote, error = %e, more, "refused an inbound connection");
-                    }
-                }
-            }
-        });
-    }
-}
+pub use super::accept::accept_loop;
 
 /// Dials `addr` expecting `peer` (or anyone, for a join) and runs admission.
 pub async fn dial(

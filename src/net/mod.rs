@@ -14,6 +14,7 @@
 // the harnesses and the attack tests use would be reported unused.
 #![cfg_attr(not(feature = "testkit"), allow(dead_code, unused_imports))]
 
+mod accept;
 pub mod auth;
 pub mod bulk;
 pub mod deliveries;

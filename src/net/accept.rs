@@ -1,0 +1,158 @@
+//! Accepting connections: admission (TLS handshake, then the join-token proof) under the
+//! limits that keep anyone who can reach the port from crowding out the members.
+//!
+//! - At most [`MAX_PENDING_HANDSHAKES`] connections are pending at once, at most
+//!   [`MAX_PENDING_PER_ADDRESS`](super::guard::MAX_PENDING_PER_ADDRESS) of them from one
+//!   address; a connection over the per-address share is refused.
+//! - Past half of the slots, a client must first prove it receives at its address (QUIC
+//!   retry: one round trip, no state kept), so spoofed sources cannot hold slots.
+//! - With every slot taken, the oldest pending connection gives way to the newest: a flood
+//!   of connections that never prove anything cannot keep an honest newcomer out, who only
+//!   needs a few round trips (each pending connection has the time of about
+//!   [`MAX_PENDING_HANDSHAKES`] arrivals to finish).
+//!
+//! Refusals are counted (`refused_connections`) and logged at most once per address and
+//! interval ([`super::guard::LogGate`]).
+
+use super::auth::{AuthError, CLOSE_PROTOCOL, authenticate};
+use super::link::{HANDSHAKE_TIMEOUT, LinkContext, LinkInput, MAX_PENDING_HANDSHAKES};
+use crate::proto::NodeId;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+/// How long a new connection waits for the slot the oldest pending one gives up.
+const EVICTION_WAIT: Duration = Duration::from_millis(50);
+
+/// Accepts connections until the endpoint closes; each is admitted in its own task.
+pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
+    // One sender per pending connection, oldest first: a message makes it give up.
+    let mut evictable: VecDeque<oneshot::Sender<()>> = VecDeque::new();
+    while let Some(incoming) = endpoint.accept().await {
+        let remote = incoming.remote_address();
+        if slots.available_permits() < MAX_PENDING_HANDSHAKES / 2
+            && !incoming.remote_address_validated()
+            && incoming.may_retry()
+        {
+            if let Err(e) = incoming.retry() {
+                e.into_incoming().ignore();
+            }
+            continue;
+        }
+        let refuse = |incoming: quinn::Incoming, why: &'static str| {
+            ctx.stats
+                .refused_connections
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(more) = ctx.guard.refused.allow(remote.ip(), Instant::now()) {
+                warn!(%remote, more, "{why}: refused");
+            }
+            incoming.refuse();
+        };
+        let Some(slot) = ctx.guard.pending.enter(remote.ip()) else {
+            refuse(incoming, "too many pending handshakes from this address");
+            continue;
+        };
+        evictable.retain(|e| !e.is_closed());
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                if let Some(oldest) = evictable.pop_front() {
+                    let _ = oldest.send(());
+                }
+                tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+        };
+        let Some(permit) = permit else {
+            refuse(incoming, "too many pending handshakes");
+            continue;
+        };
+        let (evict, evicted) = oneshot::channel();
+        evictable.push_back(evict);
+        let ctx = ctx.clone();
+        crate::net::spawn_in_span(async move {
+            let held = (permit, slot);
+            let admitted = tokio::select! {
+                admitted = admit(incoming, &ctx) => admitted,
+                _ = evicted => {
+                    ctx.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
+                    debug!(%remote, "pending connection gave way to a newer one");
+                    None
+                }
+            };
+            drop(held); // admission is decided
+            if let Some((peer, conn)) = admitted {
+                let connected = LinkInput::Connected {
+                    peer,
+                    conn,
+                    dialed: false,
+                    join: None,
+                };
+                let _ = ctx.to_driver.send(connected).await;
+            }
+        });
+    }
+}
+
+/// The handshake and the token proof of one inbound connection: the admitted peer, or
+/// `None` (counted and, rate-limited, logged).
+async fn admit(
+    incoming: quinn::Incoming,
+    ctx: &LinkContext,
+) -> Option<(NodeId, quinn::Connection)> {
+    let remote = incoming.remote_address();
+    let refused = || {
+        ctx.stats
+            .refused_connections
+            .fetch_add(1, Ordering::Relaxed)
+    };
+    let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            refused();
+            debug!(%remote, error = %e, "inbound handshake failed");
+            return None;
+        }
+        Err(_) => {
+            refused();
+            debug!(%remote, "inbound handshake timed out");
+            return None;
+        }
+    };
+    match authenticate(
+        &conn,
+        &ctx.token,
+        super::token::Role::Acceptor,
+        HANDSHAKE_TIMEOUT,
+    )
+    .await
+    {
+        Ok(peer) if peer == ctx.me => {
+            conn.close(CLOSE_PROTOCOL.into(), b"connected to itself");
+            None
+        }
+        Ok(peer) if ctx.guard.strikes.kept_out(&peer, Instant::now()).is_some() => {
+            refused();
+            conn.close(CLOSE_PROTOCOL.into(), b"kept out after protocol violations");
+            None
+        }
+        Ok(peer) => Some((peer, conn)),
+        Err(e) => {
+            if matches!(e, AuthError::BadProof { .. }) {
+                ctx.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+            }
+            refused();
+            // Anyone who can reach the port gets here: one line per address and interval,
+            // saying how many were held back, so the log cannot be filled.
+            if let Some(more) = ctx.guard.refused.allow(remote.ip(), Instant::now()) {
+                warn!(%remote, error = %e, more, "refused an inbound connection");
+            }
+            None
+        }
+    }
+}
