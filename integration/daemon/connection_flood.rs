@@ -96,7 +96,7 @@ async fn attack(
                 }
             };
             tally.handshakes.fetch_add(1, Ordering::Relaxed);
-            if i % 4 == 0 {
+            if i.is_multiple_of(4) {
                 tally.held.fetch_add(1, Ordering::Relaxed);
             } else if let Ok(mut send) = conn.open_uni().await {
                 let _ = send.write_all(&[0x17; 1024]).await;
