@@ -105,6 +105,16 @@ impl SoakReport {
                 r.bytes_per_s_end
             );
         }
+        o += "\nper sample (about every minute), RSS MiB / tokio tasks, runs of equal values as VALUExCOUNT:\n";
+        let mut by_node: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
+        for s in &self.samples {
+            by_node.entry(&s.node).or_default().push(s);
+        }
+        for (node, ss) in by_node {
+            let rss: Vec<String> = ss.iter().map(|s| format!("{:.1}", mib(s.rss))).collect();
+            let tasks: Vec<String> = ss.iter().map(|s| s.tasks.to_string()).collect();
+            o += &format!("  {node}: {} / {}\n", runs(&rss), runs(&tasks));
+        }
         o += &format!(
             "\nlargest growth: RSS {:+.1} %, fds {:+.1} %, tasks {:+.1} % (goal: under {:.0} %)\n",
             self.max_rss_growth * 100.0,
@@ -135,6 +145,22 @@ impl SoakReport {
         };
         o
     }
+}
+
+/// `a a a b` as `ax3 b`.
+fn runs(values: &[String]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < values.len() {
+        let n = values[i..].iter().take_while(|v| **v == values[i]).count();
+        out.push(if n > 1 {
+            format!("{}x{n}", values[i])
+        } else {
+            values[i].clone()
+        });
+        i += n;
+    }
+    out.join(" ")
 }
 
 /// (end - start) / start, 0 when start is 0.
