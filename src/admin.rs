@@ -6,10 +6,12 @@
 //! limit ([`MAX_STREAM_PAYLOAD`]) need neither hex nor a second copy. Only local users with
 //! access to the data directory can reach it.
 
+mod joining;
 mod listen;
 mod render;
 mod values;
 
+pub use self::joining::serve_while_joining;
 pub use self::listen::{DeliveryHeader, listen};
 pub use self::render::{render_dot, render_text};
 pub use self::values::{JsonOp, ReducedReport, ValuesReport, combine, register_json_reducers};
@@ -154,16 +156,7 @@ pub fn socket_path(data_dir: &Path) -> PathBuf {
 
 /// Serves admin requests for `node` on the socket in `data_dir` until the node stops.
 pub async fn serve(node: Node, data_dir: PathBuf) -> std::io::Result<()> {
-    let path = socket_path(&data_dir);
-    // A socket left by a previous run of this node (killed) is stale: replace it.
-    let _ = std::fs::remove_file(&path);
-    let listener = tokio::net::UnixListener::bind(&path)?;
-    // Whoever can use the socket can drive the node: its owner only, whatever the umask.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    }
+    let listener = bind(&data_dir)?;
     let slots = Arc::new(Semaphore::new(MAX_ADMIN_CONNECTIONS));
     let mut accept_errors = 0u64;
     loop {
@@ -195,7 +188,7 @@ pub async fn serve(node: Node, data_dir: PathBuf) -> std::io::Result<()> {
             }
         });
     }
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(socket_path(&data_dir));
     Ok(())
 }
 
@@ -208,15 +201,34 @@ pub const ADMIN_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed accept before the next one.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-async fn refuse_busy(mut stream: tokio::net::UnixStream) {
+/// Binds the admin socket of `data_dir`, replacing a stale one, mode 0600.
+fn bind(data_dir: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    let path = socket_path(data_dir);
+    // A socket left by a previous run of this node (killed) is stale: replace it.
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path)?;
+    // Whoever can use the socket can drive the node: its owner only, whatever the umask.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(listener)
+}
+
+async fn refuse_busy(stream: tokio::net::UnixStream) {
+    let why = format!("the node is busy: {MAX_ADMIN_CONNECTIONS} admin connections are open");
+    refuse_with(stream, why).await;
+}
+
+/// Answers a client with an error, whatever it asked.
+async fn refuse_with(mut stream: tokio::net::UnixStream, why: String) {
     // The request is read (briefly) first: a client whose request is refused unread gets
     // a broken pipe instead of the reason.
     let mut line = String::new();
     let mut reader = BufReader::new(&mut stream).take(MAX_REQUEST_LINE);
     let _ = tokio::time::timeout(Duration::from_secs(1), reader.read_line(&mut line)).await;
-    let busy = AdminResponse::Error(format!(
-        "the node is busy: {MAX_ADMIN_CONNECTIONS} admin connections are open"
-    ));
+    let busy = AdminResponse::Error(why);
     if let Ok(mut out) = serde_json::to_vec(&busy) {
         out.push(b'\n');
         let _ = tokio::time::timeout(ADMIN_READ_TIMEOUT, stream.write_all(&out)).await;

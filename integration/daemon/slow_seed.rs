@@ -1,8 +1,8 @@
 //! A daemon whose seed is not up yet does not exit: it keeps trying, says so now and then,
-//! and joins once the seed starts.
+//! answers `status` with what it waits for, and joins once the seed starts.
 
 use super::{Daemon, free_port};
-use crate::common::{Proc, TempDir, node_cmd, real_network};
+use crate::common::{Proc, TempDir, node_cmd, real_network, run_with_timeout};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,19 @@ fn a_daemon_waits_for_a_silent_seed_and_joins_when_it_comes_up() {
         (1..=4).contains(&lines),
         "it says it waits, a few times, not at every attempt ({lines} lines):\n{log}"
     );
+    // Its admin socket says what it waits for.
+    let mut status = node_cmd();
+    status.arg("status").arg("--data-dir").arg(&b_dir);
+    let out = run_with_timeout(status, Duration::from_secs(20));
+    assert!(
+        !out.status.success()
+            && out.stderr.contains("still joining")
+            && out.stderr.contains(&format!("127.0.0.1:{port}")),
+        "status while joining: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    println!("status while joining: {}", out.stderr.trim());
 
     // The seed comes up on that address with that token.
     drop(silent);

@@ -57,6 +57,7 @@ pub struct NodeBuilder {
     op_timeout: Duration,
     delivery_buffer: usize,
     forwarding: Forwarding,
+    on_joining: Option<Box<dyn FnOnce(&[SocketAddr]) + Send>>,
 }
 
 impl Default for NodeBuilder {
@@ -77,6 +78,7 @@ impl Default for NodeBuilder {
             op_timeout: crate::proto::collective::DEFAULT_TIMEOUT,
             delivery_buffer: super::DEFAULT_DELIVERY_BUFFER,
             forwarding: Forwarding::Pipelined,
+            on_joining: None,
         }
     }
 }
@@ -196,6 +198,26 @@ impl NodeBuilder {
     /// How long to keep trying the join addresses (default 20 s).
     pub fn join_timeout(mut self, timeout: Duration) -> Self {
         self.join_timeout = timeout;
+        self
+    }
+
+    /// Called once, with the addresses it will try, when the node starts joining (after it
+    /// has locked its data directory and bound its port; not called when it creates an
+    /// overlay). A daemon uses it to tell its operator what it waits for while a join is
+    /// slow.
+    ///
+    /// ```no_run
+    /// # async fn demo(token: overlay::JoinToken) -> Result<(), overlay::NodeError> {
+    /// let node = overlay::Node::builder()
+    ///     .join("192.0.2.7:7400".parse().unwrap())
+    ///     .token(token)
+    ///     .on_joining(|addrs| println!("joining through {addrs:?}"))
+    ///     .start()
+    ///     .await?;
+    /// # node.leave().await; Ok(()) }
+    /// ```
+    pub fn on_joining(mut self, hook: impl FnOnce(&[SocketAddr]) + Send + 'static) -> Self {
+        self.on_joining = Some(Box::new(hook));
         self
     }
 
@@ -341,6 +363,9 @@ impl NodeBuilder {
                 .filter(|a| *a != local_addr && *a != advertised)
                 .collect();
             let deadline = Instant::now() + self.join_timeout;
+            if let Some(hook) = self.on_joining {
+                hook(&targets);
+            }
             if let Err(e) =
                 super::join::join_any(&node, &targets, deadline, restarting, &span).await
             {

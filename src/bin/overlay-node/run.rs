@@ -6,6 +6,7 @@ use anyhow::{Context, bail};
 use overlay::api::Node;
 use overlay::net::token::JoinToken;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// "Keep trying": a century, which an `Instant` can still hold.
@@ -63,7 +64,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // A new overlay is one this start creates: no join address and no token kept.
     let creates = settings.join.is_empty() && !data_dir.join(overlay::api::files::TOKEN).exists();
-    let node = builder.start().await.context("cannot start the node")?;
+    // While it joins (seeds slow or not up yet: by default it waits forever), the admin
+    // socket says so instead of "no running node answers".
+    let joining: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>> = Arc::default();
+    let builder = {
+        let (joining, dir) = (joining.clone(), data_dir.clone());
+        builder.on_joining(move |addrs| {
+            let through = addrs
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let task = tokio::spawn(async move {
+                if let Err(e) = overlay::admin::serve_while_joining(dir, through).await {
+                    tracing::warn!(error = %e, "no admin socket while joining");
+                }
+            });
+            *joining.lock().expect("joining lock") = Some(task);
+        })
+    };
+    let started = builder.start().await;
+    if let Some(task) = joining.lock().expect("joining lock").take() {
+        task.abort();
+        let _ = task.await;
+    }
+    let node = started.context("cannot start the node")?;
     println!(
         "node {} ({}) listening on {}",
         node.id().short(),
