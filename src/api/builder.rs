@@ -40,6 +40,9 @@ pub enum Transport {
     },
 }
 
+/// What [`NodeBuilder::on_joining`] keeps.
+type JoiningHook = Box<dyn FnOnce(&[SocketAddr]) + Send>;
+
 /// Configures and starts a [`Node`].
 pub struct NodeBuilder {
     listen: Option<SocketAddr>,
@@ -57,7 +60,7 @@ pub struct NodeBuilder {
     op_timeout: Duration,
     delivery_buffer: usize,
     forwarding: Forwarding,
-    on_joining: Option<Box<dyn FnOnce(&[SocketAddr]) + Send>>,
+    on_joining: Option<JoiningHook>,
 }
 
 impl Default for NodeBuilder {

@@ -84,7 +84,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         })
     };
     let started = builder.start().await;
-    if let Some(task) = joining.lock().expect("joining lock").take() {
+    let placeholder = joining.lock().expect("joining lock").take();
+    if let Some(task) = placeholder {
         task.abort();
         let _ = task.await;
     }
