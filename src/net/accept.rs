@@ -6,10 +6,13 @@
 //!   address; a connection over the per-address share is refused.
 //! - Past half of the slots, a client must first prove it receives at its address (QUIC
 //!   retry: one round trip, no state kept), so spoofed sources cannot hold slots.
-//! - With every slot taken, the oldest pending connection gives way to the newest: a flood
-//!   of connections that never prove anything cannot keep an honest newcomer out, who only
-//!   needs a few round trips (each pending connection has the time of about
-//!   [`MAX_PENDING_HANDSHAKES`] arrivals to finish).
+//! - With every slot taken, the connection that has waited longest for its token proof
+//!   *after* completing TLS gives way to the newest: a flood of connections that finish
+//!   TLS and then never prove anything cannot keep an honest newcomer out, who sends its
+//!   proof one round trip after TLS. Connections still in the TLS handshake are never
+//!   made to give way (a join storm of honest nodes on loaded machines is slow there, and
+//!   evicting them would let none finish); they are bounded by the timeout, the
+//!   per-address share and address validation.
 //!
 //! Refusals are counted (`refused_connections`) and logged at most once per address and
 //! interval ([`super::guard::LogGate`]).
@@ -19,18 +22,23 @@ use super::link::{HANDSHAKE_TIMEOUT, LinkContext, LinkInput, MAX_PENDING_HANDSHA
 use crate::proto::NodeId;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
+
+/// Connections past TLS waiting for their token proof, oldest first.
+type Evictable = Arc<Mutex<VecDeque<oneshot::Sender<()>>>>;
 
 /// How long a new connection waits for the slot the oldest pending one gives up.
 const EVICTION_WAIT: Duration = Duration::from_millis(50);
 
 /// Accepts connections until the endpoint closes; each is admitted in its own task.
 pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
-    // One sender per pending connection, oldest first: a message makes it give up.
-    let mut evictable: VecDeque<oneshot::Sender<()>> = VecDeque::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
+    // One sender per connection waiting for its token proof, oldest first: a message
+    // makes it give up. Filled by the connection tasks once TLS is done.
+    let evictable: Evictable = Arc::default();
     while let Some(incoming) = endpoint.accept().await {
         let remote = incoming.remote_address();
         if slots.available_permits() < MAX_PENDING_HANDSHAKES / 2
@@ -55,11 +63,23 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
             refuse(incoming, "too many pending handshakes from this address");
             continue;
         };
-        evictable.retain(|e| !e.is_closed());
+        {
+            // Entries of connections already decided are dropped here: live ones are at
+            // most the slots, so the queue stays within twice that.
+            let mut queue = evictable.lock().expect("evictable lock");
+            if queue.len() > MAX_PENDING_HANDSHAKES {
+                queue.retain(|e| !e.is_closed());
+            }
+        }
         let permit = match slots.clone().try_acquire_owned() {
             Ok(permit) => Some(permit),
             Err(_) => {
-                if let Some(oldest) = evictable.pop_front() {
+                let oldest = {
+                    let mut queue = evictable.lock().expect("evictable lock");
+                    queue.retain(|e| !e.is_closed());
+                    queue.pop_front()
+                };
+                if let Some(oldest) = oldest {
                     let _ = oldest.send(());
                 }
                 tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned())
@@ -72,19 +92,10 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
             refuse(incoming, "too many pending handshakes");
             continue;
         };
-        let (evict, evicted) = oneshot::channel();
-        evictable.push_back(evict);
-        let ctx = ctx.clone();
+        let (ctx, evictable) = (ctx.clone(), evictable.clone());
         crate::net::spawn_in_span(async move {
             let held = (permit, slot);
-            let admitted = tokio::select! {
-                admitted = admit(incoming, &ctx) => admitted,
-                _ = evicted => {
-                    ctx.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
-                    debug!(%remote, "pending connection gave way to a newer one");
-                    None
-                }
-            };
+            let admitted = admit(incoming, &ctx, &evictable).await;
             drop(held); // admission is decided
             if let Some((peer, conn)) = admitted {
                 let connected = LinkInput::Connected {
@@ -104,6 +115,7 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
 async fn admit(
     incoming: quinn::Incoming,
     ctx: &LinkContext,
+    evictable: &Evictable,
 ) -> Option<(NodeId, quinn::Connection)> {
     let remote = incoming.remote_address();
     let refused = || {
@@ -124,14 +136,19 @@ async fn admit(
             return None;
         }
     };
-    match authenticate(
-        &conn,
-        &ctx.token,
-        super::token::Role::Acceptor,
-        HANDSHAKE_TIMEOUT,
-    )
-    .await
-    {
+    let (evict, evicted) = oneshot::channel();
+    evictable.lock().expect("evictable lock").push_back(evict);
+    let acceptor = super::token::Role::Acceptor;
+    let proof = tokio::select! {
+        proof = authenticate(&conn, &ctx.token, acceptor, HANDSHAKE_TIMEOUT) => proof,
+        _ = evicted => {
+            refused();
+            conn.close(CLOSE_PROTOCOL.into(), b"no token proof in time");
+            debug!(%remote, "a connection waiting for its token proof gave way to a newer one");
+            return None;
+        }
+    };
+    match proof {
         Ok(peer) if peer == ctx.me => {
             conn.close(CLOSE_PROTOCOL.into(), b"connected to itself");
             None
