@@ -79,13 +79,17 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
                     queue.retain(|e| !e.is_closed());
                     queue.pop_front()
                 };
-                if let Some(oldest) = oldest {
-                    let _ = oldest.send(());
+                // Nothing waits for a proof (every slot is in TLS): refuse at once rather
+                // than stall the loop.
+                match oldest.map(|o| o.send(())) {
+                    Some(Ok(())) => {
+                        tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned())
+                            .await
+                            .ok()
+                            .and_then(Result::ok)
+                    }
+                    _ => None,
                 }
-                tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
             }
         };
         let Some(permit) = permit else {
