@@ -146,3 +146,34 @@ impl Daemon {
 pub(super) fn free_port() -> u16 {
     crate::common::free_udp_ports(1)[0]
 }
+
+/// Three daemons on loopback: "a", then "b" and "c" joined through it, all seeing the
+/// three alive.
+pub(super) fn trio(base: &Path) -> [Daemon; 3] {
+    let a = Daemon::start(base, "a", &["--listen", "127.0.0.1:0"]);
+    let args = a.join_args(base);
+    let join: Vec<&str> = args.iter().map(String::as_str).collect();
+    let b = Daemon::start(base, "b", &join);
+    let c = Daemon::start(base, "c", &join);
+    for d in [&a, &b, &c] {
+        d.wait_alive(3);
+    }
+    [a, b, c]
+}
+
+/// Resident set size of a process, MiB.
+pub(super) fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}
+
+/// The median of some times (zero if there are none).
+pub(super) fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}

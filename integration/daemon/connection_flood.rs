@@ -7,7 +7,7 @@
 //! RSS every second, every member's view of the others, and a newcomer joining through the
 //! target during the attack.
 
-use super::Daemon;
+use super::{Daemon, median, rss_mib, trio};
 use crate::common::{TempDir, real_network};
 use overlay::admin::{self, AdminRequest, AdminResponse};
 use overlay::api::NodeStatus;
@@ -17,23 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    kb / 1024.0
-}
-
-fn median_ms(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v.get(v.len() / 2)
-        .copied()
-        .unwrap_or_default()
-        .as_secs_f64()
-        * 1e3
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 async fn status(d: &Daemon) -> NodeStatus {
@@ -126,15 +111,10 @@ fn an_attacker_without_the_token_at_a_thousand_connections_a_second_changes_noth
     );
     let sources = env("OVERLAY_FLOOD_SOURCES", 16).clamp(1, 200) as u8;
     let base = TempDir::new("connflood");
-    let target = Daemon::start(base.path(), "a", &["--listen", "127.0.0.1:0"]);
+    let [target, b, c] = trio(base.path());
     let addr = target.addr();
     let args = target.join_args(base.path());
     let join: Vec<&str> = args.iter().map(String::as_str).collect();
-    let b = Daemon::start(base.path(), "b", &join);
-    let c = Daemon::start(base.path(), "c", &join);
-    for d in [&target, &b, &c] {
-        d.wait_alive(3);
-    }
     let pid = target.proc.pid();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let (quiet, idle_rss) = runtime.block_on(async {
@@ -223,9 +203,9 @@ fn an_attacker_without_the_token_at_a_thousand_connections_a_second_changes_noth
     );
     eprintln!(
         "other member's broadcasts: median {:.2} ms quiet ({} runs), {:.2} ms during ({} runs)",
-        median_ms(quiet.clone()),
+        ms(median(quiet.clone())),
         quiet.len(),
-        median_ms(during.clone()),
+        ms(median(during.clone())),
         during.len()
     );
     eprintln!(

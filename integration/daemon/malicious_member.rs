@@ -4,7 +4,7 @@
 //! members' broadcasts keep reaching everyone. `OVERLAY_ATTACK_SECS` sets the attack's
 //! length (default 15 s; the figures in docs/RELIABILITY.md are from a 60 s run).
 
-use super::Daemon;
+use super::{median, rss_mib, trio};
 use crate::common::{TempDir, real_network};
 use overlay::admin;
 use overlay::net::auth::authenticate;
@@ -16,17 +16,6 @@ use overlay::proto::{NodeId, Packet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// Resident set size of a process, MiB.
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    kb / 1024.0
-}
 
 /// The largest valid packet that is not too large to frame: the answer to an operation
 /// nobody runs, carrying one big gathered item.
@@ -64,11 +53,6 @@ fn big_frame() -> Vec<u8> {
     }
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
-
 #[test]
 fn a_member_sending_maximum_frames_flat_out_changes_nothing_for_the_others() {
     let _net = real_network();
@@ -77,16 +61,9 @@ fn a_member_sending_maximum_frames_flat_out_changes_nothing_for_the_others() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(15);
     let base = TempDir::new("malicious");
-    let target = Daemon::start(base.path(), "a", &["--listen", "127.0.0.1:0"]);
+    let [target, b, c] = trio(base.path());
     let addr = target.addr();
     let token_text = target.token();
-    let args = target.join_args(base.path());
-    let join: Vec<&str> = args.iter().map(String::as_str).collect();
-    let b = Daemon::start(base.path(), "b", &join);
-    let c = Daemon::start(base.path(), "c", &join);
-    for d in [&target, &b, &c] {
-        d.wait_alive(3);
-    }
     let pid = target.proc.pid();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {

@@ -4,7 +4,7 @@
 //! (It used to fill the one relay table every operation shares: for about a minute after,
 //! every broadcast from any node waited its full timeout and reported everyone missing.)
 
-use super::Daemon;
+use super::{median, trio};
 use crate::common::{TempDir, real_network};
 use overlay::admin;
 use std::path::PathBuf;
@@ -14,11 +14,6 @@ use std::time::{Duration, Instant};
 
 const FLOOD: u64 = 20_000;
 const CLIENTS: u64 = 8;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
 
 /// Broadcasts from `dir` one after another while `go` holds (at least `min` of them),
 /// returning each one's time; every one must reach all `n` members.
@@ -41,14 +36,7 @@ async fn steady(dir: PathBuf, n: usize, go: Arc<AtomicBool>, min: usize) -> Vec<
 fn a_flood_of_broadcasts_from_one_member_leaves_the_others_working() {
     let _net = real_network();
     let base = TempDir::new("relay-flood");
-    let a = Daemon::start(base.path(), "a", &["--listen", "127.0.0.1:0"]);
-    let args = a.join_args(base.path());
-    let join: Vec<&str> = args.iter().map(String::as_str).collect();
-    let b = Daemon::start(base.path(), "b", &join);
-    let c = Daemon::start(base.path(), "c", &join);
-    for d in [&a, &b, &c] {
-        d.wait_alive(3);
-    }
+    let [a, _b, c] = trio(base.path()); // b only relays: kept running to the end
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let quiet = steady(c.dir.clone(), 3, Arc::new(AtomicBool::new(false)), 20).await;

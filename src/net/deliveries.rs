@@ -63,8 +63,10 @@ pub struct DeliverySink {
 impl DeliverySink {
     /// A sink and the receiver of its stream.
     pub fn new(budget: Arc<Budget>) -> (DeliverySink, mpsc::UnboundedReceiver<Delivery>) {
-        // Unbounded as a channel, bounded by the budget: `offer` queues nothing past it,
-        // and every delivery costs at least `OVERHEAD`, so empty payloads count too.
+        // Unbounded as a channel, it cannot grow past `budget.limit` bytes: `offer` is the
+        // only sender and queues nothing beyond it (it counts the delivery missed, so the
+        // reader gets `Lagged`); every delivery costs at least `OVERHEAD`, so empty
+        // payloads count too.
         let (tx, rx) = mpsc::unbounded_channel(); // bounded by `budget` (see `offer`)
         (DeliverySink { tx, budget }, rx)
     }
