@@ -273,6 +273,7 @@ async fn unauthenticated_connections_get_nothing_processed() {
                 incarnation: 0,
                 boot: 1,
                 state: Liveness::Alive,
+                groups: Vec::new(),
             },
         });
         let mut send = conn.open_uni().await.expect("open_uni");

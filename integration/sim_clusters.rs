@@ -255,6 +255,7 @@ fn senders(
         sim.command(
             root,
             Command::Start(Start {
+                group: None,
                 nonce,
                 timeout: Duration::from_secs(5),
                 what: what(),

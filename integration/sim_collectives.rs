@@ -93,6 +93,7 @@ fn run(topo: &Topology, seed: u64) -> Outcome {
         sim.command(
             root,
             Command::Start(Start {
+                group: None,
                 nonce,
                 timeout: Duration::from_secs(5),
                 what: StartKind::Broadcast {
@@ -106,6 +107,7 @@ fn run(topo: &Topology, seed: u64) -> Outcome {
             sim.command(
                 root,
                 Command::Start(Start {
+                    group: None,
                     nonce: nonce + 1,
                     timeout: Duration::from_secs(5),
                     what: StartKind::Reduce {

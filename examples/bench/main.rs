@@ -281,6 +281,7 @@ fn run_op(
     sim.command(
         root,
         Command::Start(Start {
+            group: None,
             nonce,
             timeout: Duration::from_secs(5),
             what,

@@ -167,6 +167,7 @@ impl Node {
     async fn run_op_untimed(&self, what: StartKind) -> Result<OpReport, NodeError> {
         let (tx, rx) = oneshot::channel();
         let start = Start {
+            group: None,
             nonce: 0, // numbered by the driver
             timeout: self.op_timeout,
             what,

@@ -113,6 +113,7 @@ impl Ops {
             } => {
                 self.barriers.entry(name.clone()).or_default().push(reply);
                 Command::Start(Start {
+                    group: None,
                     nonce: self.nonce(),
                     timeout,
                     what: StartKind::Barrier { name },

@@ -203,6 +203,7 @@ impl Core {
                     self.with_collectives(|c, v| c.member_down(now, v, id));
                 }
             }
+            Input::MemberGroups { id, groups } => self.coll.set_groups(id, groups),
             Input::RttSample { peer, rtt } => {
                 if self.members.is_alive(&peer) {
                     self.add_rtt_sample(peer, rtt.as_micros().min(u32::MAX as u128) as u32);

@@ -196,6 +196,7 @@ impl Gossip {
                 incarnation,
                 boot: incarnation,
                 state: Liveness::Alive,
+                groups: Vec::new(),
             },
             members: IdMap::default(),
             rng: SplitMix64::new(seed),
@@ -271,6 +272,34 @@ impl Gossip {
     /// The member a join waits on, until a member admits this node.
     pub fn joining(&self) -> Option<NodeId> {
         self.joining
+    }
+
+    /// Sets the groups this node is a member of (see [`MemberRecord::groups`]): a new
+    /// incarnation of its record, spread like a refutation. False (nothing changed) if
+    /// the list is not valid ([`crate::proto::message::groups_valid`]).
+    pub fn set_groups(&mut self, _now: Time, groups: Vec<String>) -> bool {
+        if self.left || !crate::proto::message::groups_valid(&groups) {
+            return false;
+        }
+        if groups == self.me.groups {
+            return true;
+        }
+        let Some(next) = self.me.incarnation.checked_add(1).filter(|i| *i < u64::MAX) else {
+            return false;
+        };
+        self.me.incarnation = next;
+        self.me.groups = groups;
+        self.enqueue(self.me.clone());
+        let news = self.me.clone();
+        for to in self.pick_random(self.config.rumor_fanout, &[]) {
+            self.send(
+                to,
+                GossipMessage::Rumor {
+                    updates: vec![news.clone()],
+                },
+            );
+        }
+        true
     }
 
     /// Announces this node's departure to every live member; afterwards it does nothing.
@@ -479,6 +508,10 @@ fn record_hash(r: &MemberRecord) -> u64 {
     eat(&[r.state as u8]);
     eat(r.addr.to_string().as_bytes());
     eat(r.name.as_bytes());
+    for g in &r.groups {
+        eat(&(g.len() as u32).to_le_bytes());
+        eat(g.as_bytes());
+    }
     SplitMix64::new(h).next_u64()
 }
 

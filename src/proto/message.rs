@@ -13,7 +13,7 @@ pub use self::cluster::{
 };
 
 /// Version byte that starts every frame. Bumped on any incompatible change.
-pub const WIRE_VERSION: u8 = 3;
+pub const WIRE_VERSION: u8 = 4;
 
 /// Largest encoded control message accepted (version byte included).
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -219,6 +219,8 @@ pub enum CollectiveMessage {
     /// tree chosen by its root (a stripe of a large broadcast), and these are the
     /// (sender, receiver) edges of the receiver's subtree in it; a leaf of the route gets
     /// the single edge (itself, itself) and passes the operation on to no one.
+    /// `group`, when set, scopes the operation to that group's members: the others relay
+    /// it but neither deliver nor contribute, and are not counted as reached.
     Down {
         op: OpId,
         budget_us: u32,
@@ -229,6 +231,7 @@ pub enum CollectiveMessage {
         covered: Vec<u16>,
         body: DownBody,
         route: Vec<(NodeId, NodeId)>,
+        group: Option<String>,
     },
     /// The answer of the sender's subtree (or of the sender alone after a direct request);
     /// `last` is false when further parts follow.
@@ -341,6 +344,24 @@ pub struct MemberRecord {
     pub boot: u64,
     /// Its state at this incarnation.
     pub state: Liveness,
+    /// The groups it is a member of (sorted, at most [`MAX_GROUPS`] names of at most
+    /// [`MAX_GROUP_NAME`] bytes); changed only by the member itself, with a new incarnation.
+    pub groups: Vec<String>,
+}
+
+/// Most groups one member may be in.
+pub const MAX_GROUPS: usize = 32;
+/// Longest group name, in bytes.
+pub const MAX_GROUP_NAME: usize = 64;
+
+/// Whether `groups` is a valid group list for a record: sorted without repeats, within
+/// [`MAX_GROUPS`], each name non-empty and within [`MAX_GROUP_NAME`].
+pub fn groups_valid(groups: &[String]) -> bool {
+    groups.len() <= MAX_GROUPS
+        && groups.windows(2).all(|w| w[0] < w[1])
+        && groups
+            .iter()
+            .all(|g| !g.is_empty() && g.len() <= MAX_GROUP_NAME)
 }
 
 /// Membership messages (SWIM-style: probes with piggybacked updates, indirect probes,

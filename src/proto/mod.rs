@@ -77,6 +77,9 @@ pub enum Input {
     MemberUp { id: NodeId },
     /// A member left gracefully or was declared dead.
     MemberDown { id: NodeId, reason: DownReason },
+    /// The groups member `id` (or this node) is in changed: collectives scoped to a group
+    /// expect, and deliver to, its members only ([`Start::group`]).
+    MemberGroups { id: NodeId, groups: Vec<String> },
     /// An RTT sample measured by the driver (e.g. from the QUIC connection).
     RttSample { peer: NodeId, rtt: Duration },
     /// The driver measured how long one send of a collective operation took to leave this

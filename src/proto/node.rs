@@ -55,6 +55,10 @@ pub enum NodeInput {
     /// Ask every live member for its place in `root`'s tree; the answers come back as
     /// [`NodeOutput::TreeReply`] with this `id`.
     AskTree { id: u64, root: NodeId },
+    /// This node is now a member of exactly these groups (sorted, within
+    /// [`crate::proto::message::MAX_GROUPS`]): its record changes and spreads; an invalid
+    /// list changes nothing.
+    SetGroups { groups: Vec<String> },
 }
 
 /// How a driver should send a [`NodeOutput::Transmit`].
@@ -118,6 +122,8 @@ pub struct Node {
     gossip: Gossip,
     /// Boot value of each member as last fed to the core (detects restarts).
     boots: HashMap<NodeId, u64>,
+    /// Groups of each member as last fed to the core.
+    groups: HashMap<NodeId, Vec<String>>,
     /// Outputs worked out while handling gossip's events, in order.
     pending: VecDeque<NodeOutput>,
     /// The time of the last input: gossip's events are handled at it.
@@ -132,6 +138,7 @@ impl Node {
             core,
             gossip,
             boots: HashMap::new(),
+            groups: HashMap::new(),
             pending: VecDeque::new(),
             now: Time::ZERO,
         }
@@ -185,6 +192,12 @@ impl Node {
                 self.gossip.leave(now);
             }
             NodeInput::Command(cmd) => self.core.handle(now, Input::Command(cmd)),
+            NodeInput::SetGroups { groups } => {
+                if self.gossip.set_groups(now, groups.clone()) {
+                    let id = self.id();
+                    self.core.handle(now, Input::MemberGroups { id, groups });
+                }
+            }
             NodeInput::AskTree { id, root } => {
                 let members: Vec<NodeId> = self.gossip.live_members().map(|r| r.id).collect();
                 for to in members {
@@ -295,8 +308,20 @@ impl Node {
                     self.core.handle(now, Input::MemberDown { id, reason });
                     self.pending.push_back(NodeOutput::MemberRestarted { id });
                 }
-                if previous != Some(record.boot) {
+                let new_run = previous != Some(record.boot);
+                if new_run {
                     self.core.handle(now, Input::MemberUp { id });
+                }
+                let groups_changed = self
+                    .groups
+                    .get(&id)
+                    .map_or(!record.groups.is_empty(), |g| *g != record.groups);
+                if groups_changed {
+                    self.groups.insert(id, record.groups.clone());
+                    let groups = record.groups.clone();
+                    self.core.handle(now, Input::MemberGroups { id, groups });
+                }
+                if new_run || groups_changed {
                     self.pending.push_back(NodeOutput::MemberUp(record));
                 }
             }
@@ -307,6 +332,10 @@ impl Node {
                     _ => DownReason::Dead,
                 };
                 self.boots.remove(&id);
+                if self.groups.remove(&id).is_some() {
+                    let groups = Vec::new();
+                    self.core.handle(now, Input::MemberGroups { id, groups });
+                }
                 self.core.handle(now, Input::MemberDown { id, reason });
                 self.pending
                     .push_back(NodeOutput::MemberDown { id, reason });

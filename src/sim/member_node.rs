@@ -90,7 +90,9 @@ impl SimNode for MemberNode {
             Input::BulkTransfer { active } => NodeInput::BulkTransfer { active },
             m @ (Input::TrainArrived { .. } | Input::TransferRate { .. }) => NodeInput::Measured(m),
             // Its own membership tells it of members.
-            Input::MemberUp { .. } | Input::MemberDown { .. } => return,
+            Input::MemberUp { .. } | Input::MemberDown { .. } | Input::MemberGroups { .. } => {
+                return;
+            }
         };
         self.node.handle(now, input);
     }

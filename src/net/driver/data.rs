@@ -36,6 +36,7 @@ impl Driver {
         let done = Command::StreamDone { op, ok: true };
         self.node.handle(now, NodeInput::Command(done));
         let start = Start {
+            group: None,
             nonce,
             timeout,
             what: StartKind::Stream { len, digest, route },

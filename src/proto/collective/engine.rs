@@ -173,9 +173,24 @@ impl Collectives {
             nonce: s.nonce,
         };
         let timeout = s.timeout.max(Duration::from_millis(1));
-        let mut members: Vec<NodeId> = ov.alive_members().to_vec();
-        members.push(self.me);
-        members.sort_unstable();
+        let group = s.group.clone();
+        let scoped = matches!(
+            s.what,
+            StartKind::Broadcast { .. }
+                | StartKind::Gather { .. }
+                | StartKind::Reduce { .. }
+                | StartKind::AllGather { .. }
+                | StartKind::AllReduce { .. }
+        );
+        let members: Vec<NodeId> = match &group {
+            Some(g) => ov.group_members(g),
+            None => {
+                let mut m = ov.alive_members().to_vec();
+                m.push(self.me);
+                m.sort_unstable();
+                m
+            }
+        };
         let mut route = Vec::new();
         let (kind, purpose, body, barrier) = match s.what {
             StartKind::Broadcast { payload } => (
@@ -238,6 +253,10 @@ impl Collectives {
             purpose: Some(purpose),
             ..OpReport::default()
         };
+        if group.is_some() && !scoped {
+            report.error = Some(OpRefused::Unscoped);
+            return self.events.push_back(Event::Report(Box::new(report)));
+        }
         if self.origins.contains_key(&op) || self.relays.contains_key(&op) {
             report.error = Some(OpRefused::InUse { nonce: s.nonce });
             return self.events.push_back(Event::Report(Box::new(report)));
@@ -317,12 +336,14 @@ impl Collectives {
                 next_retry: now + tree_budget,
                 retry_gap,
                 barrier,
+                group: group.clone(),
             },
         );
         self.wake(now + timeout, op, Slot::Origin);
         let budget = tree_budget.as_micros().min(u32::MAX as u128) as u32;
         let plan = Plan {
             route,
+            group,
             ..Plan::default()
         };
         self.accept_down(now, ov, self.me, op, budget, false, false, plan, body);
@@ -349,6 +370,7 @@ impl Collectives {
                 covered,
                 body,
                 route,
+                group,
             } => {
                 if op.root == self.me && !self.relays.contains_key(&op) {
                     return; // Not an operation of ours (forged or from a previous run).
@@ -358,6 +380,7 @@ impl Collectives {
                     hoisted,
                     covered,
                     route,
+                    group,
                 };
                 self.accept_down(now, ov, from, op, budget_us, direct, more, plan, body)
             }

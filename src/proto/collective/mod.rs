@@ -60,6 +60,11 @@ pub struct Start {
     pub timeout: Duration,
     /// What to do.
     pub what: StartKind,
+    /// Scope: `Some(g)` expects, delivers to and takes values from the live members of
+    /// group `g` only (members outside it still relay along the trees). Broadcast, gather,
+    /// reduce and their `all` forms; not streams, scatters (they name their destinations)
+    /// or barriers.
+    pub group: Option<String>,
 }
 
 /// The kinds of operations.
@@ -135,6 +140,8 @@ pub enum DeliveryKind {
 pub struct Delivered {
     /// The operation (its root is `op.root`).
     pub op: OpId,
+    /// The group it was scoped to ([`Start::group`]).
+    pub group: Option<String>,
     /// The node it came from (this node itself at the root).
     pub from: NodeId,
     /// What it is.
@@ -211,6 +218,10 @@ pub enum OpRefused {
         /// Operations started at this node and not reported yet.
         running: usize,
     },
+    /// Only broadcasts, gathers, reduces and their `all` forms can be scoped to a group
+    /// (streamed broadcasts, scatters and barriers cannot).
+    #[error("this operation cannot be scoped to a group")]
+    Unscoped,
     /// The payload is larger than the operation carries.
     #[error("payload of {len} bytes exceeds the limit of {limit} bytes")]
     TooLarge {
@@ -250,5 +261,13 @@ pub trait Overlay {
     /// Whether children with the most descendants are served first (else in id order).
     fn descendants_first(&self) -> bool {
         true
+    }
+    /// Whether live member `id` (this node included) is in `group`.
+    fn in_group(&self, _id: &NodeId, _group: &str) -> bool {
+        false
+    }
+    /// The live members of `group`, this node included if it is one, sorted.
+    fn group_members(&self, _group: &str) -> Vec<NodeId> {
+        Vec::new()
     }
 }

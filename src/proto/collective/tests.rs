@@ -6,6 +6,7 @@ use crate::proto::{Event, Time};
 use std::collections::{HashMap, VecDeque};
 
 mod flood;
+mod groups;
 mod plan;
 
 struct View {
@@ -16,6 +17,8 @@ struct View {
     one_cluster: bool,
     /// With `one_cluster`: nodes in a second, far cluster instead.
     far: Vec<NodeId>,
+    /// Each member's groups (the same table in every view).
+    groups: HashMap<NodeId, Vec<String>>,
 }
 
 impl Overlay for View {
@@ -39,6 +42,21 @@ impl Overlay for View {
     }
     fn in_cluster(&self, peer: &NodeId) -> bool {
         self.one_cluster && self.far.contains(&self.me) == self.far.contains(peer)
+    }
+    fn in_group(&self, id: &NodeId, group: &str) -> bool {
+        self.is_alive(id)
+            && self
+                .groups
+                .get(id)
+                .is_some_and(|g| g.iter().any(|x| x == group))
+    }
+    fn group_members(&self, group: &str) -> Vec<NodeId> {
+        let mut m: Vec<NodeId> = (self.groups.keys())
+            .filter(|id| self.in_group(id, group))
+            .copied()
+            .collect();
+        m.sort_unstable();
+        m
     }
 }
 
@@ -72,6 +90,7 @@ impl Net {
                     children: HashMap::from([(ids[0], kids)]),
                     one_cluster: false,
                     far: Vec::new(),
+                    groups: HashMap::new(),
                 }
             })
             .collect();
@@ -122,7 +141,12 @@ impl Net {
     }
 
     fn start_op(&mut self, i: usize, nonce: u64, what: StartKind) {
+        self.start_scoped(i, nonce, None, what);
+    }
+
+    fn start_scoped(&mut self, i: usize, nonce: u64, group: Option<&str>, what: StartKind) {
         let s = Start {
+            group: group.map(str::to_string),
             nonce,
             timeout: Duration::from_secs(2),
             what,
@@ -371,6 +395,7 @@ fn allreduce_and_barrier_reach_everyone() {
     }
     for i in (0..6).rev() {
         let s = Start {
+            group: None,
             nonce: 5,
             timeout: Duration::from_secs(2),
             what: StartKind::Barrier { name: "b".into() },

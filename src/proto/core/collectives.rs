@@ -12,7 +12,7 @@ use crate::proto::collective::{Collectives, Overlay};
 use crate::proto::config::Config;
 use crate::proto::id::NodeId;
 use crate::proto::membership::MemberTable;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 /// The collective engine and what it needs measured.
@@ -22,6 +22,8 @@ pub(super) struct CollectiveBridge {
     /// The cost of one send as the driver measured it (see
     /// [`Input::SendCost`](crate::proto::Input::SendCost)).
     send_cost: SendCostEstimate,
+    /// The groups of every member with any, this node included (from their records).
+    groups: HashMap<NodeId, Vec<String>>,
 }
 
 impl CollectiveBridge {
@@ -30,6 +32,16 @@ impl CollectiveBridge {
         CollectiveBridge {
             engine: Collectives::new(id),
             send_cost: SendCostEstimate::default(),
+            groups: HashMap::new(),
+        }
+    }
+
+    /// Member `id`'s groups are now `groups` (empty, or gone: none).
+    pub(super) fn set_groups(&mut self, id: NodeId, groups: Vec<String>) {
+        if groups.is_empty() {
+            self.groups.remove(&id);
+        } else {
+            self.groups.insert(id, groups);
         }
     }
 
@@ -59,6 +71,8 @@ pub(super) struct CoreView<'a> {
     /// This node's discovered level-1 cluster (sorted, itself included), once discovery has
     /// put it in a group with others.
     cluster: Option<&'a [NodeId]>,
+    /// The groups of every member with any.
+    groups: &'a HashMap<NodeId, Vec<String>>,
 }
 
 impl Overlay for CoreView<'_> {
@@ -101,6 +115,21 @@ impl Overlay for CoreView<'_> {
     fn descendants_first(&self) -> bool {
         self.config.descendants_first
     }
+    fn in_group(&self, id: &NodeId, group: &str) -> bool {
+        self.is_alive(id)
+            && self
+                .groups
+                .get(id)
+                .is_some_and(|g| g.binary_search_by(|x| x.as_str().cmp(group)).is_ok())
+    }
+    fn group_members(&self, group: &str) -> Vec<NodeId> {
+        let mut m: Vec<NodeId> = (self.groups.keys())
+            .filter(|id| self.in_group(id, group))
+            .copied()
+            .collect();
+        m.sort_unstable();
+        m
+    }
 }
 
 impl Core {
@@ -116,6 +145,7 @@ impl Core {
             cluster: (self.discovery.table.view().group_of(1, &self.id))
                 .map(|g| g.members.as_slice())
                 .filter(|m| m.len() > 1),
+            groups: &self.coll.groups,
         };
         f(&mut self.coll.engine, &view);
     }

@@ -45,6 +45,9 @@ impl Gossip {
     /// [`Gossip::apply`]; with `piggyback` off, news is not queued for probes and acks
     /// (the records a joining node receives: news to it alone).
     pub(super) fn apply_with(&mut self, now: Time, r: MemberRecord, piggyback: bool) -> bool {
+        if !crate::proto::message::groups_valid(&r.groups) {
+            return false; // only a buggy or hostile member sends these
+        }
         if r.incarnation == u64::MAX {
             // No honest node gets there (incarnations start from the boot time and grow
             // by one per refutation), and nobody could refute it: a record that would
@@ -121,7 +124,7 @@ impl Gossip {
         true
     }
 
-    fn enqueue(&mut self, r: MemberRecord) {
+    pub(super) fn enqueue(&mut self, r: MemberRecord) {
         self.outbox.retain(|(o, _)| o.id != r.id);
         self.outbox.push_back((r, 0));
     }

@@ -54,6 +54,7 @@ fn sample() -> Vec<Message> {
                 purpose: Purpose::AllReduce { of: 3 },
             },
             route: vec![(a, b)],
+            group: Some("workers".into()),
         }),
         Message::TrainRequest {
             id: 4,

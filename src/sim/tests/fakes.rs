@@ -183,6 +183,7 @@ impl SimNode for Fake {
             }
             Input::LinkLost { peer } => self.note(now, format!("lost {peer}")),
             Input::RttSample { .. }
+            | Input::MemberGroups { .. }
             | Input::SendCost { .. }
             | Input::BulkTransfer { .. }
             | Input::TrainArrived { .. }

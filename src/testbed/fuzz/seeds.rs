@@ -35,6 +35,7 @@ pub fn packets() -> Vec<Packet> {
             covered: vec![7, 65535],
             body,
             route: vec![(a, b)],
+            group: Some("workers".into()),
         })
     };
     let messages = vec![
@@ -141,6 +142,7 @@ pub fn packets() -> Vec<Packet> {
         incarnation: 3,
         boot: 1_700_000_000_000,
         state,
+        groups: vec!["workers".into()],
     };
     let mut v6 = record(b, 7400, Liveness::Suspect);
     v6.addr = "[::1]:7401".parse().expect("an address");

@@ -60,6 +60,7 @@ impl Collectives {
         from: NodeId,
         op: OpId,
         budget_us: u32,
+        group: Option<String>,
         body: DownBody,
     ) {
         let me = self.me;
@@ -68,10 +69,15 @@ impl Collectives {
                 return self.reply(ov, from, op, UpPart::default());
             }
             let deadline = now + Duration::from_micros(budget_us as u64);
-            let relay = Relay::blank(from, Phase::Done, deadline);
+            let mut relay = Relay::blank(from, Phase::Done, deadline);
+            relay.group = group;
             self.insert_relay(op, relay);
         }
         let r = self.relays.get_mut(&op).expect("present");
+        if (r.group.as_deref()).is_some_and(|g| !ov.in_group(&me, g)) {
+            // Asked directly, but not in the operation's group (any more): nothing to give.
+            return self.reply(ov, from, op, UpPart::default());
+        }
         match body {
             DownBody::Broadcast { payload, purpose } => {
                 let first = !r.delivered;
@@ -112,6 +118,7 @@ impl Collectives {
                 if first {
                     self.events.push_back(Event::Delivered(Delivered {
                         op,
+                        group: None,
                         from,
                         kind: DeliveryKind::Scatter,
                         payload: item,

@@ -27,7 +27,7 @@ impl Collectives {
         body: DownBody,
     ) {
         if direct {
-            return self.answer_direct(now, ov, from, op, budget_us, body);
+            return self.answer_direct(now, ov, from, op, budget_us, plan.group, body);
         }
         if let Some(r) = self.relays.get_mut(&op) {
             if r.phase == Phase::AwaitMore && r.from == from {
@@ -63,12 +63,21 @@ impl Collectives {
         }
         let deadline = now + Duration::from_micros(budget_us as u64);
         let mut relay = Relay::blank(from, Phase::Collecting, deadline);
+        relay.group = plan.group.clone();
+        // Outside the operation's group this node only passes it on.
+        let member = (plan.group.as_deref()).is_none_or(|g| ov.in_group(&self.me, g));
         let forward = match body {
             DownBody::Broadcast { payload, purpose } => {
-                relay.delivered = true;
-                relay.acc.reached.insert(self.me);
-                self.deliver(op, from, delivery_kind(purpose), payload.clone(), purpose);
-                Some(DownBody::Broadcast { payload, purpose })
+                if member {
+                    relay.delivered = true;
+                    relay.acc.reached.insert(self.me);
+                }
+                self.insert_relay(op, relay);
+                if member {
+                    self.deliver(op, from, delivery_kind(purpose), payload.clone(), purpose);
+                }
+                let body = DownBody::Broadcast { payload, purpose };
+                return self.forward_accepted(now, ov, from, op, budget_us, plan, body);
             }
             DownBody::Stream { len, digest } => {
                 relay.own = Own::Stream;
@@ -94,8 +103,10 @@ impl Collectives {
                 purpose,
             } => {
                 relay.kind = OpKind::Gather;
-                relay.own = Own::Pending;
-                relay.acc.reached.insert(self.me);
+                if member {
+                    relay.own = Own::Pending;
+                    relay.acc.reached.insert(self.me);
+                }
                 relay.key = key.clone();
                 relay.request = request.clone();
                 Some(DownBody::Gather {
@@ -111,8 +122,10 @@ impl Collectives {
                 purpose,
             } => {
                 relay.kind = OpKind::Reduce;
-                relay.own = Own::Pending;
-                relay.acc.reached.insert(self.me);
+                if member {
+                    relay.own = Own::Pending;
+                    relay.acc.reached.insert(self.me);
+                }
                 relay.key = key.clone();
                 relay.request = request.clone();
                 relay.reducer = Some(reducer.clone());
@@ -128,6 +141,22 @@ impl Collectives {
         let Some(body) = forward else {
             return self.finish_accept(now, ov, op);
         };
+        self.forward_accepted(now, ov, from, op, budget_us, plan, body)
+    }
+
+    /// Passes an accepted operation on: along its route, or across the wide area first and
+    /// then inside the cluster.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_accepted(
+        &mut self,
+        now: Time,
+        ov: &dyn Overlay,
+        from: NodeId,
+        op: OpId,
+        budget_us: u32,
+        plan: Plan,
+        body: DownBody,
+    ) {
         if !plan.route.is_empty() {
             let targets = routed_targets(ov, self.me, &plan.route);
             self.send_targets(ov, op, budget_us, targets, &body);
@@ -278,6 +307,7 @@ impl Collectives {
                     r.acc.reached.insert(me);
                     self.events.push_back(Event::Delivered(Delivered {
                         op,
+                        group: None,
                         from,
                         kind: DeliveryKind::Scatter,
                         payload: v,

@@ -148,9 +148,16 @@ impl Collectives {
                 tracing::warn!(len = payload.len(), "composite result too large to spread");
             } else {
                 let op2 = OpId { root: me, nonce };
-                let mut members: Vec<NodeId> = ov.alive_members().to_vec();
-                members.push(me);
-                members.sort_unstable();
+                // The result goes to the members the first half expected.
+                let members = match &o.group {
+                    Some(g) => ov.group_members(g),
+                    None => {
+                        let mut m: Vec<NodeId> = ov.alive_members().to_vec();
+                        m.push(me);
+                        m.sort_unstable();
+                        m
+                    }
+                };
                 let body = DownBody::Broadcast {
                     payload,
                     purpose: o.purpose,
@@ -171,11 +178,15 @@ impl Collectives {
                         next_retry: now + timeout / 2,
                         retry_gap: o.retry_gap,
                         barrier: None,
+                        group: o.group.clone(),
                     },
                 );
                 self.wake(now + timeout, op2, Slot::Origin);
                 let budget = (timeout / 2).as_micros().min(u32::MAX as u128) as u32;
-                let plan = Plan::default();
+                let plan = Plan {
+                    group: o.group.clone(),
+                    ..Plan::default()
+                };
                 self.accept_down(now, ov, me, op2, budget, false, false, plan, body);
             }
         }

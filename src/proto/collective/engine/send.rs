@@ -63,6 +63,9 @@ impl Collectives {
         plan: Plan,
         body: DownBody,
     ) {
+        // A relay's (or, for direct requests, the origin's) scope travels with every send.
+        let group = (self.relays.get(&op).and_then(|r| r.group.clone()))
+            .or_else(|| self.origins.get(&op).and_then(|o| o.group.clone()));
         self.transmits.push_back(Transmit {
             to,
             msg: Message::Collective(CollectiveMessage::Down {
@@ -75,6 +78,7 @@ impl Collectives {
                 covered: plan.covered,
                 body,
                 route: plan.route,
+                group,
             }),
         });
     }
@@ -215,6 +219,7 @@ impl Collectives {
                     hoisted: told,
                     covered: covered.clone(),
                     route: Vec::new(),
+                    group: None,
                 },
             });
         }
@@ -241,6 +246,7 @@ impl Collectives {
                         hoisted: told.clone(),
                         covered: covered.clone(),
                         route: Vec::new(),
+                        group: None,
                     },
                 }),
         );
@@ -260,8 +266,10 @@ impl Collectives {
         {
             self.published.remove(&barrier_key(&outcome.name));
         }
+        let group = self.relays.get(&op).and_then(|r| r.group.clone());
         self.events.push_back(Event::Delivered(Delivered {
             op,
+            group,
             from,
             kind,
             payload,

@@ -58,6 +58,8 @@ pub(super) struct Relay {
     pub(super) direct_waiters: Vec<NodeId>,
     /// Whether the operation entered this node's cluster here (it planned the spread).
     pub(super) entry: bool,
+    /// The group the operation is scoped to: a node outside it relays and nothing more.
+    pub(super) group: Option<String>,
 }
 
 impl Relay {
@@ -80,6 +82,7 @@ impl Relay {
             delegated: false,
             direct_waiters: Vec::new(),
             entry: false,
+            group: None,
         }
     }
 }
@@ -97,6 +100,8 @@ pub(in crate::proto::collective) struct Plan {
     /// The explicit tree the operation follows below the receiver, as (sender, receiver)
     /// edges (empty: the overlay's tree; see [`CollectiveMessage::Down`]).
     pub(super) route: Vec<(NodeId, NodeId)>,
+    /// The group the operation is scoped to (see [`CollectiveMessage::Down`]).
+    pub(super) group: Option<String>,
 }
 
 /// One send of a relay: to whom, and what that node is told (see [`Plan`]).
@@ -139,6 +144,8 @@ pub(super) struct Origin {
     pub(super) retry_gap: Duration,
     /// For a barrier: its name.
     pub(super) barrier: Option<String>,
+    /// The group it is scoped to.
+    pub(super) group: Option<String>,
 }
 
 /// A wake-up: which operation, and whether for its relay or its origin.

@@ -37,6 +37,7 @@ fn down(op: OpId) -> CollectiveMessage {
             purpose: Purpose::Data,
         },
         route: Vec::new(),
+        group: None,
     }
 }
 

@@ -85,6 +85,7 @@ fn far_sends_leave_before_the_cluster_part_is_worked_out() {
         net.sent = 0;
         net.events.clear();
         let s = Start {
+            group: None,
             nonce,
             timeout: Duration::from_secs(2),
             what: StartKind::Broadcast {
