@@ -24,6 +24,7 @@ mod quic_bandwidth;
 mod quic_bulk_watch;
 mod quic_collectives;
 mod quic_field_station;
+mod quic_groups;
 mod quic_overlay;
 mod quic_ready;
 mod quic_replan;

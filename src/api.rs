@@ -20,6 +20,7 @@ mod collective;
 mod data_dir;
 mod deliveries;
 mod error;
+mod group;
 mod join;
 mod large;
 mod locality;
@@ -36,6 +37,7 @@ pub use self::collective::{
 };
 pub use self::deliveries::{DEFAULT_DELIVERY_BUFFER, Deliveries, DeliveryError, Lagged};
 pub use self::error::{IoStep, NodeError};
+pub use self::group::{Group, RendezvousOptions, Round};
 pub use self::large::{
     Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,
     Element, Prediction, ReduceOp, TuneEntry,
@@ -95,6 +97,10 @@ pub struct Node {
     bulk: Arc<large::Shared>,
     /// Counts and latencies of the collectives started here.
     op_stats: Arc<op_stats::Recorder>,
+    /// The groups this node is a member of ([`Group::join`]).
+    groups: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// The rendezvous of each group this node took part in.
+    rendezvous: Arc<group::Rendezvous>,
 }
 
 impl Node {

@@ -355,6 +355,8 @@ impl NodeBuilder {
             delivery_buffer: self.delivery_buffer,
             bulk: Arc::new(super::large::Shared::new(mailbox)),
             op_stats: Arc::default(),
+            groups: Arc::default(),
+            rendezvous: Arc::default(),
         };
         node.serve_builtin_keys(&name_for_info, start).await?;
         info!(parent: &span, addr = %local_addr, %advertised, "node started");

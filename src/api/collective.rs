@@ -127,7 +127,7 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, NodeError> {
     Ok(postcard::from_bytes(bytes).map_err(DecodeError)?)
 }
 
-fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, NodeError> {
+pub(super) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, NodeError> {
     postcard::to_allocvec(value).map_err(NodeError::Encode)
 }
 
@@ -160,14 +160,29 @@ impl Node {
     }
 
     async fn run_op(&self, what: StartKind) -> Result<OpReport, NodeError> {
-        let kind = super::op_stats::kind(&what);
-        self.op_stats.time(kind, self.run_op_untimed(what)).await
+        self.run_scoped(what, None).await
     }
 
-    async fn run_op_untimed(&self, what: StartKind) -> Result<OpReport, NodeError> {
+    /// Runs an operation over the members of `group` (`None`: every member).
+    pub(super) async fn run_scoped(
+        &self,
+        what: StartKind,
+        group: Option<String>,
+    ) -> Result<OpReport, NodeError> {
+        let kind = super::op_stats::kind(&what);
+        self.op_stats
+            .time(kind, self.run_op_untimed(what, group))
+            .await
+    }
+
+    async fn run_op_untimed(
+        &self,
+        what: StartKind,
+        group: Option<String>,
+    ) -> Result<OpReport, NodeError> {
         let (tx, rx) = oneshot::channel();
         let start = Start {
-            group: None,
+            group,
             nonce: 0, // numbered by the driver
             timeout: self.op_timeout,
             what,
@@ -180,7 +195,7 @@ impl Node {
         }
     }
 
-    fn check_size(len: usize) -> Result<(), NodeError> {
+    pub(super) fn check_size(len: usize) -> Result<(), NodeError> {
         if len > MAX_INLINE_PAYLOAD {
             return Err(NodeError::PayloadTooLarge {
                 len,
@@ -451,7 +466,7 @@ impl Node {
     }
 }
 
-fn gathered(r: OpReport) -> Gathered {
+pub(super) fn gathered(r: OpReport) -> Gathered {
     Gathered {
         op: r.op.map_or(0, |o: OpId| o.nonce),
         items: r.items,
@@ -461,7 +476,7 @@ fn gathered(r: OpReport) -> Gathered {
     }
 }
 
-fn reduced(r: OpReport) -> Reduced {
+pub(super) fn reduced(r: OpReport) -> Reduced {
     Reduced {
         op: r.op.map_or(0, |o: OpId| o.nonce),
         value: r.value,

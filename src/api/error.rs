@@ -140,6 +140,25 @@ pub enum NodeError {
     /// A value could not be encoded.
     #[error("cannot encode the value: {0}")]
     Encode(#[source] postcard::Error),
+    /// A group operation could not be done ([`crate::api::Group`]).
+    #[error("group {group:?}: {reason}")]
+    Group {
+        /// The group's name.
+        group: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A rendezvous round is over: a member of it left or died, or it was never formed
+    /// ([`crate::api::Round`]). Start the step again from a new round.
+    #[error("round {epoch} of group {group:?} is broken: {reason}")]
+    RoundBroken {
+        /// The group's name.
+        group: String,
+        /// The round's epoch.
+        epoch: u64,
+        /// What happened.
+        reason: String,
+    },
 }
 
 /// The I/O step of [`NodeError::Io`].

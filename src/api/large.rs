@@ -23,7 +23,7 @@
 //! # Ok(()) }
 //! ```
 
-mod comm;
+pub(super) mod comm;
 mod exec;
 mod network;
 mod planner;
@@ -81,6 +81,10 @@ pub struct BulkOptions {
     pub rendezvous: Duration,
     /// Progress and cancellation of the call ([`BulkWatch`]).
     pub watch: Option<BulkWatch>,
+    /// Only these members take part (a group's, or a rendezvous round's, see
+    /// [`crate::api::Group`]); `None`: every live member. Listed members that are not live
+    /// are left out; every participant must pass the same list.
+    pub members: Option<Vec<NodeId>>,
 }
 
 impl Default for BulkOptions {
@@ -91,6 +95,7 @@ impl Default for BulkOptions {
             timeout: Duration::from_secs(600),
             rendezvous: Duration::from_secs(30),
             watch: None,
+            members: None,
         }
     }
 }

@@ -167,6 +167,7 @@ mod tests {
             addr: "127.0.0.1:1".parse().unwrap(),
             state: Liveness::Alive,
             rtt_ms: rtt,
+            groups: Vec::new(),
         }
     }
 

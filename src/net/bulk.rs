@@ -133,6 +133,22 @@ impl Mailbox {
         self.inner.lock().expect("not poisoned").unclaimed -= reserved;
     }
 
+    /// The bytes of `key` if they are in, without waiting (and without leaving a waiter).
+    pub fn try_take(&self, key: Key) -> Option<Bytes> {
+        let mut inner = self.inner.lock().expect("not poisoned");
+        match inner.slots.remove(&key) {
+            Some(Slot::Ready { bytes, .. }) => {
+                inner.unclaimed -= bytes.len();
+                Some(bytes)
+            }
+            Some(waiting) => {
+                inner.slots.insert(key, waiting);
+                None
+            }
+            None => None,
+        }
+    }
+
     /// The bytes of `key` once they are in.
     pub fn take(&self, key: Key) -> oneshot::Receiver<Bytes> {
         let (tx, rx) = oneshot::channel();

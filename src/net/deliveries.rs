@@ -103,6 +103,7 @@ mod tests {
             op: 1,
             kind: crate::proto::DeliveryKind::Broadcast,
             payload: Bytes::from(vec![0u8; len]),
+            group: None,
             received: std::time::Instant::now(),
         }
     }

@@ -60,6 +60,8 @@ pub enum ApiCommand {
     Connect(NodeId, oneshot::Sender<Option<quinn::Connection>>),
     /// The clusters and the bandwidths measured between them.
     Bandwidth(oneshot::Sender<crate::proto::bandwidth::BandwidthView>),
+    /// This node is now a member of exactly these groups (sorted and valid).
+    SetGroups(Vec<String>),
 }
 
 /// The member that admitted this node, or why the join failed.
@@ -351,6 +353,7 @@ impl Driver {
                     op: whole,
                     kind: d.kind,
                     payload,
+                    group: None,
                     received,
                 });
             }
@@ -383,6 +386,7 @@ impl Driver {
                 op: d.op.nonce,
                 kind: d.kind,
                 payload,
+                group: None,
                 received,
             });
             return;

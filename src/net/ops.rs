@@ -154,6 +154,7 @@ impl Ops {
                     op: d.op.nonce,
                     kind: d.kind,
                     payload: Bytes::from(d.payload.clone()),
+                    group: d.group.clone(),
                     received,
                 };
                 self.subscribers.retain(|s| s.offer(&delivery));

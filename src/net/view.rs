@@ -26,6 +26,8 @@ pub struct Delivery {
     pub kind: DeliveryKind,
     /// The bytes.
     pub payload: Bytes,
+    /// The group it was sent to ([`crate::api::Group::broadcast`]); `None`: every member.
+    pub group: Option<String>,
     /// When this node had it: when the connection read the message that delivered it (for
     /// a streamed payload, when the stream was complete; at the root, when it started).
     /// Earlier than when the application sees it by the driver's and the scheduler's
@@ -54,6 +56,9 @@ pub struct MemberInfo {
     pub state: Liveness,
     /// Filtered RTT from this node, when measured.
     pub rtt_ms: Option<f64>,
+    /// The groups it is a member of, sorted ([`crate::api::Group`]).
+    #[serde(default)]
+    pub groups: Vec<String>,
 }
 
 /// This node's place in one root's tree.
@@ -337,6 +342,7 @@ mod tests {
             addr: "127.0.0.1:7400".parse().expect("address"),
             state,
             rtt_ms: None,
+            groups: Vec::new(),
         }
     }
 

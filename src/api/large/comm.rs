@@ -127,6 +127,11 @@ impl<'a> Comm<'a> {
         futures::future::try_join_all(sends).await.map(|_| ())
     }
 
+    /// The bytes of transfer `tag` from `from` if they are in (never waits).
+    pub fn try_recv(&self, from: NodeId, tag: u32) -> Option<Bytes> {
+        self.shared.mailbox.try_take((self.op, from, tag))
+    }
+
     /// The bytes of transfer `tag` from `from`, once they are in.
     pub async fn recv(&self, from: NodeId, tag: u32) -> Result<Bytes, NodeError> {
         let got = self

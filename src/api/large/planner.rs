@@ -35,7 +35,7 @@ pub async fn run(
     job: Job<'_>,
     options: &BulkOptions,
 ) -> Result<u32, NodeError> {
-    let expected = node.live_members();
+    let expected = node.participants(options);
     let attempt = AtomicU32::new(0);
     let planned = plan_and_watch(node, comm, job, options, &expected, &attempt);
     let cancelled = async {

@@ -125,6 +125,16 @@ impl Node {
                 reason: format!("{} cannot run this collective", a.name()),
             });
         }
+        if options
+            .members
+            .as_ref()
+            .is_some_and(|m| !m.contains(&self.id))
+        {
+            return Err(NodeError::Bulk {
+                name: name.into(),
+                reason: "this node is not among the members the call lists".into(),
+            });
+        }
         let started = Instant::now();
         let number = {
             let mut calls = self.bulk.calls.lock().expect("not poisoned");
@@ -140,7 +150,7 @@ impl Node {
             })
             | Job::Value { root: Some(root) } => root,
             Job::Reduce(_) | Job::Allgather { .. } | Job::Value { .. } => {
-                *self.live_members().first().expect("a node counts itself")
+                *(self.participants(&options).first()).expect("the caller takes part")
             }
             Job::Route { root, .. } => root,
         };
@@ -371,7 +381,7 @@ impl Node {
     }
 
     /// Whether `id` is a live member (nobody is, once this node stopped).
-    pub(super) fn is_live(&self, id: NodeId) -> bool {
+    pub(crate) fn is_live(&self, id: NodeId) -> bool {
         if self.is_stopped() {
             return false;
         }
@@ -381,6 +391,16 @@ impl Node {
                 .snapshot()
                 .iter()
                 .any(|m| m.id == id && matches!(m.state, Liveness::Alive | Liveness::Suspect))
+    }
+
+    /// Who takes part in a call with `options`: the live members (this node included),
+    /// or those of them in [`BulkOptions::members`]; sorted.
+    pub(super) fn participants(&self, options: &BulkOptions) -> Vec<NodeId> {
+        let mut all = self.live_members();
+        if let Some(m) = &options.members {
+            all.retain(|x| m.contains(x));
+        }
+        all
     }
 
     /// Live members and this node, sorted.

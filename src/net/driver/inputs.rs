@@ -30,6 +30,11 @@ impl Driver {
                 debug!(?forwarding, "data plane forwarding changed");
                 self.streams.set_forwarding(forwarding);
             }
+            ApiCommand::SetGroups(groups) => {
+                debug!(?groups, "groups changed");
+                self.node
+                    .handle(self.now(), NodeInput::SetGroups { groups });
+            }
             ApiCommand::SetSpread(spread) => {
                 debug!(?spread, "large broadcasts spread changed");
                 self.spread = spread;

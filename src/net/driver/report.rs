@@ -165,6 +165,7 @@ pub(super) fn member_info(r: &crate::proto::MemberRecord, rtt: Option<Duration>)
         addr: r.addr,
         state: r.state,
         rtt_ms: rtt.map(|d| d.as_secs_f64() * 1e3),
+        groups: r.groups.clone(),
     }
 }
 

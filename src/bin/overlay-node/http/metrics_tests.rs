@@ -130,6 +130,7 @@ fn status() -> NodeStatus {
         addr: "127.0.0.1:7400".parse().expect("address"),
         state,
         rtt_ms,
+        groups: Vec::new(),
     };
     NodeStatus {
         id: id(0),

@@ -1,0 +1,214 @@
+//! Groups and rendezvous on real nodes over QUIC (das-4, two nodes per cluster, in one
+//! process): a group's broadcast reaches all and only its members; a group reduce counts
+//! its members once each; rendezvous rounds agree (one member list per epoch) under
+//! concurrent joins and with the coordinator crashed between rounds.
+
+use futures::StreamExt;
+use overlay::api::{Group, RendezvousOptions, Round};
+use overlay::local::LocalOverlay;
+use overlay::topology::Topology;
+use overlay::{Config, Node, NodeId, NumKind, Reducer};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+async fn das4_pairs() -> LocalOverlay {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/das-4.toml");
+    let mut topo = Topology::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    for c in &mut topo.clusters {
+        c.nodes = 2;
+    }
+    LocalOverlay::start(topo, Config::wan())
+        .await
+        .expect("overlay starts")
+}
+
+/// Every node in `at` knows `members` as the group's members, within 20 s.
+async fn agree(nodes: &[Node], at: &[usize], group: &str, members: &[NodeId]) {
+    for &i in at {
+        let g = nodes[i].group(group).expect("name");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while g.members() != members {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {i} sees {:?}, not {members:?}",
+                g.members()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_broadcast_reaches_all_and_only_its_members() {
+    let _net = crate::common::real_network();
+    let overlay = das4_pairs().await;
+    let nodes = overlay.nodes.clone();
+    let inside = [1, 3, 4, 6];
+    for &i in &inside {
+        nodes[i]
+            .group("g")
+            .expect("name")
+            .join()
+            .await
+            .expect("join");
+    }
+    let mut members: Vec<NodeId> = inside.iter().map(|i| nodes[*i].id()).collect();
+    members.sort();
+    agree(&nodes, &(0..nodes.len()).collect::<Vec<_>>(), "g", &members).await;
+    let mut inboxes: Vec<_> = nodes.iter().map(|n| n.deliveries()).collect();
+    // From outside the group, then from a member.
+    for from in [0, 3] {
+        let g = nodes[from].group("g").expect("name");
+        let report = g
+            .broadcast(format!("from {from}"))
+            .await
+            .expect("broadcast");
+        assert_eq!(report.delivered, members, "from {from}");
+        assert!(report.missing.is_empty(), "{:?}", report.missing);
+    }
+    for (i, inbox) in inboxes.iter_mut().enumerate() {
+        let mut got = Vec::new();
+        while let Ok(Some(d)) = tokio::time::timeout(Duration::from_millis(500), inbox.next()).await
+        {
+            let d = d.expect("no lag");
+            got.push((
+                d.group.clone(),
+                String::from_utf8_lossy(&d.payload).to_string(),
+            ));
+        }
+        let want: Vec<(Option<String>, String)> = if inside.contains(&i) {
+            ["from 0", "from 3"]
+                .map(|p| (Some("g".to_string()), p.to_string()))
+                .into()
+        } else {
+            Vec::new()
+        };
+        got.sort();
+        assert_eq!(got, want, "node {i}");
+    }
+    // A reduce over the group counts its members once each, and nobody else.
+    for n in &nodes {
+        n.publish_value("one", &vec![1u64]).await.expect("publish");
+    }
+    let g = nodes[0].group("g").expect("name");
+    let r = g
+        .reduce("one", Reducer::Sum(NumKind::U64))
+        .await
+        .expect("reduce");
+    assert_eq!(r.values::<Vec<u64>>().expect("decode"), Some(vec![4]));
+    assert_eq!(r.contributors, members);
+    // Leaving takes a member out everywhere.
+    nodes[4]
+        .group("g")
+        .expect("name")
+        .leave()
+        .await
+        .expect("leave");
+    members.retain(|m| *m != nodes[4].id());
+    agree(&nodes, &[0, 1, 7], "g", &members).await;
+    overlay.shutdown().await;
+}
+
+/// Each caller's round (`None`: its call failed), checked: one member list per epoch,
+/// every member's rank its index, every caller of a round in it.
+fn check_rounds(rounds: &[(NodeId, Option<Round>)]) -> BTreeMap<u64, Vec<NodeId>> {
+    let mut by_epoch: BTreeMap<u64, Vec<NodeId>> = BTreeMap::new();
+    for (id, round) in rounds {
+        let Some(r) = round else { continue };
+        assert_eq!(r.members[r.rank], *id, "rank is the index of the caller");
+        let seen = by_epoch.entry(r.epoch).or_insert_with(|| r.members.clone());
+        assert_eq!(*seen, r.members, "epoch {} has two member lists", r.epoch);
+    }
+    by_epoch
+}
+
+async fn call_all(
+    groups: &[(NodeId, Group)],
+    opts: &RendezvousOptions,
+) -> Vec<(NodeId, Option<Round>)> {
+    let calls = groups.iter().map(|(id, g)| {
+        let (id, g, opts) = (*id, g.clone(), opts.clone());
+        async move { (id, g.rendezvous(opts).await.ok()) }
+    });
+    futures::future::join_all(calls).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendezvous_rounds_agree_under_concurrent_joins_and_a_coordinator_crash() {
+    let _net = crate::common::real_network();
+    let overlay = das4_pairs().await;
+    let nodes = overlay.nodes.clone();
+    let opts = RendezvousOptions::new(3..=8, Duration::from_secs(10));
+    // Round 1: six members call at once while two more join the group and call, staggered.
+    let mut groups = Vec::new();
+    for n in &nodes[..6] {
+        let g = n.group("r").expect("name");
+        g.join().await.expect("join");
+        groups.push((n.id(), g));
+    }
+    let late: Vec<(NodeId, Group)> = nodes[6..]
+        .iter()
+        .map(|n| (n.id(), n.group("r").expect("name")))
+        .collect();
+    let latecomers = late.iter().enumerate().map(|(k, (id, g))| {
+        let (id, g, opts) = (*id, g.clone(), opts.clone());
+        async move {
+            tokio::time::sleep(Duration::from_millis(150 * k as u64)).await;
+            g.join().await.expect("join");
+            (id, g.rendezvous(opts).await.ok())
+        }
+    });
+    let (mut first, more) = tokio::join!(
+        call_all(&groups, &opts),
+        futures::future::join_all(latecomers)
+    );
+    first.extend(more);
+    let epochs = check_rounds(&first);
+    // A latecomer the round formed without waits for the next one (its call times out);
+    // nobody is listed in a round it did not get.
+    let got = first.iter().filter(|(_, r)| r.is_some()).count();
+    let listed: usize = epochs.values().map(Vec::len).sum();
+    assert_eq!(listed, got, "{first:?}");
+    assert!(
+        got >= 6,
+        "the six that called at once are in a round: {first:?}"
+    );
+    println!(
+        "round 1: {:?}",
+        epochs.iter().map(|(e, m)| (e, m.len())).collect::<Vec<_>>()
+    );
+    groups.extend(late);
+    // Round 2: the coordinator (smallest id) crashes; the others agree on a new round
+    // without it, with a higher epoch.
+    let smallest = groups.iter().map(|(id, _)| *id).min().expect("members");
+    let victim = nodes
+        .iter()
+        .position(|n| n.id() == smallest)
+        .expect("a node");
+    overlay.crash(victim);
+    groups.retain(|(id, _)| *id != smallest);
+    let second = call_all(&groups, &opts).await;
+    let later = check_rounds(&second);
+    assert!(
+        second.iter().all(|(_, r)| r.is_some()),
+        "every survivor got a round"
+    );
+    let (epoch, members) = later.iter().next_back().expect("a round");
+    assert!(*epoch > *epochs.keys().next_back().expect("round 1"));
+    assert!(
+        !members.contains(&smallest),
+        "the crashed node is not in it"
+    );
+    let survivors: Vec<NodeId> = groups.iter().map(|(id, _)| *id).collect();
+    let covered: usize = later.values().map(Vec::len).sum();
+    assert_eq!(
+        covered,
+        survivors.len(),
+        "each survivor in exactly one round"
+    );
+    println!(
+        "round 2 after the crash: epochs {:?}",
+        later.keys().collect::<Vec<_>>()
+    );
+    overlay.shutdown().await;
+}
