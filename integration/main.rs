@@ -13,6 +13,7 @@
 mod cli;
 mod common;
 mod daemon;
+mod elastic_examples;
 mod fuzz_inputs;
 mod http_view;
 mod layers;

@@ -133,7 +133,7 @@ impl Group {
     pub fn members(&self) -> Vec<NodeId> {
         let mut m: Vec<NodeId> = (self.node.members.snapshot().into_iter())
             .filter(|m| matches!(m.state, Liveness::Alive | Liveness::Suspect))
-            .filter(|m| m.groups.iter().any(|g| *g == self.name))
+            .filter(|m| m.groups.contains(&self.name))
             .map(|m| m.id)
             .collect();
         if self.is_joined() {

@@ -233,19 +233,18 @@ impl Group {
                 told = Some((coordinator, Instant::now()));
             }
             for from in self.members() {
-                match comm.try_recv(from, PROPOSE).as_deref().and_then(Msg::parse) {
-                    Some(Msg::Propose { epoch, members }) => {
-                        let mine = members.iter().any(|(m, c)| *m == node.id && *c == call);
-                        let yes = mine && state.with(&self.name, |s| s.accepted < epoch);
-                        if yes {
-                            state.with(&self.name, |s| s.accepted = epoch);
-                            let ids = members.iter().map(|(m, _)| *m).collect();
-                            proposal = Some((from, epoch, ids));
-                        }
-                        let answer = Msg::Accept { epoch, call, yes };
-                        post(node, &self.name, from, ACCEPT, &answer);
+                if let Some(Msg::Propose { epoch, members }) =
+                    comm.try_recv(from, PROPOSE).as_deref().and_then(Msg::parse)
+                {
+                    let mine = members.iter().any(|(m, c)| *m == node.id && *c == call);
+                    let yes = mine && state.with(&self.name, |s| s.accepted < epoch);
+                    if yes {
+                        state.with(&self.name, |s| s.accepted = epoch);
+                        let ids = members.iter().map(|(m, _)| *m).collect();
+                        proposal = Some((from, epoch, ids));
                     }
-                    _ => {}
+                    let answer = Msg::Accept { epoch, call, yes };
+                    post(node, &self.name, from, ACCEPT, &answer);
                 }
                 if let Some(Msg::Commit { epoch }) =
                     comm.try_recv(from, COMMIT).as_deref().and_then(Msg::parse)

@@ -53,6 +53,7 @@ impl Collectives {
     }
 
     /// A direct request: deliver or contribute here, answer the sender, forward nothing.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn answer_direct(
         &mut self,
         now: Time,
