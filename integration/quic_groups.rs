@@ -86,6 +86,20 @@ async fn a_group_broadcast_reaches_all_and_only_its_members() {
         got.sort();
         assert_eq!(got, want, "node {i}");
     }
+    // A scatter to the group sends nothing to a node outside it.
+    let items = [
+        (nodes[1].id(), b"a".to_vec()),
+        (nodes[2].id(), b"b".to_vec()),
+    ]
+    .into();
+    let s = nodes[0]
+        .group("g")
+        .expect("name")
+        .scatter(items)
+        .await
+        .expect("scatter");
+    assert_eq!(s.delivered, vec![nodes[1].id()]);
+    assert_eq!(s.unknown, vec![nodes[2].id()], "node 2 is not in the group");
     // A reduce over the group counts its members once each, and nobody else.
     for n in &nodes {
         n.publish_value("one", &vec![1u64]).await.expect("publish");
@@ -126,11 +140,27 @@ async fn call_all(
     groups: &[(NodeId, Group)],
     opts: &RendezvousOptions,
 ) -> Vec<(NodeId, Option<Round>)> {
+    let started = std::time::Instant::now();
     let calls = groups.iter().map(|(id, g)| {
         let (id, g, opts) = (*id, g.clone(), opts.clone());
-        async move { (id, g.rendezvous(opts).await.ok()) }
+        async move {
+            let round = g.rendezvous(opts).await.ok();
+            if round.is_some() {
+                // The longest a caller that got a round waited, for the figures.
+                let ms = started.elapsed().as_millis() as u64;
+                LONGEST.fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+            }
+            (id, round)
+        }
     });
+    LONGEST.store(0, std::sync::atomic::Ordering::Relaxed);
     futures::future::join_all(calls).await
+}
+
+static LONGEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn longest() -> Duration {
+    Duration::from_millis(LONGEST.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,8 +204,9 @@ async fn rendezvous_rounds_agree_under_concurrent_joins_and_a_coordinator_crash(
         "the six that called at once are in a round: {first:?}"
     );
     println!(
-        "round 1: {:?}",
-        epochs.iter().map(|(e, m)| (e, m.len())).collect::<Vec<_>>()
+        "round 1 (epoch, size): {:?}, formed within {:?} of the calls",
+        epochs.iter().map(|(e, m)| (e, m.len())).collect::<Vec<_>>(),
+        longest()
     );
     groups.extend(late);
     // Round 2: the coordinator (smallest id) crashes; the others agree on a new round
@@ -188,6 +219,10 @@ async fn rendezvous_rounds_agree_under_concurrent_joins_and_a_coordinator_crash(
     overlay.crash(victim);
     groups.retain(|(id, _)| *id != smallest);
     let second = call_all(&groups, &opts).await;
+    println!(
+        "round 2 after the coordinator crashed: formed within {:?}",
+        longest()
+    );
     let later = check_rounds(&second);
     assert!(
         second.iter().all(|(_, r)| r.is_some()),
@@ -210,5 +245,35 @@ async fn rendezvous_rounds_agree_under_concurrent_joins_and_a_coordinator_crash(
         "round 2 after the crash: epochs {:?}",
         later.keys().collect::<Vec<_>>()
     );
+    // Round 3: a member crashes while the others are calling (it may be in a proposal
+    // already): the others still agree, without it.
+    let victim_id = groups[groups.len() / 2].0;
+    let victim = nodes
+        .iter()
+        .position(|n| n.id() == victim_id)
+        .expect("a node");
+    let callers: Vec<(NodeId, Group)> = groups.clone();
+    groups.retain(|(id, _)| *id != victim_id);
+    let crash = async {
+        // Its call has started (its ready may be in), but it cannot accept anything yet.
+        tokio::task::yield_now().await;
+        overlay.crash(victim);
+    };
+    let (third, ()) = tokio::join!(call_all(&callers, &opts), crash);
+    println!(
+        "round 3 with a member crashed mid-call: formed within {:?}",
+        longest()
+    );
+    let third: Vec<_> = third
+        .into_iter()
+        .filter(|(id, _)| *id != victim_id)
+        .collect();
+    let last = check_rounds(&third);
+    assert!(
+        third.iter().all(|(_, r)| r.is_some()),
+        "every survivor got a round: {third:?}"
+    );
+    assert!(last.values().all(|m| !m.contains(&victim_id)), "{last:?}");
+    assert!(last.keys().all(|e| e > epoch));
     overlay.shutdown().await;
 }

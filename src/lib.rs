@@ -55,9 +55,10 @@ pub mod topology;
 pub use crate::api::{
     AuthError, BroadcastReport, COUNT_KEY, ClusterBandwidth, ClusterGroup, ClusterLevel,
     DEFAULT_DELIVERY_BUFFER, DecodeError, Deliveries, Delivery, DeliveryError, DialError,
-    DialFailure, Forwarding, FrameError, Gathered, INFO_KEY, IoStep, Lagged, MemberInfo, Node,
-    NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, NotReady, Reduced, ScatterReport,
-    Spread, Transport, TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
+    DialFailure, Forwarding, FrameError, Gathered, Group, INFO_KEY, IoStep, Lagged, MemberInfo,
+    Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, NotReady, Reduced,
+    RendezvousOptions, Round, ScatterReport, Spread, Transport, TreeInfo, TreeNode, TreeSnapshot,
+    decode_reduce_outcome,
 };
 pub use crate::net::identity::{Identity, IdentityError};
 
@@ -75,9 +76,9 @@ pub use crate::net::identity::{Identity, IdentityError};
 pub mod prelude {
     pub use crate::bulk::ReduceOp;
     pub use crate::{
-        BroadcastReport, Deliveries, Delivery, DeliveryError, DeliveryKind, Gathered, JoinToken,
-        Lagged, Liveness, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeId, NotReady,
-        NumKind, Reduced, Reducer,
+        BroadcastReport, Deliveries, Delivery, DeliveryError, DeliveryKind, Gathered, Group,
+        JoinToken, Lagged, Liveness, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeId,
+        NotReady, NumKind, Reduced, Reducer, RendezvousOptions, Round,
     };
 }
 

@@ -29,7 +29,10 @@ pub use self::rendezvous::{RendezvousOptions, Round};
 
 use super::collective::{encode, gathered, reduced};
 use super::large::{BulkOptions, BulkReport, Element, ReduceOp};
-use super::{BroadcastReport, Deliveries, Delivery, Gathered, Lagged, Node, NodeError, Reduced};
+use super::{
+    BroadcastReport, Deliveries, Delivery, Gathered, Lagged, Node, NodeError, Reduced,
+    ScatterReport,
+};
 use crate::net::driver::ApiCommand;
 use crate::proto::message::{MAX_GROUP_NAME, MAX_GROUPS};
 use crate::proto::{Liveness, NodeId, Reducer, StartKind};
@@ -213,6 +216,25 @@ impl Group {
             };
             std::future::ready(keep)
         })
+    }
+
+    /// Sends each destination its own item ([`Node::scatter`]); destinations that are not
+    /// live members of the group get nothing and are reported in `unknown`. Items arrive
+    /// through [`Node::deliveries`] as kind [`crate::DeliveryKind::Scatter`].
+    pub async fn scatter(
+        &self,
+        mut items: std::collections::HashMap<NodeId, Vec<u8>>,
+    ) -> Result<ScatterReport, NodeError> {
+        let members = self.members();
+        let mut outside: Vec<NodeId> = (items.keys())
+            .filter(|d| !members.contains(d))
+            .copied()
+            .collect();
+        items.retain(|d, _| members.contains(d));
+        let mut report = self.node.scatter(items).await?;
+        report.unknown.append(&mut outside);
+        report.unknown.sort();
+        Ok(report)
     }
 
     /// Collects the value for `key` of every live member of the group

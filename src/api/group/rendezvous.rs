@@ -9,7 +9,9 @@
 //! ready or `last_call` has passed since `min` was reached. It then runs two phases:
 //! - *propose* (epoch, members): each caller accepts only an epoch above every epoch it
 //!   has accepted before, and only for its current call;
-//! - *commit*, once every proposed member accepted; only then does a caller return.
+//! - *commit*, once every proposed member accepted; only then does a caller return. A
+//!   caller that accepted takes no other proposal (and sends no ready) until that one is
+//!   committed or aborted, or its coordinator is gone.
 //!
 //! So every member that returns a round of an epoch got it from the same proposal: one
 //! result per epoch. A coordinator that dies between the phases leaves callers that
@@ -33,6 +35,7 @@ const READY: u32 = 1;
 const PROPOSE: u32 = 2;
 const ACCEPT: u32 = 3;
 const COMMIT: u32 = 4;
+const ABORT: u32 = 5;
 /// How often mailboxes and views are looked at.
 const TICK: Duration = Duration::from_millis(50);
 /// How often a waiting caller repeats its ready.
@@ -114,6 +117,10 @@ enum Msg {
         yes: bool,
     },
     Commit {
+        epoch: u64,
+    },
+    /// The proposal of `epoch` failed: its acceptances are void.
+    Abort {
         epoch: u64,
     },
 }
@@ -216,9 +223,21 @@ impl Group {
             withdraw,
         };
         let mut told: Option<(NodeId, Instant)> = None;
-        let mut proposal: Option<(NodeId, u64, Vec<NodeId>)> = None;
+        // The proposal this caller accepted: until its coordinator commits or aborts it (or
+        // is gone), no other is accepted and no ready is sent, so a round every member
+        // accepted is the round every member returns.
+        let mut held: Option<(NodeId, u64, Vec<NodeId>)> = None;
         loop {
-            if Instant::now() >= deadline {
+            if held
+                .as_ref()
+                .is_some_and(|(c, ..)| *c != node.id && !node.is_live(*c))
+            {
+                held = None;
+            }
+            // A caller holding an acceptance waits for its outcome (a few seconds at most),
+            // even past its deadline: it may be in the round already.
+            let overdue = deadline + ACCEPT_WAIT + SEND_WAIT;
+            if (Instant::now() >= deadline && held.is_none()) || Instant::now() >= overdue {
                 if let Some((c, _)) = told {
                     post(node, &self.name, c, READY, &ready(true));
                 }
@@ -228,7 +247,7 @@ impl Group {
                 return Err(self.error("this node is no longer a member"));
             };
             let due = told.is_none_or(|(c, at)| c != coordinator || at.elapsed() >= REPEAT);
-            if due {
+            if due && held.is_none() {
                 post(node, &self.name, coordinator, READY, &ready(false));
                 told = Some((coordinator, Instant::now()));
             }
@@ -237,18 +256,19 @@ impl Group {
                     comm.try_recv(from, PROPOSE).as_deref().and_then(Msg::parse)
                 {
                     let mine = members.iter().any(|(m, c)| *m == node.id && *c == call);
-                    let yes = mine && state.with(&self.name, |s| s.accepted < epoch);
+                    let free = held.is_none();
+                    let yes = mine && free && state.with(&self.name, |s| s.accepted < epoch);
                     if yes {
                         state.with(&self.name, |s| s.accepted = epoch);
                         let ids = members.iter().map(|(m, _)| *m).collect();
-                        proposal = Some((from, epoch, ids));
+                        held = Some((from, epoch, ids));
                     }
                     let answer = Msg::Accept { epoch, call, yes };
                     post(node, &self.name, from, ACCEPT, &answer);
                 }
                 if let Some(Msg::Commit { epoch }) =
                     comm.try_recv(from, COMMIT).as_deref().and_then(Msg::parse)
-                    && let Some((c, e, members)) = &proposal
+                    && let Some((c, e, members)) = &held
                     && *c == from
                     && *e == epoch
                 {
@@ -262,6 +282,15 @@ impl Group {
                         coordinator: from,
                         node: node.clone(),
                     });
+                }
+                if let Some(Msg::Abort { epoch }) =
+                    comm.try_recv(from, ABORT).as_deref().and_then(Msg::parse)
+                    && held
+                        .as_ref()
+                        .is_some_and(|(c, e, _)| *c == from && *e == epoch)
+                {
+                    held = None;
+                    told = None; // ready again at once
                 }
             }
             tokio::time::sleep(TICK).await;
@@ -345,6 +374,12 @@ async fn coordinate(group: Group) {
             s.proposed
         });
         let ok = propose(&group, &comm, epoch, &chosen).await;
+        if !ok {
+            let abort = Msg::Abort { epoch };
+            for (m, _) in &chosen {
+                post(node, &group.name, *m, ABORT, &abort);
+            }
+        }
         enough_since = None;
         if ok {
             debug!(group = %group.name, epoch, n = chosen.len(), "round committed");
