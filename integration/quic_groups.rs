@@ -5,6 +5,7 @@
 
 use futures::StreamExt;
 use overlay::api::{Group, RendezvousOptions, Round};
+use overlay::bulk::ReduceOp;
 use overlay::local::LocalOverlay;
 use overlay::topology::Topology;
 use overlay::{Config, Node, NodeId, NumKind, Reducer};
@@ -111,6 +112,21 @@ async fn a_group_broadcast_reaches_all_and_only_its_members() {
         .expect("reduce");
     assert_eq!(r.values::<Vec<u64>>().expect("decode"), Some(vec![4]));
     assert_eq!(r.contributors, members);
+    // A large allreduce over the group: only its members call, and each gets their sum.
+    let calls = inside.iter().map(|&i| {
+        let g = nodes[i].group("g").expect("name");
+        async move {
+            let mut v = vec![i as f64; 50_000];
+            let report = g.allreduce_slice("v", &mut v, ReduceOp::Sum).await;
+            (v, report)
+        }
+    });
+    let want = inside.iter().sum::<usize>() as f64;
+    for (v, report) in futures::future::join_all(calls).await {
+        let report = report.expect("group allreduce");
+        assert_eq!(report.contributors, members);
+        assert!(v.iter().all(|x| *x == want), "{} != {want}", v[0]);
+    }
     // Leaving takes a member out everywhere.
     nodes[4]
         .group("g")

@@ -275,6 +275,16 @@ impl Group {
         ))
     }
 
+    /// Options that make any large collective run over the group's live members as this
+    /// node sees them now ([`BulkOptions::members`]); for a member list every caller
+    /// agrees on, use a [`Round`]'s.
+    pub fn bulk_options(&self) -> BulkOptions {
+        BulkOptions {
+            members: Some(self.members()),
+            ..BulkOptions::default()
+        }
+    }
+
     /// A large allreduce ([`Node::allreduce_slice`]) over the group's live members: every
     /// member calls it with the same `name` and length.
     pub async fn allreduce_slice<T: Element>(
@@ -283,10 +293,7 @@ impl Group {
         data: &mut [T],
         op: ReduceOp,
     ) -> Result<BulkReport, NodeError> {
-        let options = BulkOptions {
-            members: Some(self.members()),
-            ..BulkOptions::default()
-        };
+        let options = self.bulk_options();
         let name = format!("group/{}/{name}", self.name);
         self.node
             .allreduce_slice_with(&name, data, op, options)

@@ -459,6 +459,16 @@ impl Round {
         }
     }
 
+    /// Options that make any large collective run over exactly this round's members
+    /// ([`BulkOptions::members`]), e.g. `node.gather_pieces(name, root, piece,
+    /// round.bulk_options())`; compare the report's contributors with `members`.
+    pub fn bulk_options(&self) -> BulkOptions {
+        BulkOptions {
+            members: Some(self.members.clone()),
+            ..BulkOptions::default()
+        }
+    }
+
     /// A large allreduce over exactly this round's members ([`Node::allreduce_slice`]):
     /// every member calls it with the same `name` and length. If a member is lost
     /// meanwhile, the result would not cover the round: [`NodeError::RoundBroken`].
@@ -469,10 +479,7 @@ impl Round {
         op: ReduceOp,
     ) -> Result<BulkReport, NodeError> {
         self.check()?;
-        let options = BulkOptions {
-            members: Some(self.members.clone()),
-            ..BulkOptions::default()
-        };
+        let options = self.bulk_options();
         let name = format!("round/{}/{}/{name}", self.group, self.epoch);
         let report = self
             .node
