@@ -355,3 +355,49 @@ fn the_digest_covers_what_a_merge_looks_at() {
     assert_ne!(base, g(addr(0), 2, Liveness::Alive));
     assert_ne!(base, g(addr(0), 1, Liveness::Suspect));
 }
+
+#[test]
+fn a_members_groups_spread_to_everyone_and_only_valid_lists_are_taken() {
+    let mut net = Net::new(12);
+    net.join_all();
+    net.run_for(Duration::from_secs(10));
+    let groups = vec!["train".to_string(), "workers".to_string()];
+    let now = net.now;
+    assert!(net.nodes[5].set_groups(now, groups.clone()));
+    let incarnation = net.nodes[5].me().incarnation;
+    net.drain(5);
+    net.run_for(Duration::from_secs(5));
+    let id = net.id(5);
+    for i in (0..12).filter(|&i| i != 5) {
+        let r = net.nodes[i].record(&id).expect("known");
+        assert_eq!(r.groups, groups, "node {i}");
+        assert_eq!(r.incarnation, incarnation, "node {i}");
+    }
+    // Unsorted, repeated, empty or too long names, or too many: refused, nothing changes.
+    let long = "x".repeat(65);
+    let too_many: Vec<String> = (0..33).map(|k| format!("g{k:02}")).collect();
+    for bad in [
+        vec!["b".to_string(), "a".to_string()],
+        vec!["a".to_string(), "a".to_string()],
+        vec![String::new()],
+        vec![long],
+        too_many,
+    ] {
+        assert!(!net.nodes[5].set_groups(now, bad.clone()), "{bad:?}");
+        assert_eq!(net.nodes[5].me().groups, groups);
+        // Nor does a record carrying one get in from the wire.
+        let mut forged = net.nodes[6].me().clone();
+        forged.incarnation += 10;
+        forged.groups = bad;
+        let from = net.id(6);
+        net.nodes[0].handle_message(
+            now,
+            from,
+            GossipMessage::Rumor {
+                updates: vec![forged],
+            },
+        );
+        let r = net.nodes[0].record(&from).expect("known");
+        assert!(r.groups.is_empty(), "a bad list was taken: {:?}", r.groups);
+    }
+}
