@@ -97,7 +97,7 @@ impl std::fmt::Debug for Round {
 
 #[derive(Serialize, Deserialize)]
 enum Msg {
-    /// A caller waits (`call` numbers its calls); `accepted` is the highest epoch it has
+    /// A caller waits (`call` tells its calls apart, also across restarts of its node); `accepted` is the highest epoch it has
     /// accepted; `withdraw`: it gave up.
     Ready {
         call: u64,
@@ -210,7 +210,12 @@ impl Group {
         let state = &node.rendezvous;
         let call = state.with(&self.name, |s| {
             s.calls += 1;
-            s.calls
+            // Unique across this node's runs too: a restarted node's first call is not
+            // mistaken for a repeat of a call the coordinator served before.
+            let started = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            started ^ s.calls.rotate_left(48)
         });
         let comm = comm(node, &self.name);
         let deadline = Instant::now() + options.timeout;
@@ -313,7 +318,8 @@ async fn coordinate(group: Group) {
     let node = &group.node;
     let comm = comm(node, &group.name);
     let mut waiting: BTreeMap<NodeId, Waiting> = BTreeMap::new();
-    // The last call of each member already served: its repeated readies are stale.
+    // The last call of each member already served: its repeated readies are stale. (Not
+    // an order: a member that restarted numbers its calls afresh.)
     let mut served: HashMap<NodeId, u64> = HashMap::new();
     let mut enough_since: Option<Instant> = None;
     while !node.is_stopped() && group.is_joined() {
@@ -332,7 +338,7 @@ async fn coordinate(group: Group) {
             {
                 if withdraw {
                     waiting.remove(m);
-                } else if served.get(m).is_none_or(|c| *c < call) {
+                } else if served.get(m) != Some(&call) {
                     let w = Waiting {
                         call,
                         accepted,
@@ -345,6 +351,7 @@ async fn coordinate(group: Group) {
             }
         }
         waiting.retain(|m, _| live.contains(m));
+        served.retain(|m, _| live.contains(m));
         if members.first() != Some(&node.id) || waiting.is_empty() {
             enough_since = None;
             continue;
