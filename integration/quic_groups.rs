@@ -87,6 +87,27 @@ async fn a_group_broadcast_reaches_all_and_only_its_members() {
         got.sort();
         assert_eq!(got, want, "node {i}");
     }
+    // A payload too large for the control messages is streamed down the tree, through
+    // members and others alike; only the members deliver it, whole.
+    let mut inboxes: Vec<_> = nodes.iter().map(|n| n.deliveries()).collect();
+    let big: Vec<u8> = (0..2usize << 20).map(|i| (i % 251) as u8).collect();
+    let g = nodes[0].group("g").expect("name");
+    let report = g
+        .broadcast(big.clone())
+        .await
+        .expect("large group broadcast");
+    assert_eq!(report.delivered, members);
+    for (i, inbox) in inboxes.iter_mut().enumerate() {
+        let got = tokio::time::timeout(Duration::from_millis(500), inbox.next()).await;
+        match got {
+            Ok(Some(Ok(d))) => {
+                assert!(inside.contains(&i), "node {i} is not in the group");
+                assert_eq!(d.group.as_deref(), Some("g"));
+                assert!(d.payload == big, "node {i}: payload differs");
+            }
+            _ => assert!(!inside.contains(&i), "member {i} got nothing"),
+        }
+    }
     // A scatter to the group sends nothing to a node outside it.
     let items = [
         (nodes[1].id(), b"a".to_vec()),

@@ -224,7 +224,7 @@ impl Node {
     ) -> Result<BroadcastReport, NodeError> {
         let payload = payload.into();
         let r = if payload.len() > MAX_INLINE_PAYLOAD || self.stripes(payload.len()).await? {
-            self.broadcast_streamed(Bytes::from(payload)).await?
+            self.broadcast_streamed(Bytes::from(payload), None).await?
         } else {
             self.run_op(StartKind::Broadcast { payload }).await?
         };
@@ -248,12 +248,20 @@ impl Node {
 
     /// A large payload goes on the data plane: streamed beside the control messages and
     /// forwarded hop by hop as it arrives (see the design document on data streams).
-    async fn broadcast_streamed(&self, payload: Bytes) -> Result<OpReport, NodeError> {
-        let op = self.broadcast_streamed_untimed(payload);
+    pub(super) async fn broadcast_streamed(
+        &self,
+        payload: Bytes,
+        group: Option<String>,
+    ) -> Result<OpReport, NodeError> {
+        let op = self.broadcast_streamed_untimed(payload, group);
         self.op_stats.time("broadcast_stream", op).await
     }
 
-    async fn broadcast_streamed_untimed(&self, payload: Bytes) -> Result<OpReport, NodeError> {
+    async fn broadcast_streamed_untimed(
+        &self,
+        payload: Bytes,
+        group: Option<String>,
+    ) -> Result<OpReport, NodeError> {
         if payload.len() as u64 > MAX_STREAM_PAYLOAD {
             return Err(NodeError::PayloadTooLarge {
                 len: payload.len(),
@@ -272,6 +280,7 @@ impl Node {
             payload,
             digest,
             timeout: self.op_timeout + transfer,
+            group,
             reply: tx,
         })
         .await?;

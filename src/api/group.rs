@@ -176,8 +176,9 @@ impl Group {
         }
     }
 
-    /// Broadcasts `payload` (up to [`crate::MAX_INLINE_PAYLOAD`]) to the group: every
-    /// live member delivers it once (see [`Group::deliveries`]); the report names the
+    /// Broadcasts `payload` (up to [`crate::MAX_STREAM_PAYLOAD`]; above
+    /// [`crate::MAX_INLINE_PAYLOAD`] streamed hop by hop down this node's latency tree,
+    /// not striped) to the group: every live member delivers it once (see [`Group::deliveries`]); the report names the
     /// members that did and those missing. Any node may send to a group; only members
     /// deliver.
     pub async fn broadcast(
@@ -185,9 +186,15 @@ impl Group {
         payload: impl Into<Vec<u8>>,
     ) -> Result<BroadcastReport, NodeError> {
         let payload = payload.into();
-        Node::check_size(payload.len())?;
-        let what = StartKind::Broadcast { payload };
-        let r = self.node.run_scoped(what, Some(self.name.clone())).await?;
+        let group = Some(self.name.clone());
+        let r = if payload.len() > crate::MAX_INLINE_PAYLOAD {
+            // Streamed hop by hop down the latency tree (never striped).
+            let payload = bytes::Bytes::from(payload);
+            self.node.broadcast_streamed(payload, group).await?
+        } else {
+            let what = StartKind::Broadcast { payload };
+            self.node.run_scoped(what, group).await?
+        };
         Ok(BroadcastReport {
             op: r.op.map_or(0, |o| o.nonce),
             delivered: r.reached,

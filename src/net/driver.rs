@@ -386,7 +386,7 @@ impl Driver {
                 op: d.op.nonce,
                 kind: d.kind,
                 payload,
-                group: None,
+                group: d.group.clone(),
                 received,
             });
             return;

@@ -25,6 +25,8 @@ pub enum OpCommand {
         payload: Bytes,
         digest: [u8; 32],
         timeout: std::time::Duration,
+        /// The group it is for (then it goes down the latency tree, never striped).
+        group: Option<String>,
         reply: oneshot::Sender<OpReport>,
     },
     /// Arrive at a barrier; its outcome comes back when it is released.

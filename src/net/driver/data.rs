@@ -12,19 +12,30 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tracing::debug;
 
+/// A streamed operation to start: the payload and its SHA-256, its deadline, the route it
+/// follows (empty: the overlay's tree), its pacing and the group it is for.
+pub(super) struct Stream {
+    pub(super) payload: Bytes,
+    pub(super) digest: [u8; 32],
+    pub(super) timeout: Duration,
+    pub(super) route: Vec<(NodeId, NodeId)>,
+    pub(super) pace: Option<Arc<Pace>>,
+    pub(super) group: Option<String>,
+}
+
 impl Driver {
     /// Starts the streamed operation `nonce` of `payload` (its SHA-256 is `digest`) along
     /// `route`, or the overlay's tree if it is empty. The root has the payload: it counts
     /// as reached from the start.
-    pub(super) fn start_stream(
-        &mut self,
-        nonce: u64,
-        payload: Bytes,
-        digest: [u8; 32],
-        timeout: Duration,
-        route: Vec<(NodeId, NodeId)>,
-        pace: Option<Arc<Pace>>,
-    ) {
+    pub(super) fn start_stream(&mut self, nonce: u64, stream: Stream) {
+        let Stream {
+            payload,
+            digest,
+            timeout,
+            route,
+            pace,
+            group,
+        } = stream;
         let now = self.now();
         let op = OpId {
             root: self.me,
@@ -36,7 +47,7 @@ impl Driver {
         let done = Command::StreamDone { op, ok: true };
         self.node.handle(now, NodeInput::Command(done));
         let start = Start {
-            group: None,
+            group,
             nonce,
             timeout,
             what: StartKind::Stream { len, digest, route },
@@ -104,7 +115,15 @@ impl Driver {
             digest.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &p.bytes).as_ref());
             let nonce = stripes::stripe_nonce(whole, p.index, p.count);
             debug!(whole, part = p.index, tree = p.lane, "stripe part started");
-            self.start_stream(nonce, p.bytes, digest, p.timeout, p.route, p.pace);
+            let stream = Stream {
+                payload: p.bytes,
+                digest,
+                timeout: p.timeout,
+                route: p.route,
+                pace: p.pace,
+                group: None,
+            };
+            self.start_stream(nonce, stream);
         }
     }
 

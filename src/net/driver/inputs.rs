@@ -64,13 +64,24 @@ impl Driver {
                 payload,
                 digest,
                 timeout,
+                group,
                 reply,
             }) => {
-                if let Some(plan) = self.plan_for(payload.len() as u64) {
+                if group.is_none()
+                    && let Some(plan) = self.plan_for(payload.len() as u64)
+                {
                     return self.start_striped(payload, timeout, reply, plan);
                 }
                 let nonce = self.ops.register(reply);
-                self.start_stream(nonce, payload, digest, timeout, Vec::new(), None);
+                let stream = super::data::Stream {
+                    payload,
+                    digest,
+                    timeout,
+                    route: Vec::new(),
+                    pace: None,
+                    group,
+                };
+                self.start_stream(nonce, stream);
             }
             ApiCommand::Op(cmd) => {
                 let now = self.now();

@@ -174,9 +174,12 @@ impl Collectives {
         };
         let timeout = s.timeout.max(Duration::from_millis(1));
         let group = s.group.clone();
+        // A stripe follows a route of its own; a group's stream follows the tree.
+        let routed = matches!(&s.what, StartKind::Stream { route, .. } if !route.is_empty());
         let scoped = matches!(
-            s.what,
+            &s.what,
             StartKind::Broadcast { .. }
+                | StartKind::Stream { .. }
                 | StartKind::Gather { .. }
                 | StartKind::Reduce { .. }
                 | StartKind::AllGather { .. }
@@ -253,7 +256,7 @@ impl Collectives {
             purpose: Some(purpose),
             ..OpReport::default()
         };
-        if group.is_some() && !scoped {
+        if group.is_some() && (!scoped || routed) {
             report.error = Some(OpRefused::Unscoped);
             return self.events.push_back(Event::Report(Box::new(report)));
         }

@@ -61,9 +61,9 @@ pub struct Start {
     /// What to do.
     pub what: StartKind,
     /// Scope: `Some(g)` expects, delivers to and takes values from the live members of
-    /// group `g` only (members outside it still relay along the trees). Broadcast, gather,
-    /// reduce and their `all` forms; not streams, scatters (they name their destinations)
-    /// or barriers.
+    /// group `g` only (members outside it still relay along the trees). Broadcast (inline
+    /// or streamed down the tree), gather, reduce and their `all` forms; not stripes (a
+    /// stream with a route), scatters (they name their destinations) or barriers.
     pub group: Option<String>,
 }
 
@@ -218,8 +218,8 @@ pub enum OpRefused {
         /// Operations started at this node and not reported yet.
         running: usize,
     },
-    /// Only broadcasts, gathers, reduces and their `all` forms can be scoped to a group
-    /// (streamed broadcasts, scatters and barriers cannot).
+    /// Only broadcasts (not the stripes of a striped one), gathers, reduces and their
+    /// `all` forms can be scoped to a group (scatters and barriers cannot).
     #[error("this operation cannot be scoped to a group")]
     Unscoped,
     /// The payload is larger than the operation carries.

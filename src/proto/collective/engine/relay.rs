@@ -237,6 +237,10 @@ impl Collectives {
         if !ok {
             return self.try_finish(now, ov, op);
         }
+        // Outside the operation's group this node only passed the bytes on.
+        if (r.group.as_deref()).is_some_and(|g| !ov.in_group(&me, g)) {
+            return self.try_finish(now, ov, op);
+        }
         let first = !r.delivered;
         r.delivered = true;
         if waited && r.phase == Phase::Collecting {
