@@ -151,7 +151,7 @@ async fn train(node: Node, args: Args, quit: Option<u64>) -> anyhow::Result<End>
                 return Ok(End::Left(committed));
             }
             tokio::time::sleep(Duration::from_millis(args.step_ms)).await; // "compute"
-            let changed = group.members() != round.members;
+            let changed = !round.changes().is_empty();
             let mut v = vec![1.0f64; len + 1];
             v[len] = f64::from(u8::from(changed));
             let name = format!("step-{committed}");

@@ -282,6 +282,14 @@ async fn rendezvous_rounds_agree_under_concurrent_joins_and_a_coordinator_crash(
         "round 2 after the crash: epochs {:?}",
         later.keys().collect::<Vec<_>>()
     );
+    // An old round knows what changed since: the crashed coordinator is gone from it.
+    let old = first
+        .iter()
+        .find_map(|(id, r)| r.as_ref().filter(|_| *id != smallest))
+        .expect("a round-1 member that survived");
+    let changes = old.node().group("r").map(|_| old.changes()).expect("name");
+    assert!(changes.left.contains(&smallest), "{changes:?}");
+    assert!(old.check().is_err(), "a member of round 1 is gone");
     // Round 3: a member crashes while the others are calling (it may be in a proposal
     // already): the others still agree, without it.
     let victim_id = groups[groups.len() / 2].0;

@@ -37,7 +37,7 @@ pub use self::collective::{
 };
 pub use self::deliveries::{DEFAULT_DELIVERY_BUFFER, Deliveries, DeliveryError, Lagged};
 pub use self::error::{IoStep, NodeError};
-pub use self::group::{Group, RendezvousOptions, Round};
+pub use self::group::{Group, RendezvousOptions, Round, RoundChanges};
 pub use self::large::{
     Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,
     Element, Prediction, ReduceOp, TuneEntry,

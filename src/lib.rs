@@ -57,8 +57,8 @@ pub use crate::api::{
     DEFAULT_DELIVERY_BUFFER, DecodeError, Deliveries, Delivery, DeliveryError, DialError,
     DialFailure, Forwarding, FrameError, Gathered, Group, INFO_KEY, IoStep, Lagged, MemberInfo,
     Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, NotReady, Reduced,
-    RendezvousOptions, Round, ScatterReport, Spread, Transport, TreeInfo, TreeNode, TreeSnapshot,
-    decode_reduce_outcome,
+    RendezvousOptions, Round, RoundChanges, ScatterReport, Spread, Transport, TreeInfo, TreeNode,
+    TreeSnapshot, decode_reduce_outcome,
 };
 pub use crate::net::identity::{Identity, IdentityError};
 

@@ -25,7 +25,7 @@
 mod rendezvous;
 
 pub(crate) use self::rendezvous::Rendezvous;
-pub use self::rendezvous::{RendezvousOptions, Round};
+pub use self::rendezvous::{RendezvousOptions, Round, RoundChanges};
 
 use super::collective::{encode, gathered, reduced};
 use super::large::{BulkOptions, BulkReport, Element, ReduceOp};

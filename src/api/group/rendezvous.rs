@@ -68,6 +68,22 @@ impl RendezvousOptions {
     }
 }
 
+/// How a group differs from one of its rounds ([`Round::changes`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoundChanges {
+    /// Live members of the group that are not in the round.
+    pub joined: Vec<NodeId>,
+    /// Members of the round no longer live in the group.
+    pub left: Vec<NodeId>,
+}
+
+impl RoundChanges {
+    /// Whether the group is still exactly the round's members.
+    pub fn is_empty(&self) -> bool {
+        self.joined.is_empty() && self.left.is_empty()
+    }
+}
+
 /// One agreed round of a group: every member of it got the same epoch and member list.
 #[derive(Clone)]
 pub struct Round {
@@ -447,6 +463,29 @@ impl Round {
     /// This node's handle.
     pub fn node(&self) -> &Node {
         &self.node
+    }
+
+    /// How the group differs from the round now, as this node sees it: members of the
+    /// group that are not in the round (they joined, or missed it) and members of the round
+    /// that are gone or left the group. Empty both: the round is current. Members see
+    /// changes at slightly different times; to move to a new round together, agree on it
+    /// in a collective (as `examples/elastic_train.rs` does with a flag in each step).
+    pub fn changes(&self) -> RoundChanges {
+        let now = match self.node.group(&self.group) {
+            Ok(g) => g.members(),
+            Err(_) => Vec::new(),
+        };
+        RoundChanges {
+            joined: now
+                .iter()
+                .filter(|m| !self.members.contains(m))
+                .copied()
+                .collect(),
+            left: (self.members.iter())
+                .filter(|m| !now.contains(m))
+                .copied()
+                .collect(),
+        }
     }
 
     /// Ok while every member of the round is alive; else [`NodeError::RoundBroken`] naming
