@@ -249,10 +249,8 @@ impl Group {
         // accepted is the round every member returns.
         let mut held: Option<(NodeId, u64, Vec<NodeId>)> = None;
         loop {
-            if held
-                .as_ref()
-                .is_some_and(|(c, ..)| *c != node.id && !node.is_live(*c))
-            {
+            // A coordinator that died or left the group will neither commit nor abort.
+            if (held.as_ref()).is_some_and(|(c, ..)| !self.members().contains(c)) {
                 held = None;
             }
             // A caller holding an acceptance waits for its outcome (a few seconds at most),
