@@ -205,7 +205,8 @@ async fn rendezvous_rounds_agree_under_concurrent_joins_and_a_coordinator_crash(
     let _net = crate::common::real_network();
     let overlay = das4_pairs().await;
     let nodes = overlay.nodes.clone();
-    let opts = RendezvousOptions::new(3..=8, Duration::from_secs(10));
+    // Long enough for a crashed coordinator to be declared dead first (up to 8 s seen).
+    let opts = RendezvousOptions::new(3..=8, Duration::from_secs(20));
     // Round 1: six members call at once while two more join the group and call, staggered.
     let mut groups = Vec::new();
     for n in &nodes[..6] {

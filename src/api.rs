@@ -25,16 +25,14 @@ mod join;
 mod large;
 mod locality;
 mod op_stats;
+mod reports;
 
 #[cfg(feature = "bench")]
 pub(crate) use self::builder::transport_config;
 pub use self::builder::{NodeBuilder, Transport};
 pub use self::data_dir::{StoredSettings, files, stored_settings};
 
-pub use self::collective::{
-    BroadcastReport, COUNT_KEY, Gathered, INFO_KEY, NodeInfo, Reduced, ScatterReport,
-    decode_reduce_outcome,
-};
+pub use self::collective::{COUNT_KEY, INFO_KEY};
 pub use self::deliveries::{DEFAULT_DELIVERY_BUFFER, Deliveries, DeliveryError, Lagged};
 pub use self::error::{IoStep, NodeError};
 pub use self::group::{Group, RendezvousOptions, Round, RoundChanges};
@@ -44,6 +42,9 @@ pub use self::large::{
 };
 pub use self::locality::{NotReady, readiness};
 pub use self::op_stats::{CollectiveStats, LATENCY_BUCKETS_S};
+pub use self::reports::{
+    BroadcastReport, Gathered, NodeInfo, Reduced, ScatterReport, decode_reduce_outcome,
+};
 pub use crate::net::auth::AuthError;
 pub use crate::net::frame::FrameError;
 pub use crate::net::link::{DialError, DialFailure};

@@ -23,12 +23,14 @@
 //! ```
 
 mod rendezvous;
+mod round;
 
 pub(crate) use self::rendezvous::Rendezvous;
-pub use self::rendezvous::{RendezvousOptions, Round, RoundChanges};
+pub use self::rendezvous::RendezvousOptions;
+pub use self::round::{Round, RoundChanges};
 
-use super::collective::{encode, gathered, reduced};
 use super::large::{BulkOptions, BulkReport, Element, ReduceOp};
+use super::reports::{encode, gathered, reduced};
 use super::{
     BroadcastReport, Deliveries, Delivery, Gathered, Lagged, Node, NodeError, Reduced,
     ScatterReport,
@@ -250,36 +252,35 @@ impl Group {
         Node::check_size(request.len())?;
         let key = key.to_string();
         let what = StartKind::Gather { key, request };
-        Ok(gathered(
-            self.node.run_scoped(what, Some(self.name.clone())).await?,
-        ))
+        Ok(gathered(self.run(what).await?))
     }
 
     /// Combines the value for `key` of every live member of the group with `reducer`.
     pub async fn reduce(&self, key: &str, reducer: Reducer) -> Result<Reduced, NodeError> {
-        let key = key.to_string();
+        let (key, request) = (key.to_string(), Vec::new());
         let what = StartKind::Reduce {
             key,
-            request: Vec::new(),
+            request,
             reducer,
         };
-        Ok(reduced(
-            self.node.run_scoped(what, Some(self.name.clone())).await?,
-        ))
+        Ok(reduced(self.run(what).await?))
     }
 
     /// As [`Group::reduce`], and every member of the group then receives the result as a
     /// delivery of kind [`crate::DeliveryKind::AllReduce`].
     pub async fn allreduce(&self, key: &str, reducer: Reducer) -> Result<Reduced, NodeError> {
-        let key = key.to_string();
+        let (key, request) = (key.to_string(), Vec::new());
         let what = StartKind::AllReduce {
             key,
-            request: Vec::new(),
+            request,
             reducer,
         };
-        Ok(reduced(
-            self.node.run_scoped(what, Some(self.name.clone())).await?,
-        ))
+        Ok(reduced(self.run(what).await?))
+    }
+
+    /// Runs a collective scoped to this group.
+    async fn run(&self, what: StartKind) -> Result<crate::proto::OpReport, NodeError> {
+        self.node.run_scoped(what, Some(self.name.clone())).await
     }
 
     /// Options that make any large collective run over the group's live members as this

@@ -274,34 +274,6 @@ impl Gossip {
         self.joining
     }
 
-    /// Sets the groups this node is a member of (see [`MemberRecord::groups`]): a new
-    /// incarnation of its record, spread like a refutation. False (nothing changed) if
-    /// the list is not valid ([`crate::proto::message::groups_valid`]).
-    pub fn set_groups(&mut self, _now: Time, groups: Vec<String>) -> bool {
-        if self.left || !crate::proto::message::groups_valid(&groups) {
-            return false;
-        }
-        if groups == self.me.groups {
-            return true;
-        }
-        let Some(next) = self.me.incarnation.checked_add(1).filter(|i| *i < u64::MAX) else {
-            return false;
-        };
-        self.me.incarnation = next;
-        self.me.groups = groups;
-        self.enqueue(self.me.clone());
-        let news = self.me.clone();
-        for to in self.pick_random(self.config.rumor_fanout, &[]) {
-            self.send(
-                to,
-                GossipMessage::Rumor {
-                    updates: vec![news.clone()],
-                },
-            );
-        }
-        true
-    }
-
     /// Announces this node's departure to every live member; afterwards it does nothing.
     pub fn leave(&mut self, _now: Time) {
         if self.left {

@@ -267,7 +267,14 @@ pub trait Overlay {
         false
     }
     /// The live members of `group`, this node included if it is one, sorted.
-    fn group_members(&self, _group: &str) -> Vec<NodeId> {
-        Vec::new()
+    fn group_members(&self, group: &str) -> Vec<NodeId> {
+        let me = self.me();
+        let mut m: Vec<NodeId> = (self.alive_members().iter().copied())
+            .chain([me])
+            .filter(|id| self.in_group(id, group))
+            .collect();
+        m.sort_unstable();
+        m.dedup();
+        m
     }
 }

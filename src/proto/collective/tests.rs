@@ -50,14 +50,6 @@ impl Overlay for View {
                 .get(id)
                 .is_some_and(|g| g.iter().any(|x| x == group))
     }
-    fn group_members(&self, group: &str) -> Vec<NodeId> {
-        let mut m: Vec<NodeId> = (self.groups.keys())
-            .filter(|id| self.in_group(id, group))
-            .copied()
-            .collect();
-        m.sort_unstable();
-        m
-    }
 }
 
 /// Nodes 0..n; `edges` are (parent, child) of node 0's tree; 1 ms per hop.

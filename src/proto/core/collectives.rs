@@ -122,14 +122,6 @@ impl Overlay for CoreView<'_> {
                 .get(id)
                 .is_some_and(|g| g.binary_search_by(|x| x.as_str().cmp(group)).is_ok())
     }
-    fn group_members(&self, group: &str) -> Vec<NodeId> {
-        let mut m: Vec<NodeId> = (self.groups.keys())
-            .filter(|id| self.in_group(id, group))
-            .copied()
-            .collect();
-        m.sort_unstable();
-        m
-    }
 }
 
 impl Core {

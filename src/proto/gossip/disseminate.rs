@@ -58,16 +58,7 @@ impl Gossip {
             // Gossip says we are suspect or dead: refute with a higher incarnation.
             if r.state != Liveness::Alive && r.incarnation >= self.me.incarnation && !self.left {
                 self.me.incarnation = r.incarnation + 1; // below u64::MAX: checked above
-                self.enqueue(self.me.clone());
-                let refutation = self.me.clone();
-                for to in self.pick_random(self.config.rumor_fanout, &[]) {
-                    self.send(
-                        to,
-                        GossipMessage::Rumor {
-                            updates: vec![refutation.clone()],
-                        },
-                    );
-                }
+                self.announce_me();
             }
             return false;
         }
@@ -122,6 +113,40 @@ impl Gossip {
             }
         }
         true
+    }
+
+    /// Sets the groups this node is a member of (see [`MemberRecord::groups`]): a new
+    /// incarnation of its record, spread like a refutation. False (nothing changed) if
+    /// the list is not valid ([`crate::proto::message::groups_valid`]).
+    pub fn set_groups(&mut self, _now: Time, groups: Vec<String>) -> bool {
+        if self.left || !crate::proto::message::groups_valid(&groups) {
+            return false;
+        }
+        if groups == self.me.groups {
+            return true;
+        }
+        let Some(next) = self.me.incarnation.checked_add(1).filter(|i| *i < u64::MAX) else {
+            return false;
+        };
+        self.me.incarnation = next;
+        self.me.groups = groups;
+        self.announce_me();
+        true
+    }
+
+    /// Spreads this node's own record after a change (a refutation, new groups): queued
+    /// for piggybacking and pushed at once to a few members.
+    pub(super) fn announce_me(&mut self) {
+        self.enqueue(self.me.clone());
+        let news = self.me.clone();
+        for to in self.pick_random(self.config.rumor_fanout, &[]) {
+            self.send(
+                to,
+                GossipMessage::Rumor {
+                    updates: vec![news.clone()],
+                },
+            );
+        }
     }
 
     pub(super) fn enqueue(&mut self, r: MemberRecord) {

@@ -1,10 +1,10 @@
-//! A node's own part in an operation: its contribution, and answers to members that ask it
-//! directly.
+//! A node's own part in an operation: its contribution, the streamed payload it waits
+//! for, and answers to members that ask it directly.
 
-use super::{Collectives, Own, Phase, Relay, Slot, delivery_kind, reached_only};
+use super::{Collectives, Own, Phase, REMEMBER, Relay, Slot, delivery_kind, reached_only};
 use crate::proto::collective::acc::own_part;
 use crate::proto::collective::{Delivered, DeliveryKind, OpKind, Overlay};
-use crate::proto::message::{DownBody, OpId, Reducer, UpPart};
+use crate::proto::message::{DownBody, OpId, Purpose, Reducer, UpPart};
 use crate::proto::{Event, NodeId, Time};
 use std::time::Duration;
 
@@ -141,6 +141,42 @@ impl Collectives {
                 self.direct_contribution(now, ov, from, op, key, request, Some(reducer))
             }
         }
+    }
+
+    /// The data plane has (`ok`) or failed to get the payload of streamed broadcast `op`.
+    pub fn stream_done(&mut self, now: Time, ov: &dyn Overlay, op: OpId, ok: bool) {
+        let me = self.me;
+        let Some(r) = self.relays.get_mut(&op) else {
+            // The bytes came before the control message: remember until it does.
+            self.streams_done.insert(op, ok);
+            self.streams_forget.push_back((now + REMEMBER, op));
+            return;
+        };
+        let waited = r.own == Own::Stream;
+        if waited {
+            r.own = Own::None;
+        }
+        let waiters = std::mem::take(&mut r.direct_waiters);
+        if !ok {
+            return self.try_finish(now, ov, op);
+        }
+        // Outside the operation's group this node only passed the bytes on.
+        if (r.group.as_deref()).is_some_and(|g| !ov.in_group(&me, g)) {
+            return self.try_finish(now, ov, op);
+        }
+        let first = !r.delivered;
+        r.delivered = true;
+        if waited && r.phase == Phase::Collecting {
+            r.acc.reached.insert(me);
+        }
+        if first {
+            let from = self.relays.get(&op).map_or(op.root, |r| r.from);
+            self.deliver(op, from, DeliveryKind::Broadcast, Vec::new(), Purpose::Data);
+        }
+        for w in waiters {
+            self.reply(ov, w, op, reached_only(me));
+        }
+        self.try_finish(now, ov, op);
     }
 
     /// A direct request for this node's own value: answer with it, now or when it is known.

@@ -2,11 +2,11 @@
 //! scatter items, direct answers, and answers from below.
 
 use super::{
-    Collectives, Deferred, Own, Phase, Plan, REMEMBER, Relay, Slot, Target, child_budget,
-    chunk_items, delivery_kind, is_empty, reached_only,
+    Collectives, Deferred, Own, Phase, Plan, Relay, Slot, Target, child_budget, chunk_items,
+    delivery_kind, is_empty,
 };
 use crate::proto::collective::{Delivered, DeliveryKind, OpKind, Overlay, plan};
-use crate::proto::message::{DownBody, OpId, Purpose, UpPart};
+use crate::proto::message::{DownBody, OpId, UpPart};
 use crate::proto::{Event, NodeId, Time};
 use std::collections::{BTreeMap, HashMap};
 use std::collections::{BTreeSet, HashSet};
@@ -216,42 +216,6 @@ impl Collectives {
         }
         if let Some(ok) = self.streams_done.remove(&op) {
             self.stream_done(now, ov, op, ok);
-        }
-        self.try_finish(now, ov, op);
-    }
-
-    /// The data plane has (`ok`) or failed to get the payload of streamed broadcast `op`.
-    pub fn stream_done(&mut self, now: Time, ov: &dyn Overlay, op: OpId, ok: bool) {
-        let me = self.me;
-        let Some(r) = self.relays.get_mut(&op) else {
-            // The bytes came before the control message: remember until it does.
-            self.streams_done.insert(op, ok);
-            self.streams_forget.push_back((now + REMEMBER, op));
-            return;
-        };
-        let waited = r.own == Own::Stream;
-        if waited {
-            r.own = Own::None;
-        }
-        let waiters = std::mem::take(&mut r.direct_waiters);
-        if !ok {
-            return self.try_finish(now, ov, op);
-        }
-        // Outside the operation's group this node only passed the bytes on.
-        if (r.group.as_deref()).is_some_and(|g| !ov.in_group(&me, g)) {
-            return self.try_finish(now, ov, op);
-        }
-        let first = !r.delivered;
-        r.delivered = true;
-        if waited && r.phase == Phase::Collecting {
-            r.acc.reached.insert(me);
-        }
-        if first {
-            let from = self.relays.get(&op).map_or(op.root, |r| r.from);
-            self.deliver(op, from, DeliveryKind::Broadcast, Vec::new(), Purpose::Data);
-        }
-        for w in waiters {
-            self.reply(ov, w, op, reached_only(me));
         }
         self.try_finish(now, ov, op);
     }
