@@ -126,7 +126,7 @@ fn seed_token(stdout: std::process::ChildStdout, d: &Daemons) -> String {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => {
-                if let Some((_, t)) = line.split_once("--token ") {
+                if let Some((_, t)) = line.split_once("OVERLAY_TOKEN=") {
                     let token = t.split_whitespace().next().unwrap_or_default().to_string();
                     assert!(token.starts_with("ovl1-"), "unexpected token in {line:?}");
                     return token;

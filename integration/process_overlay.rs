@@ -89,18 +89,21 @@ fn twelve_processes_converge_survive_two_crashes_and_a_rejoin() {
             let _ = line_tx.send(line);
         }
     });
-    let join_hint = format!("--join 127.0.0.1:{} --token ", fx.seed_port);
+    let join_hint = "to join this overlay: OVERLAY_TOKEN=";
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut seen = Vec::new();
     let token = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match line_rx.recv_timeout(left) {
             Ok(line) => {
-                if let Some((_, after)) = line.split_once(&join_hint) {
+                if let Some((_, after)) = line.split_once(join_hint) {
+                    let join = format!("--join 127.0.0.1:{} ", fx.seed_port);
+                    assert!(line.contains(&join), "{line:?} does not join the seed");
+                    assert!(!line.contains("--token"), "{line:?} puts the token in argv");
                     break after
                         .split_whitespace()
                         .next()
-                        .expect("a token after --token")
+                        .expect("a token after OVERLAY_TOKEN=")
                         .to_string();
                 }
                 seen.push(line);

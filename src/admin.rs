@@ -8,6 +8,7 @@
 
 mod joining;
 mod listen;
+pub mod pieces;
 mod render;
 mod values;
 

@@ -49,8 +49,8 @@ pub use crate::net::auth::AuthError;
 pub use crate::net::frame::FrameError;
 pub use crate::net::link::{DialError, DialFailure};
 pub use crate::net::view::{
-    BroadcastPlan, ClusterBandwidth, ClusterGroup, ClusterLevel, DecodeError, Delivery, MemberInfo,
-    NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot,
+    BroadcastPlan, ClusterBandwidth, ClusterGroup, ClusterLevel, DecodeError, Delivery,
+    KindTraffic, MemberInfo, NodeEvent, NodeStatus, TreeInfo, TreeNode, TreeSnapshot,
 };
 
 use crate::net::driver::ApiCommand;

@@ -60,14 +60,70 @@ fn health_exits_0_for_a_working_node_and_1_otherwise() {
 fn listen_receives_a_5_mib_file_broadcast_from_another_node_intact() {
     let _net = real_network();
     let base = TempDir::new("listen");
-    let a = Daemon::start(base.path(), "a", &["--listen", "127.0.0.1:0"]);
+    let (payload, sha) = pseudo_random(5 << 20);
+    let got = send_file_to_listener(base.path(), &payload, &[], &[]);
+    assert_eq!(got["bytes"], 5 << 20, "{got}");
+    assert_eq!(got["sha256"], sha.as_str(), "{got}");
+    assert_eq!(got["kind"], "broadcast");
+    println!("listen got {} bytes, sha256 {sha}", got["bytes"]);
+}
+
+/// A file above the piece size goes as several broadcasts and comes out whole: the same
+/// mechanism as a file of several GiB with the default 256 MiB pieces, at a test's size.
+#[test]
+fn a_file_sent_piece_by_piece_is_put_together_by_listen() {
+    let _net = real_network();
+    let base = TempDir::new("pieces");
+    let (payload, sha) = pseudo_random((5 << 20) / 2);
+    let out = base.path().join("received");
+    let out_arg = out.to_str().expect("utf-8 path");
+    let got = send_file_to_listener(
+        base.path(),
+        &payload,
+        &["--piece-size", "1048576"],
+        &["--out-dir", out_arg],
+    );
+    assert_eq!(got["kind"], "file", "{got}");
+    assert_eq!(got["pieces"], 3, "{got}");
+    assert_eq!(got["bytes"], payload.len(), "{got}");
+    assert_eq!(got["sha256"], sha.as_str(), "{got}");
+    let written = std::fs::read(got["file"].as_str().expect("a file")).expect("the file");
+    assert!(written == payload, "the file on disk differs");
+    let left: Vec<_> = std::fs::read_dir(&out).expect("out dir").collect();
+    assert_eq!(left.len(), 1, "part files left behind: {left:?}");
+}
+
+/// `len` pseudo-random bytes and their SHA-256 in hex.
+fn pseudo_random(len: usize) -> (Vec<u8>, String) {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let payload: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let sha = hex(ring::digest::digest(&ring::digest::SHA256, &payload).as_ref());
+    (payload, sha)
+}
+
+/// Two daemons; `listen --count 1 LISTEN_ARGS` on the second while the first runs
+/// `broadcast --file F SEND_ARGS`; returns the listener's one JSON line.
+fn send_file_to_listener(
+    base: &std::path::Path,
+    payload: &[u8],
+    send_args: &[&str],
+    listen_args: &[&str],
+) -> serde_json::Value {
+    let a = Daemon::start(base, "a", &["--listen", "127.0.0.1:0"]);
     let a_addr = a.members_json()[0]["addr"]
         .as_str()
         .expect("addr")
         .to_string();
     let token = a.token();
     let b = Daemon::start_with(
-        base.path(),
+        base,
         "b",
         &["--listen", "127.0.0.1:0", "--join", &a_addr],
         |c| {
@@ -76,24 +132,15 @@ fn listen_receives_a_5_mib_file_broadcast_from_another_node_intact() {
     );
     a.wait_alive(2);
     b.wait_alive(2);
+    let file = base.join("payload.bin");
+    std::fs::write(&file, payload).expect("payload file");
 
-    let file = base.path().join("payload.bin");
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let payload: Vec<u8> = (0..5 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(&file, &payload).expect("payload file");
-    let sha = hex(ring::digest::digest(&ring::digest::SHA256, &payload).as_ref());
-
-    let listen_log = base.path().join("listen.out");
-    let listen_err = base.path().join("listen.err");
+    let listen_log = base.join("listen.out");
+    let listen_err = base.join("listen.err");
     let mut cmd = node_cmd();
-    cmd.args(["listen", "--count", "1", "--data-dir"])
+    cmd.args(["listen", "--count", "1"])
+        .args(listen_args)
+        .arg("--data-dir")
         .arg(&b.dir)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&listen_log).expect("out"))
@@ -107,12 +154,19 @@ fn listen_receives_a_5_mib_file_broadcast_from_another_node_intact() {
         assert!(Instant::now() < deadline, "listen never became ready");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let sent = a.cli(&["broadcast", "--file", file.to_str().unwrap(), "--json"]);
+    let mut args = vec!["broadcast", "--file", file.to_str().unwrap(), "--json"];
+    args.extend(send_args);
+    let sent = a.cli(&args);
     assert!(sent.status.success(), "broadcast: {}", sent.stderr);
     let report: serde_json::Value = serde_json::from_str(sent.stdout.trim()).expect("JSON report");
     assert_eq!(
         report["missing"].as_array().map(Vec::len),
         Some(0),
+        "{report}"
+    );
+    assert_eq!(
+        report["delivered"].as_array().map(Vec::len),
+        Some(2),
         "{report}"
     );
 
@@ -133,11 +187,7 @@ fn listen_receives_a_5_mib_file_broadcast_from_another_node_intact() {
         std::fs::read_to_string(&listen_err).unwrap()
     );
     let line = std::fs::read_to_string(&listen_log).expect("listen output");
-    let got: serde_json::Value = serde_json::from_str(line.trim()).expect("one JSON line");
-    assert_eq!(got["bytes"], 5 << 20, "{got}");
-    assert_eq!(got["sha256"], sha.as_str(), "{got}");
-    assert_eq!(got["kind"], "broadcast");
-    println!("listen got {} bytes, sha256 {sha}", got["bytes"]);
+    serde_json::from_str(line.trim()).expect("one JSON line")
 }
 
 #[test]

@@ -178,6 +178,42 @@ fn config_file_env_and_flags_merge_with_flags_winning() {
 }
 
 #[test]
+fn commands_find_the_node_through_the_config_files_data_dir() {
+    let _net = real_network();
+    let base = TempDir::new("config-dir");
+    let a = Daemon::start(base.path(), "a", &["--listen", "127.0.0.1:0"]);
+    let config = base.path().join("node.toml");
+    let dir = a.dir.to_str().expect("utf-8 path");
+    std::fs::write(&config, format!("data_dir = {dir:?}\n")).expect("config file");
+    for command in [&["status", "--json"][..], &["members"], &["health"]] {
+        let mut cmd = node_cmd();
+        cmd.args(command)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("OVERLAY_DATA_DIR")
+            .env("HOME", base.path().join("no-home"))
+            .env_remove("XDG_STATE_HOME");
+        let out = run_with_timeout(cmd, Duration::from_secs(20));
+        assert!(
+            out.status.success(),
+            "{command:?} --config did not reach the node: {}",
+            out.stderr
+        );
+    }
+    // The flag still wins over the file.
+    let mut cmd = node_cmd();
+    cmd.args(["status", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(base.path().join("nobody"));
+    let out = run_with_timeout(cmd, Duration::from_secs(20));
+    assert!(
+        !out.status.success(),
+        "--data-dir did not win over --config"
+    );
+}
+
+#[test]
 fn data_dir_files_and_admin_socket_are_private_under_umask_000() {
     let _net = real_network();
     let base = TempDir::new("umask");

@@ -24,13 +24,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, info, warn};
 
-/// How often connections are checked for idleness.
 mod data;
 mod inputs;
 mod report;
+mod tree_log;
 
 use self::report::{TreeQuery, member_info};
+use self::tree_log::TreeLog;
 
+/// How often connections are checked for idleness.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// A frame this large (an inline payload) counts as bulk traffic on its links.
 const LARGE_FRAME: usize = 64 * 1024;
@@ -105,6 +107,8 @@ pub struct Driver {
     stripes: Stripes,
     /// How the large broadcasts this node starts spread.
     spread: Spread,
+    /// The INFO summary of parent changes.
+    tree_log: TreeLog,
 }
 
 /// What [`Driver::new`] needs.
@@ -165,6 +169,7 @@ impl Driver {
             last_large_frame: None,
             stripes: Stripes::default(),
             spread: Spread::default(),
+            tree_log: TreeLog::new(Instant::now()),
         };
         // The view is full before the first handle reads it, not when the task first runs.
         driver.refresh_members();
@@ -227,6 +232,7 @@ impl Driver {
                         self.next_idle_check = Instant::now() + IDLE_CHECK;
                         self.links.close_idle();
                         self.refresh_members();
+                        self.tree_log.tick(Instant::now(), self.node.core());
                     }
                 }
             }
@@ -403,6 +409,7 @@ impl Driver {
         let out = match event {
             Event::ParentChanged { root, old, new } => {
                 debug!(root = %root, old = ?old, new = ?new, "parent changed");
+                self.tree_log.parent_changed(root);
                 NodeEvent::ParentChanged { root, parent: new }
             }
             Event::ConnectedChanged { root, connected } => {
@@ -428,6 +435,7 @@ impl Driver {
 
     /// Sends a packet to a peer: on its connection, or queued while it is dialed.
     fn send_with(&mut self, to: NodeId, packet: Packet, class: Class, priority: Priority) -> Sent {
+        let kind = packet.kind();
         let frame = match packet.encode() {
             Ok(f) => f,
             Err(e) => {
@@ -450,6 +458,9 @@ impl Driver {
         let sent = self
             .links
             .send(to, out, priority, |p| gossip.record(&p).map(|r| r.addr));
+        if sent != Sent::Dropped {
+            self.ctx.stats.by_kind.sent(kind, bytes);
+        }
         if operation && sent != Sent::Dropped {
             self.pace.sent(to, bytes, sent == Sent::Written);
         }

@@ -6,6 +6,7 @@ use super::auth::{AuthError, CLOSE_PROTOCOL, authenticate};
 use super::frame::{FrameError, append_frame, read_frame};
 use super::guard::{CONTROL_READ_BURST, CONTROL_READ_RATE, Guard, ReadBudget};
 use super::token::{JoinToken, Role};
+use crate::proto::packet_kind::PacketKind;
 use crate::proto::{DataHeader, NodeId, Packet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -145,6 +146,54 @@ pub struct LinkStats {
     pub bytes_in: AtomicU64,
     /// Bytes written (frames, prefix included).
     pub bytes_out: AtomicU64,
+    /// Frames and bytes by kind, received and handed to connections.
+    pub by_kind: KindCounters,
+}
+
+/// Frames and bytes per [`PacketKind`], each way. Received frames are counted when they
+/// decode; sent ones when the driver hands them to a connection (a frame dropped later
+/// by a full queue or a closing connection still counts).
+#[derive(Debug, Default)]
+pub struct KindCounters {
+    frames_in: [AtomicU64; KINDS],
+    bytes_in: [AtomicU64; KINDS],
+    frames_out: [AtomicU64; KINDS],
+    bytes_out: [AtomicU64; KINDS],
+}
+
+const KINDS: usize = PacketKind::ALL.len();
+
+impl KindCounters {
+    /// Counts a received frame of `bytes` bytes.
+    pub fn received(&self, kind: PacketKind, bytes: usize) {
+        self.frames_in[kind.index()].fetch_add(1, Ordering::Relaxed);
+        self.bytes_in[kind.index()].fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a frame of `bytes` bytes handed to a connection.
+    pub fn sent(&self, kind: PacketKind, bytes: usize) {
+        self.frames_out[kind.index()].fetch_add(1, Ordering::Relaxed);
+        self.bytes_out[kind.index()].fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The counts so far, one entry per kind that carried anything.
+    pub fn snapshot(&self) -> Vec<super::view::KindTraffic> {
+        let get = |a: &[AtomicU64; KINDS], i: usize| a[i].load(Ordering::Relaxed);
+        PacketKind::ALL
+            .iter()
+            .map(|k| {
+                let i = k.index();
+                super::view::KindTraffic {
+                    kind: k.as_str().to_string(),
+                    frames_in: get(&self.frames_in, i),
+                    bytes_in: get(&self.bytes_in, i),
+                    frames_out: get(&self.frames_out, i),
+                    bytes_out: get(&self.bytes_out, i),
+                }
+            })
+            .filter(|t| t.frames_in + t.frames_out > 0)
+            .collect()
+    }
 }
 
 /// Everything a connection task needs.
@@ -299,6 +348,7 @@ async fn read_stream(
                 let owed = budget.spend(bytes.len() + 4, at);
                 match Packet::decode(&bytes) {
                     Ok(Packet::Data(header)) if was_first => {
+                        ctx.stats.by_kind.received(PacketKind::Data, bytes.len());
                         // A data-plane stream: the rest is raw payload, read by the driver's
                         // receiver.
                         let stream = LinkInput::DataStream { peer, header, recv };
@@ -306,6 +356,7 @@ async fn read_stream(
                         return;
                     }
                     Ok(Packet::Bulk(header)) if was_first => {
+                        ctx.stats.by_kind.received(PacketKind::Bulk, bytes.len());
                         // A transfer of a large collective: read and posted right here.
                         super::bulk::receive(&ctx.mailbox, peer, header, recv).await;
                         return;
@@ -322,6 +373,7 @@ async fn read_stream(
                     Ok(packet) => {
                         ctx.stats.frames_in.fetch_add(1, Ordering::Relaxed);
                         let len = bytes.len();
+                        ctx.stats.by_kind.received(packet.kind(), len);
                         if ctx
                             .to_driver
                             .send(LinkInput::Received {

@@ -169,6 +169,25 @@ pub struct NodeStatus {
     /// growing while the overlay is steady is a leak.
     #[serde(default)]
     pub tasks: u64,
+    /// Frames and bytes by kind of message, each way (kinds that carried nothing left out).
+    #[serde(default)]
+    pub traffic: Vec<KindTraffic>,
+}
+
+/// What one kind of message cost a node (see [`crate::proto::packet_kind::PacketKind`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindTraffic {
+    /// The kind's name (`probe`, `advert`, `tree_link`, `collective`, `cluster`,
+    /// `bandwidth`, `membership`, `query`, `data`, `bulk`).
+    pub kind: String,
+    /// Frames received.
+    pub frames_in: u64,
+    /// Bytes received (encoded frames, without the length prefix).
+    pub bytes_in: u64,
+    /// Frames handed to connections.
+    pub frames_out: u64,
+    /// Bytes handed to connections (encoded frames, without the length prefix).
+    pub bytes_out: u64,
 }
 
 /// One directed cluster-to-cluster bandwidth estimate (clusters named by their smallest
@@ -214,6 +233,46 @@ pub struct TreeSnapshot {
     pub root: NodeId,
     /// Every live member this node knows, sorted by id.
     pub nodes: Vec<TreeNode>,
+}
+
+impl TreeSnapshot {
+    /// How many members reach the root by following parents (the root included), and the
+    /// most hops any of them takes: `(spanned, depth)`. A member whose chain of parents
+    /// breaks off or loops is not spanned.
+    ///
+    /// ```
+    /// # use overlay::api::{TreeNode, TreeSnapshot};
+    /// # use overlay::NodeId;
+    /// let id = |n| NodeId::from_seed(1, n);
+    /// let node = |n, parent| TreeNode {
+    ///     id: id(n), name: String::new(), parent, dist_ms: None, answered: true,
+    /// };
+    /// let tree = TreeSnapshot {
+    ///     root: id(0),
+    ///     nodes: vec![node(0, None), node(1, Some(id(0))), node(2, Some(id(1))), node(3, None)],
+    /// };
+    /// assert_eq!(tree.reach(), (3, 2));
+    /// ```
+    pub fn reach(&self) -> (usize, usize) {
+        let parent: std::collections::HashMap<NodeId, Option<NodeId>> =
+            self.nodes.iter().map(|n| (n.id, n.parent)).collect();
+        let (mut spanned, mut depth) = (0, 0);
+        for n in &self.nodes {
+            let (mut at, mut hops) = (n.id, 0);
+            // A chain longer than the member count loops.
+            while at != self.root && hops <= self.nodes.len() {
+                match parent.get(&at).copied().flatten() {
+                    Some(p) => (at, hops) = (p, hops + 1),
+                    None => break,
+                }
+            }
+            if at == self.root {
+                spanned += 1;
+                depth = depth.max(hops);
+            }
+        }
+        (spanned, depth)
+    }
 }
 
 /// Something that changed at a node.

@@ -43,6 +43,7 @@ pub mod membership;
 pub mod message;
 pub mod node;
 pub mod outbox;
+pub mod packet_kind;
 pub mod rng;
 pub mod rtt;
 pub mod stripe;

@@ -2,10 +2,16 @@
 //! line each (`root`, `root_short`, `op`, `kind`, `bytes`, `sha256`; `file` when payloads
 //! go to a directory, else `text` for a payload of at most 4 KiB of UTF-8); or write the
 //! payloads themselves to stdout.
+//!
+//! A file that `broadcast --file` sent piece by piece is one delivery: with `--out-dir`
+//! its pieces are written at their offsets and it is reported once whole (`kind` "file",
+//! `pieces`, the SHA-256 of the whole file); otherwise each piece gets a line (`kind`
+//! "file_piece") and `--payload` writes the pieces' bytes without their headers.
 
 use crate::dirs::DataDirArg;
 use crate::json::tidy;
 use anyhow::Context;
+use overlay::admin::pieces::{Assembled, Assembler, PieceHeader, sha256_file};
 use overlay::admin::{DeliveryHeader, listen};
 use std::io::Write;
 use std::path::PathBuf;
@@ -34,12 +40,20 @@ pub async fn run(args: ListenArgs) -> anyhow::Result<()> {
     }
     let mut seen = 0u64;
     let mut failure: Option<anyhow::Error> = None;
+    let mut files = Assembler::new(args.out_dir.clone());
     let ready = || eprintln!("listening for deliveries");
     let on_delivery = |header: DeliveryHeader, payload: Vec<u8>| {
-        seen += 1;
-        if let Err(e) = report(&args, &header, &payload) {
-            failure = Some(e);
-            return false;
+        let done = match PieceHeader::parse(&payload) {
+            Some((piece, data)) => report_piece(&args, &mut files, &header, &piece, data),
+            None => report(&args, &header, &payload).map(|()| true),
+        };
+        match done {
+            Ok(true) => seen += 1,
+            Ok(false) => {}
+            Err(e) => {
+                failure = Some(e);
+                return false;
+            }
         }
         args.count.is_none_or(|n| seen < n)
     };
@@ -72,6 +86,55 @@ fn report(args: &ListenArgs, header: &DeliveryHeader, payload: &[u8]) -> anyhow:
     }
     writeln!(stdout, "{}", tidy(line))?;
     Ok(stdout.flush()?)
+}
+
+/// Reports one piece of a file; true once the file is whole.
+fn report_piece(
+    args: &ListenArgs,
+    files: &mut Assembler,
+    header: &DeliveryHeader,
+    piece: &PieceHeader,
+    data: &[u8],
+) -> anyhow::Result<bool> {
+    let mut stdout = std::io::stdout().lock();
+    if args.payload {
+        stdout.write_all(data)?;
+        stdout.flush()?;
+    } else if args.out_dir.is_none() {
+        let line = serde_json::json!({
+            "root": header.root, "root_short": header.root.short(),
+            "op": format!("{:016x}", header.op), "kind": "file_piece",
+            "file": format!("{:016x}", piece.file), "index": piece.index,
+            "count": piece.count, "offset": piece.offset, "total": piece.total,
+            "bytes": data.len(),
+            "sha256": hex(ring::digest::digest(&ring::digest::SHA256, data).as_ref()),
+        });
+        writeln!(stdout, "{}", tidy(line))?;
+        stdout.flush()?;
+    }
+    let Some(Assembled {
+        path,
+        total,
+        pieces,
+        file,
+        root,
+    }) = files
+        .add(header.root, piece, data)
+        .context("cannot write a piece of a file")?
+    else {
+        return Ok(false);
+    };
+    if let Some(path) = path {
+        let sha = sha256_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let line = serde_json::json!({
+            "root": root, "root_short": root.short(), "op": format!("{file:016x}"),
+            "kind": "file", "bytes": total, "pieces": pieces, "sha256": hex(&sha),
+            "file": path.display().to_string(),
+        });
+        writeln!(stdout, "{}", tidy(line))?;
+        stdout.flush()?;
+    }
+    Ok(true)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -100,11 +100,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         println!("advertised to the others as {}", node.advertised_addr());
     }
     if creates {
-        println!(
-            "to join this overlay: overlay-node --listen ADDR --join {} --token {} --data-dir DIR",
-            node.advertised_addr(),
-            node.token()
-        );
+        // The token goes in the environment, where other users' `ps` does not show it.
+        println!("to join this overlay: {}", node.join_command());
     }
     overlay::admin::register_json_reducers(&node)
         .await

@@ -37,9 +37,6 @@ pub enum LogFormat {
 /// the `--config` file; flags win).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RunArgs {
-    /// TOML file with any of the options below (flags and environment win over it).
-    #[arg(long, env = "OVERLAY_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
     /// Address to listen on for peers (UDP, QUIC) [default: the last start's, else
     /// 127.0.0.1:7400]
     #[arg(long, env = "OVERLAY_LISTEN", value_name = "ADDR")]
@@ -142,7 +139,7 @@ impl RunArgs {
     /// Merges the flags (and environment) over the config file; fills the data directory
     /// and, from the data directory, the listen address and name of the last start.
     pub fn resolve(&self) -> anyhow::Result<Resolved> {
-        let file = match &self.config {
+        let file = match &self.dir.config {
             Some(path) => load(path)?,
             None => Settings::default(),
         };
@@ -178,7 +175,8 @@ impl RunArgs {
     }
 }
 
-fn load(path: &Path) -> anyhow::Result<Settings> {
+/// Reads a config file.
+pub fn load(path: &Path) -> anyhow::Result<Settings> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("--config {}: cannot read", path.display()))?;
     toml::from_str(&text)
@@ -228,8 +226,10 @@ pub fn run(args: ConfigArgs) -> anyhow::Result<()> {
         settings.name = stored.name;
     }
     settings.log_format.get_or_insert_default();
-    settings.join_timeout.get_or_insert(20);
     print!("{}", toml::to_string(&settings)?);
+    if settings.join_timeout.is_none() {
+        println!("# join_timeout: none (keeps trying to join, with backoff)");
+    }
     if token.is_some() {
         println!("# token: given on the command line or in OVERLAY_TOKEN (not shown)");
     }

@@ -117,7 +117,20 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         s.peers_kept_out,
         s.packets_dropped
     );
+    if !s.traffic.is_empty() {
+        let kinds: Vec<String> = s
+            .traffic
+            .iter()
+            .map(|t| format!("{} {}/{}", t.kind, kib(t.bytes_in), kib(t.bytes_out)))
+            .collect();
+        println!("bytes in/out by kind: {}", kinds.join(", "));
+    }
     Ok(())
+}
+
+/// Bytes in KiB, one decimal.
+fn kib(bytes: u64) -> String {
+    format!("{:.1} KiB", bytes as f64 / 1024.0)
 }
 
 /// The cluster bandwidth matrix as this node measured and gathered it: the model large

@@ -154,6 +154,7 @@ impl Driver {
             collectives: Vec::new(),
             tasks: tokio::runtime::Handle::try_current()
                 .map_or(0, |h| h.metrics().num_alive_tasks() as u64),
+            traffic: stats.by_kind.snapshot(),
         }
     }
 }

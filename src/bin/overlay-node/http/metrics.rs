@@ -16,6 +16,8 @@ pub struct Extra {
     pub parent_changes: u64,
     /// The collectives started at this node.
     pub collectives: Vec<CollectiveStats>,
+    /// This node's own tree: members that reach it along the tree, and the most hops.
+    pub own_tree: Option<(usize, usize)>,
 }
 
 /// The exposition text of `s` and `extra`.
@@ -87,6 +89,20 @@ pub fn render(s: &NodeStatus, extra: &Extra) -> String {
     o.sample("overlay_tokio_tasks", &[], &s.tasks.to_string());
 
     trees(&mut o, s, &name_of, extra.parent_changes);
+    if let Some((spanned, depth)) = extra.own_tree {
+        o.family(
+            "overlay_own_tree_members",
+            "gauge",
+            "Members that reach this node along its own tree (itself included; refreshed at most every 30 s).",
+        );
+        o.sample("overlay_own_tree_members", &[], &spanned.to_string());
+        o.family(
+            "overlay_own_tree_depth",
+            "gauge",
+            "Most hops from a member to this node along its own tree (refreshed at most every 30 s).",
+        );
+        o.sample("overlay_own_tree_depth", &[], &depth.to_string());
+    }
     traffic(&mut o, s);
     clusters(&mut o, s, &name_of);
     collectives(&mut o, &extra.collectives);
@@ -188,6 +204,30 @@ fn traffic(o: &mut Out, s: &NodeStatus) {
         s.probe_bytes_received,
         s.probe_bytes_sent,
     );
+    for (name, help, frames) in [
+        (
+            "overlay_messages_total",
+            "Messages received and handed to connections, by kind.",
+            true,
+        ),
+        (
+            "overlay_message_bytes_total",
+            "Bytes of messages received and handed to connections, by kind.",
+            false,
+        ),
+    ] {
+        o.family(name, "counter", help);
+        for t in &s.traffic {
+            let (i, out) = match frames {
+                true => (t.frames_in, t.frames_out),
+                false => (t.bytes_in, t.bytes_out),
+            };
+            for (direction, n) in [("in", i), ("out", out)] {
+                let labels = [("kind", t.kind.as_str()), ("direction", direction)];
+                o.sample(name, &labels, &n.to_string());
+            }
+        }
+    }
     let counters = [
         (
             "overlay_frames_rejected_total",

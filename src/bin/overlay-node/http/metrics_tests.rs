@@ -2,8 +2,8 @@
 
 use super::{Extra, render};
 use overlay::api::{
-    ClusterBandwidth, ClusterGroup, ClusterLevel, CollectiveStats, LATENCY_BUCKETS_S, MemberInfo,
-    NodeStatus, TreeInfo,
+    ClusterBandwidth, ClusterGroup, ClusterLevel, CollectiveStats, KindTraffic, LATENCY_BUCKETS_S,
+    MemberInfo, NodeStatus, TreeInfo,
 };
 use overlay::proto::{Liveness, NodeId};
 use std::collections::{BTreeMap, HashMap};
@@ -202,6 +202,13 @@ fn status() -> NodeStatus {
         probe_bytes_received: 6,
         collectives: vec![],
         tasks: 42,
+        traffic: vec![KindTraffic {
+            kind: "advert".into(),
+            frames_in: 3,
+            bytes_in: 300,
+            frames_out: 5,
+            bytes_out: 700,
+        }],
     }
 }
 
@@ -219,6 +226,7 @@ fn every_line_parses_and_the_values_are_the_status() {
             buckets,
             sum_s: 40.0,
         }],
+        own_tree: Some((3, 2)),
     };
     let text = render(&status(), &extra);
     let samples = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -254,6 +262,11 @@ fn every_line_parses_and_the_values_are_the_status() {
     assert_eq!(one("overlay_refused_connections_total", &[]), 7.0);
     assert_eq!(one("overlay_peers_kept_out_total", &[]), 1.0);
     assert_eq!(one("overlay_tokio_tasks", &[]), 42.0);
+    let advert = |d| [("kind", "advert"), ("direction", d)];
+    assert_eq!(one("overlay_messages_total", &advert("in")), 3.0);
+    assert_eq!(one("overlay_message_bytes_total", &advert("out")), 700.0);
+    assert_eq!(one("overlay_own_tree_members", &[]), 3.0);
+    assert_eq!(one("overlay_own_tree_depth", &[]), 2.0);
     assert_eq!(one("overlay_cluster_bandwidth_bits_per_second", &[]), 940e6);
     assert_eq!(
         one(

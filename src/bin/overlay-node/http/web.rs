@@ -22,6 +22,8 @@ const EVENT_PERIOD: Duration = Duration::from_secs(1);
 const TREE_TTL: Duration = Duration::from_secs(1);
 /// How long the gathered RTT rows are reused (a gather also reaches every member).
 const RTT_TTL: Duration = Duration::from_secs(5);
+/// How long the metrics reuse their view of this node's own tree.
+const OWN_TREE_TTL: Duration = Duration::from_secs(30);
 
 /// What the daemon counts beside the node's own counters, from the node's events.
 #[derive(Debug, Default)]
@@ -56,6 +58,8 @@ pub struct Routes {
     tree: Mutex<Option<(NodeId, Instant, String)>>,
     /// The last RTT rows: when, the JSON.
     rows: Mutex<Option<(Instant, String)>>,
+    /// This node's own tree as the metrics last saw it: when, (members spanned, depth).
+    own_tree: Mutex<Option<(Instant, (usize, usize))>>,
 }
 
 impl Routes {
@@ -67,6 +71,7 @@ impl Routes {
             web,
             tree: Mutex::new(None),
             rows: Mutex::new(None),
+            own_tree: Mutex::new(None),
         }
     }
 
@@ -94,11 +99,26 @@ impl Routes {
                 let extra = Extra {
                     parent_changes: self.watch.parent_changes.load(Ordering::Relaxed),
                     collectives: self.node.collective_stats(),
+                    own_tree: self.own_tree().await,
                 };
                 Response::ok(metrics::CONTENT_TYPE, metrics::render(&s, &extra))
             }
             Err(e) => Response::error(503, &e.to_string()),
         }
+    }
+
+    /// This node's own tree's reach: asked of every member (one small query each), so at
+    /// most once per [`OWN_TREE_TTL`] whatever the scrape interval.
+    async fn own_tree(&self) -> Option<(usize, usize)> {
+        let mut cached = self.own_tree.lock().await;
+        if let Some((at, reach)) = *cached
+            && at.elapsed() < OWN_TREE_TTL
+        {
+            return Some(reach);
+        }
+        let reach = self.node.tree_snapshot(self.node.id()).await.ok()?.reach();
+        *cached = Some((Instant::now(), reach));
+        Some(reach)
     }
 
     /// The tree of the member whose full id, short id or name is `root` (this node's
