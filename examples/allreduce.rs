@@ -41,7 +41,7 @@ async fn main() -> anyhow::Result<()> {
         let node = Node::builder()
             .name(format!("n{i}"))
             .join(first.local_addr())
-            .token(first.token().clone())
+            .token(first.token())
             .start()
             .await
             .with_context(|| format!("starting node n{i}"))?;

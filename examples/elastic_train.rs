@@ -60,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let any: SocketAddr = "127.0.0.1:0".parse()?;
     let seed = Node::builder().listen(any).start().await?;
-    let token = seed.token().clone();
+    let token = seed.token();
     let mut tasks = Vec::new();
     let mut nodes = Vec::new();
     for w in 0..args.workers {

@@ -22,7 +22,7 @@ async fn main() -> anyhow::Result<()> {
         let node = Node::builder()
             .name(name)
             .join(first.local_addr())
-            .token(first.token().clone())
+            .token(first.token())
             .start()
             .await?;
         others.push(node);

@@ -91,7 +91,7 @@ async fn in_one_process(n: usize) -> anyhow::Result<()> {
         let node = Node::builder()
             .name(format!("n{i}"))
             .join(first.local_addr())
-            .token(first.token().clone())
+            .token(first.token())
             .start()
             .await
             .with_context(|| format!("starting node n{i}"))?;

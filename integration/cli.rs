@@ -129,14 +129,27 @@ fn collective_commands_refuse_bad_input() {
     let dir = TempDir::new("cli-collectives");
     let d = dir.path().to_str().expect("utf-8 path");
     let big = dir.path().join("big.bin");
-    // Sparse: one byte over the 1 GiB limit without writing it.
+    // Sparse: one byte over the largest single broadcast without writing it. It goes in
+    // pieces, so the first piece is what finds no node.
     std::fs::File::create(&big)
         .and_then(|f| f.set_len((1 << 30) + 1))
         .expect("write");
     let big = big.to_str().expect("utf-8 path");
     fails(
         &["broadcast", "--data-dir", d, "--file", big],
-        &["exceeds the limit"],
+        &["piece 1 of 5", "no running node answers"],
+    );
+    fails(
+        &[
+            "broadcast",
+            "--data-dir",
+            d,
+            "--file",
+            big,
+            "--piece-size",
+            "10",
+        ],
+        &["--piece-size", "1024"],
     );
     fails(
         &["broadcast", "--data-dir", d, "--file", "/nonexistent/file"],

@@ -10,6 +10,7 @@ mod malicious_member;
 mod relay_flood;
 mod setup;
 mod slow_seed;
+mod token_rotation;
 
 use crate::common::{Output, Proc, node_cmd, run_with_timeout};
 use std::path::{Path, PathBuf};
@@ -85,7 +86,17 @@ impl Daemon {
 
     /// The address this node gossips, as its own `members` entry shows it.
     fn addr(&self) -> std::net::SocketAddr {
-        self.members_json()[0]["addr"]
+        let out = self.cli(&["status", "--json"]);
+        assert!(out.status.success(), "status: {}", out.stderr);
+        let status: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+        let members = self.members_json();
+        let me = members
+            .as_array()
+            .expect("an array")
+            .iter()
+            .find(|m| m["id"] == status["id"])
+            .expect("this node among its members");
+        me["addr"]
             .as_str()
             .expect("addr")
             .parse()

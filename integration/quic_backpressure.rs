@@ -19,7 +19,7 @@ async fn a_reader_that_never_reads_holds_bounded_memory_and_is_told_what_it_lost
     let b = Node::builder()
         .listen(any)
         .join(a.local_addr())
-        .token(a.token().clone())
+        .token(a.token())
         .delivery_buffer(BUFFER)
         .start()
         .await

@@ -15,7 +15,7 @@ async fn joined_nodes_become_ready_and_know_who_is_near() {
         let n = Node::builder()
             .listen(any)
             .join(first.local_addr())
-            .token(first.token().clone())
+            .token(first.token())
             .start()
             .await
             .expect("join");
@@ -74,7 +74,7 @@ async fn typed_broadcasts_arrive_decoded_and_foreign_ones_as_decode_errors() {
     let b = Node::builder()
         .listen(any)
         .join(a.local_addr())
-        .token(a.token().clone())
+        .token(a.token())
         .start()
         .await
         .expect("b");

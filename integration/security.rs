@@ -12,7 +12,7 @@ mod frames;
 
 use overlay::api::{Node, NodeStatus};
 use overlay::net::auth::{
-    AuthError, CLOSE_AUTH_FAILED, CLOSE_PROTOCOL, CLOSE_TIMEOUT, authenticate,
+    AuthError, CLOSE_AUTH_FAILED, CLOSE_PROTOCOL, CLOSE_TIMEOUT, authenticate_with_token,
 };
 use overlay::net::frame::{MAX_FRAME_BYTES, read_frame, write_frame};
 use overlay::net::guard::MAX_STRIKES;
@@ -46,7 +46,7 @@ async fn joiner(name: &str, via: &Node) -> Node {
     Node::builder()
         .name(name)
         .join(via.local_addr())
-        .token(via.token().clone())
+        .token(via.token())
         .join_timeout(Duration::from_secs(10))
         .start()
         .await
@@ -124,9 +124,10 @@ impl RawPeer {
             .connect(node.local_addr(), ANY_NODE)
             .await
             .expect("handshake");
-        let peer = authenticate(&conn, node.token(), Role::Dialer, Duration::from_secs(5))
-            .await
-            .expect("admission with the right token");
+        let peer =
+            authenticate_with_token(&conn, &node.token(), Role::Dialer, Duration::from_secs(5))
+                .await
+                .expect("admission with the right token");
         assert_eq!(peer, node.id());
         conn
     }
@@ -296,7 +297,7 @@ async fn unauthenticated_connections_get_nothing_processed() {
             .connect(node.local_addr(), ANY_NODE)
             .await
             .expect("TLS handshake");
-        let err = authenticate(
+        let err = authenticate_with_token(
             &conn2,
             &JoinToken::generate(),
             Role::Dialer,

@@ -18,10 +18,9 @@ pub use self::render::{render_dot, render_text};
 pub use self::values::{JsonOp, ReducedReport, ValuesReport, combine, register_json_reducers};
 
 use crate::api::MemberInfo;
-use crate::api::{BroadcastReport, COUNT_KEY, INFO_KEY, Node, NodeInfo, NodeStatus, TreeSnapshot};
+use crate::api::{BroadcastReport, Node, NodeInfo, NodeStatus, TreeSnapshot};
 use crate::proto::collective::MAX_STREAM_PAYLOAD;
 use crate::proto::{Liveness, NodeId};
-use crate::proto::{NumKind, Reducer};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,6 +44,8 @@ pub enum AdminRequest {
     ReduceCount,
     /// Leave the overlay gracefully; the node process then exits.
     Leave,
+    /// Replace the overlay's join token by a new one (see [`Node::rotate_token`]).
+    RotateToken,
     /// Publish a JSON value under `key` on this node (what it contributes to a gather or
     /// reduce of the key).
     Publish {
@@ -116,6 +117,8 @@ pub enum AdminResponse {
     Reduced(ReducedReport),
     /// Answer to [`AdminRequest::Leave`]: the node is leaving.
     Left,
+    /// Answer to [`AdminRequest::RotateToken`]: the new token.
+    TokenRotated { token: String },
     /// Answer to [`AdminRequest::Listen`]: deliveries from now on will be streamed.
     Listening,
     /// One delivery; `header.bytes` payload bytes follow the line.
@@ -288,42 +291,11 @@ async fn answer(node: Node, stream: tokio::net::UnixStream) -> std::io::Result<(
                 Err(e) => AdminResponse::Error(e.to_string()),
             },
         },
-        Ok(AdminRequest::GatherInfo) => match node.gather(INFO_KEY, Vec::new()).await {
-            Ok(g) => {
-                let mut nodes: Vec<NodeInfo> = g
-                    .items
-                    .iter()
-                    .filter_map(|(_, v)| serde_json::from_slice(v).ok())
-                    .collect();
-                nodes.sort_by(|a, b| a.name.cmp(&b.name));
-                let mut missing = g.missing;
-                missing.extend(g.declined);
-                AdminResponse::Info(InfoReport {
-                    nodes,
-                    missing,
-                    elapsed_ms: g.elapsed.as_secs_f64() * 1e3,
-                })
-            }
-            Err(e) => AdminResponse::Error(e.to_string()),
+        Ok(AdminRequest::GatherInfo) => values::gather_info(&node).await,
+        Ok(AdminRequest::ReduceCount) => values::reduce_count(&node).await,
+        Ok(AdminRequest::RotateToken) => AdminResponse::TokenRotated {
+            token: node.rotate_token().to_string(),
         },
-        Ok(AdminRequest::ReduceCount) => {
-            match node.reduce(COUNT_KEY, Reducer::Sum(NumKind::U64)).await {
-                Ok(r) => {
-                    let count = r
-                        .values::<Vec<u64>>()
-                        .ok()
-                        .flatten()
-                        .and_then(|v| v.first().copied());
-                    AdminResponse::Count(CountReport {
-                        count: count.unwrap_or(0),
-                        contributors: r.contributors,
-                        missing: r.missing,
-                        elapsed_ms: r.elapsed.as_secs_f64() * 1e3,
-                    })
-                }
-                Err(e) => AdminResponse::Error(e.to_string()),
-            }
-        }
     };
     let mut out = serde_json::to_vec(&response).map_err(std::io::Error::other)?;
     out.push(b'\n');

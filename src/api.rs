@@ -7,7 +7,7 @@
 //! let second = Node::builder()
 //!     .listen("127.0.0.1:0".parse().unwrap())
 //!     .join(first.local_addr())
-//!     .token(first.token().clone())
+//!     .token(first.token())
 //!     .start()
 //!     .await?;
 //! println!("{:?}", second.members().await?);
@@ -57,6 +57,7 @@ use crate::net::driver::ApiCommand;
 pub use crate::net::stream::Forwarding;
 pub use crate::net::stripes::Spread;
 use crate::net::token::JoinToken;
+use crate::net::token_ring::TokenRing;
 use crate::net::view::MemberView;
 use crate::proto::NodeId;
 use futures::Stream;
@@ -84,7 +85,8 @@ pub struct Node {
     id: NodeId,
     addr: SocketAddr,
     advertised: SocketAddr,
-    token: JoinToken,
+    /// The join token, rotated while the node runs (see [`Node::rotate_token`]).
+    ring: Arc<TokenRing>,
     commands: mpsc::Sender<ApiCommand>,
     events: broadcast::Sender<NodeEvent>,
     /// The members as the driver last wrote them (read without asking the driver).
@@ -127,9 +129,30 @@ impl Node {
         self.advertised
     }
 
-    /// The overlay's join token.
-    pub fn token(&self) -> &JoinToken {
-        &self.token
+    /// The overlay's join token as this node holds it now (a rotation anywhere in the
+    /// overlay reaches every member within moments).
+    pub fn token(&self) -> JoinToken {
+        self.ring.current().0
+    }
+
+    /// Replaces the overlay's join token by a new random one and returns it. The new
+    /// token spreads to every member over their admitted connections (and is stored in
+    /// each member's data directory); from then on a node joins only with the new one.
+    /// Members stay: one that missed the change (not connected while it spread, or
+    /// restarting after a crash) still proves the old token, is let in because it is a
+    /// member (one that left is not), and is given the new token at once. Tokens are compared by a wall-clock generation, so of two
+    /// rotations the later wins everywhere.
+    ///
+    /// ```no_run
+    /// # async fn f(node: overlay::Node) {
+    /// let fresh = node.rotate_token();
+    /// println!("new joins need OVERLAY_TOKEN={fresh}");
+    /// # }
+    /// ```
+    pub fn rotate_token(&self) -> JoinToken {
+        let (token, generation) = self.ring.rotate();
+        tracing::info!(generation, "rotated the overlay's join token");
+        token
     }
 
     /// The command another machine runs to join this overlay through this node. The
@@ -137,7 +160,8 @@ impl Node {
     pub fn join_command(&self) -> String {
         format!(
             "OVERLAY_TOKEN={} overlay-node --listen ADDR --join {} --data-dir DIR",
-            self.token, self.advertised
+            self.token(),
+            self.advertised
         )
     }
 

@@ -12,7 +12,7 @@
 //! let second = Node::builder()
 //!     .listen("127.0.0.1:0".parse().unwrap())
 //!     .join(first.local_addr())
-//!     .token(first.token().clone())
+//!     .token(first.token())
 //!     .start()
 //!     .await?;
 //! second.broadcast_value(&"hello").await?;

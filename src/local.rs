@@ -157,7 +157,7 @@ impl LocalOverlay {
                     let via = &nodes[i % joined];
                     node_in(i, &mut count)
                         .join(via.local_addr())
-                        .token(first.token().clone())
+                        .token(first.token())
                         .start()
                 })
                 .collect();

@@ -33,7 +33,7 @@ impl Demo {
         let node = Node::builder()
             .name(name.clone())
             .join(self.coordinator.local_addr())
-            .token(self.coordinator.token().clone())
+            .token(self.coordinator.token())
             .start()
             .await
             .with_context(|| format!("starting worker {name}"))?;

@@ -3,7 +3,7 @@
 
 use super::Daemon;
 use crate::common::{TempDir, real_network};
-use overlay::net::auth::authenticate;
+use overlay::net::auth::authenticate_with_token;
 use overlay::net::identity::{ANY_NODE, Identity};
 use overlay::net::token::{JoinToken, Role};
 use std::time::Duration;
@@ -32,7 +32,8 @@ fn two_hundred_refused_connections_make_one_log_line_and_a_count() {
                 .await
                 .expect("handshake in time")
                 .expect("handshake");
-            let outcome = authenticate(&conn, &wrong, Role::Dialer, Duration::from_secs(5)).await;
+            let outcome =
+                authenticate_with_token(&conn, &wrong, Role::Dialer, Duration::from_secs(5)).await;
             if outcome.is_err() {
                 refused += 1;
             }

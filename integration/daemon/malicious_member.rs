@@ -7,7 +7,7 @@
 use super::{median, rss_mib, trio};
 use crate::common::{TempDir, real_network};
 use overlay::admin;
-use overlay::net::auth::authenticate;
+use overlay::net::auth::authenticate_with_token;
 use overlay::net::frame::{MAX_FRAME_BYTES, write_frame};
 use overlay::net::identity::{ANY_NODE, Identity};
 use overlay::net::token::Role;
@@ -98,7 +98,7 @@ fn a_member_sending_maximum_frames_flat_out_changes_nothing_for_the_others() {
                         .expect("connect")
                         .await
                         .expect("handshake");
-                    authenticate(&conn, &token, Role::Dialer, Duration::from_secs(5))
+                    authenticate_with_token(&conn, &token, Role::Dialer, Duration::from_secs(5))
                         .await
                         .expect("the attacker holds the token");
                     let frame = big_frame();

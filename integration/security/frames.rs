@@ -90,7 +90,9 @@ async fn malformed_frames_from_an_admitted_peer_are_rejected() {
             .await
             .expect("handshake");
         // Its proof may not even finish: the node closes as soon as its own side is done.
-        let _ = authenticate(&again, node.token(), Role::Dialer, Duration::from_secs(5)).await;
+        let _ =
+            authenticate_with_token(&again, &node.token(), Role::Dialer, Duration::from_secs(5))
+                .await;
         let code = closed_by_node(&again, Duration::from_secs(10)).await;
         assert_eq!(code, u64::from(CLOSE_PROTOCOL));
         let s = wait_status(&node, "kept out counted", Duration::from_secs(5), |s| {

@@ -181,3 +181,49 @@ mod tests {
         assert!(c(JsonOp::Sum, "{", "1").unwrap_err().contains("not JSON"));
     }
 }
+
+/// Every member's [`crate::api::NodeInfo`], sorted by name (`gather info`).
+pub(super) async fn gather_info(node: &Node) -> AdminResponse {
+    match node.gather(crate::api::INFO_KEY, Vec::new()).await {
+        Ok(g) => {
+            let mut nodes: Vec<crate::api::NodeInfo> = g
+                .items
+                .iter()
+                .filter_map(|(_, v)| serde_json::from_slice(v).ok())
+                .collect();
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+            let mut missing = g.missing;
+            missing.extend(g.declined);
+            AdminResponse::Info(super::InfoReport {
+                nodes,
+                missing,
+                elapsed_ms: g.elapsed.as_secs_f64() * 1e3,
+            })
+        }
+        Err(e) => AdminResponse::Error(e.to_string()),
+    }
+}
+
+/// The members counted with a reduce, each contributing 1 (`reduce count`).
+pub(super) async fn reduce_count(node: &Node) -> AdminResponse {
+    use crate::proto::NumKind;
+    match node
+        .reduce(crate::api::COUNT_KEY, Reducer::Sum(NumKind::U64))
+        .await
+    {
+        Ok(r) => {
+            let count = r
+                .values::<Vec<u64>>()
+                .ok()
+                .flatten()
+                .and_then(|v| v.first().copied());
+            AdminResponse::Count(super::CountReport {
+                count: count.unwrap_or(0),
+                contributors: r.contributors,
+                missing: r.missing,
+                elapsed_ms: r.elapsed.as_secs_f64() * 1e3,
+            })
+        }
+        Err(e) => AdminResponse::Error(e.to_string()),
+    }
+}

@@ -1,8 +1,8 @@
 //! Configuring and starting a node.
 
 use super::data_dir::{
-    StoredSettings, files, lock, read_peers, read_settings, read_token, save_peers, write_settings,
-    write_token,
+    StoredSettings, files, lock, read_peers, read_settings, read_token, read_token_generation,
+    save_peers, write_rotated_token, write_settings,
 };
 use super::{IoStep, Node, NodeError};
 use crate::net::driver::{Driver, DriverParts};
@@ -13,6 +13,7 @@ use crate::net::link::{LinkContext, LinkStats};
 use crate::net::meter::{MeteredSocket, SendMeter};
 use crate::net::stream::Forwarding;
 use crate::net::token::JoinToken;
+use crate::net::token_ring::TokenRing;
 use crate::net::view::MemberView;
 use crate::proto::gossip::{Gossip, GossipConfig};
 use crate::proto::{Config, Core, Time};
@@ -255,12 +256,32 @@ impl NodeBuilder {
         if restarting && let Some(dir) = &self.data_dir {
             join = read_peers(dir);
         }
-        let token = match (self.token, stored_token) {
-            (Some(t), _) => t,
-            (None, Some(t)) => t,
-            (None, None) if self.join.is_empty() => JoinToken::generate(),
+        let (token, generation) = match (self.token, stored_token) {
+            (Some(t), stored) => {
+                // The stored generation goes with the stored token only.
+                let same = stored.as_ref() == Some(&t);
+                let generation = match (&self.data_dir, same) {
+                    (Some(dir), true) => read_token_generation(dir),
+                    _ => 0,
+                };
+                (t, generation)
+            }
+            (None, Some(t)) => {
+                let generation = self.data_dir.as_deref().map_or(0, read_token_generation);
+                (t, generation)
+            }
+            (None, None) if self.join.is_empty() => (JoinToken::generate(), 0),
             (None, None) => return Err(NodeError::MissingToken),
         };
+        // A rotation (here or spread from a member) is kept for the next start.
+        let persist: Option<crate::net::token_ring::OnChange> = self.data_dir.clone().map(|dir| {
+            Box::new(move |token: &JoinToken, generation: u64| {
+                if let Err(e) = write_rotated_token(&dir, token, generation) {
+                    tracing::warn!(error = %e, "cannot store the rotated join token");
+                }
+            }) as crate::net::token_ring::OnChange
+        });
+        let ring = Arc::new(TokenRing::new(token, generation, persist));
         let mut server_config = identity.server_config()?;
         server_config.transport_config(Arc::new(transport_config()));
         let meter = SendMeter::new();
@@ -319,7 +340,8 @@ impl NodeBuilder {
         let mailbox = Arc::new(crate::net::bulk::Mailbox::default());
         let ctx = LinkContext {
             me: id,
-            token: Arc::new(token.clone()),
+            ring: ring.clone(),
+            members: members.clone(),
             to_driver,
             stats: Arc::new(LinkStats::default()),
             mailbox: mailbox.clone(),
@@ -346,7 +368,7 @@ impl NodeBuilder {
             id,
             addr: local_addr,
             advertised,
-            token,
+            ring,
             commands: cmd_tx,
             events,
             members,
@@ -381,7 +403,8 @@ impl NodeBuilder {
         if let Some(dir) = self.data_dir {
             // Only a token that admitted this node (or that it created) is kept: a rejected
             // one must not be reused by the next start from this directory.
-            if let Err(e) = write_token(&dir, node.token()) {
+            let (token, generation) = node.ring.current();
+            if let Err(e) = write_rotated_token(&dir, &token, generation) {
                 node.leave().await;
                 return Err(io(IoStep::WriteToken(dir.join(files::TOKEN)))(e));
             }

@@ -21,6 +21,8 @@ pub mod files {
     pub const KEY: &str = "node.key";
     /// The overlay's join token.
     pub const TOKEN: &str = "token";
+    /// The generation of the join token (changed by each rotation).
+    pub const TOKEN_GENERATION: &str = "token.generation";
     /// Addresses of members last seen, to rejoin after a restart.
     pub const PEERS: &str = "peers.json";
     /// The admin socket of the running node.
@@ -153,6 +155,30 @@ pub(super) fn read_token(dir: &Path) -> Result<Option<JoinToken>, NodeError> {
 
 pub(super) fn write_token(dir: &Path, token: &JoinToken) -> std::io::Result<()> {
     write_private(dir, files::TOKEN, format!("{token}\n").as_bytes())
+}
+
+/// The stored token's generation (0 when none is stored or it does not parse: the token
+/// was never rotated, or came from outside).
+pub(super) fn read_token_generation(dir: &Path) -> u64 {
+    std::fs::read_to_string(dir.join(files::TOKEN_GENERATION))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Stores a rotated token and its generation (the token first: a crash between the two
+/// leaves the new token with an older generation, which only makes it lose ties).
+pub(super) fn write_rotated_token(
+    dir: &Path,
+    token: &JoinToken,
+    generation: u64,
+) -> std::io::Result<()> {
+    write_token(dir, token)?;
+    write_private(
+        dir,
+        files::TOKEN_GENERATION,
+        format!("{generation}\n").as_bytes(),
+    )
 }
 
 /// The settings of the last start stored in the data directory `dir` (none if it has

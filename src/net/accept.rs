@@ -17,7 +17,7 @@
 //! Refusals are counted (`refused_connections`) and logged at most once per address and
 //! interval ([`super::guard::LogGate`]).
 
-use super::auth::{AuthError, CLOSE_PROTOCOL, authenticate};
+use super::auth::{Admitted, AuthError, CLOSE_PROTOCOL, authenticate};
 use super::link::{HANDSHAKE_TIMEOUT, LinkContext, LinkInput, MAX_PENDING_HANDSHAKES};
 use crate::proto::NodeId;
 use std::collections::VecDeque;
@@ -101,12 +101,13 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, ctx: LinkContext) {
             let held = (permit, slot);
             let admitted = admit(incoming, &ctx, &evictable).await;
             drop(held); // admission is decided
-            if let Some((peer, conn)) = admitted {
+            if let Some((admitted, conn)) = admitted {
                 let connected = LinkInput::Connected {
-                    peer,
+                    peer: admitted.peer,
                     conn,
                     dialed: false,
                     join: None,
+                    behind: admitted.behind,
                 };
                 let _ = ctx.to_driver.send(connected).await;
             }
@@ -120,7 +121,7 @@ async fn admit(
     incoming: quinn::Incoming,
     ctx: &LinkContext,
     evictable: &Evictable,
-) -> Option<(NodeId, quinn::Connection)> {
+) -> Option<(Admitted, quinn::Connection)> {
     let remote = incoming.remote_address();
     let refused = || {
         ctx.stats
@@ -143,8 +144,9 @@ async fn admit(
     let (evict, evicted) = oneshot::channel();
     evictable.lock().expect("evictable lock").push_back(evict);
     let acceptor = super::token::Role::Acceptor;
+    let is_member = |p: &NodeId| ctx.members.is_known_member(p);
     let proof = tokio::select! {
-        proof = authenticate(&conn, &ctx.token, acceptor, HANDSHAKE_TIMEOUT) => proof,
+        proof = authenticate(&conn, &ctx.ring, acceptor, HANDSHAKE_TIMEOUT, &is_member) => proof,
         _ = evicted => {
             refused();
             conn.close(CLOSE_PROTOCOL.into(), b"no token proof in time");
@@ -153,16 +155,22 @@ async fn admit(
         }
     };
     match proof {
-        Ok(peer) if peer == ctx.me => {
+        Ok(a) if a.peer == ctx.me => {
             conn.close(CLOSE_PROTOCOL.into(), b"connected to itself");
             None
         }
-        Ok(peer) if ctx.guard.strikes.kept_out(&peer, Instant::now()).is_some() => {
+        Ok(a)
+            if ctx
+                .guard
+                .strikes
+                .kept_out(&a.peer, Instant::now())
+                .is_some() =>
+        {
             refused();
             conn.close(CLOSE_PROTOCOL.into(), b"kept out after protocol violations");
             None
         }
-        Ok(peer) => Some((peer, conn)),
+        Ok(a) => Some((a, conn)),
         Err(e) => {
             if matches!(e, AuthError::BadProof { .. }) {
                 ctx.stats.auth_failures.fetch_add(1, Ordering::Relaxed);

@@ -1,10 +1,14 @@
 //! Admission: after the QUIC handshake, both sides prove they hold the join token, bound
 //! to this TLS session (see [`super::token`]). Nothing else is read from a connection, and
-//! no overlay message reaches the core, before this succeeds.
+//! no overlay message reaches the core, before this succeeds. Each side proves every token
+//! it holds (the current one, and the previous one after a rotation); which ones match
+//! decides whether a member that missed a rotation is let in and sent the new token (see
+//! [`super::token_ring`]).
 
 use super::frame::{FrameError, read_frame, write_frame};
 use super::identity::peer_id;
-use super::token::{EXPORTER_LABEL, JoinToken, PROOF_LEN, Role};
+use super::token::{EXPORTER_LABEL, PROOF_LEN, Role};
+use super::token_ring::{Match, TokenRing};
 use crate::proto::NodeId;
 use std::time::Duration;
 
@@ -49,15 +53,26 @@ pub enum AuthError {
     KeyingMaterial,
 }
 
-/// Runs the proof exchange on a fresh connection; returns the peer's id on success.
+/// A peer that passed admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// Its id (from its certificate).
+    pub peer: NodeId,
+    /// It holds an older token than ours: send it the current one.
+    pub behind: bool,
+}
+
+/// Runs the proof exchange on a fresh connection; returns the admitted peer. A peer that
+/// proves only our previous token is admitted if `is_member` says it is a member.
 /// On failure the acceptor closes the connection with [`CLOSE_AUTH_FAILED`].
 pub async fn authenticate(
     conn: &quinn::Connection,
-    token: &JoinToken,
+    ring: &TokenRing,
     role: Role,
     timeout: Duration,
-) -> Result<NodeId, AuthError> {
-    match tokio::time::timeout(timeout, exchange(conn, token, role)).await {
+    is_member: &(dyn Fn(&NodeId) -> bool + Sync),
+) -> Result<Admitted, AuthError> {
+    match tokio::time::timeout(timeout, exchange(conn, ring, role, is_member)).await {
         Ok(result) => result,
         Err(_) => {
             conn.close(CLOSE_TIMEOUT.into(), b"join-token exchange timed out");
@@ -66,19 +81,41 @@ pub async fn authenticate(
     }
 }
 
+/// Runs the proof exchange holding just `token` (no rotation, no members): what a tool or
+/// a test peer outside a node needs. Returns the peer's id.
+pub async fn authenticate_with_token(
+    conn: &quinn::Connection,
+    token: &super::token::JoinToken,
+    role: Role,
+    timeout: Duration,
+) -> Result<NodeId, AuthError> {
+    let ring = TokenRing::new(token.clone(), 0, None);
+    let admitted = authenticate(conn, &ring, role, timeout, &|_| false).await?;
+    Ok(admitted.peer)
+}
+
 async fn exchange(
     conn: &quinn::Connection,
-    token: &JoinToken,
+    ring: &TokenRing,
     role: Role,
-) -> Result<NodeId, AuthError> {
+    is_member: &(dyn Fn(&NodeId) -> bool + Sync),
+) -> Result<Admitted, AuthError> {
     let peer = peer_id(conn).ok_or(AuthError::NoIdentity)?;
     let mut exporter = [0u8; 32];
     conn.export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
         .map_err(|_| AuthError::KeyingMaterial)?;
-    let ours = token.proof(role, &exporter);
+    let ours = ring.proofs(role, &exporter);
     let theirs_role = match role {
         Role::Dialer => Role::Acceptor,
         Role::Acceptor => Role::Dialer,
+    };
+    let admitted = |proofs: &[u8]| match ring.verify(theirs_role, &exporter, proofs) {
+        Some(Match::Current) => Some(Admitted {
+            peer,
+            behind: false,
+        }),
+        Some(Match::Behind) if is_member(&peer) => Some(Admitted { peer, behind: true }),
+        _ => None,
     };
     match role {
         Role::Dialer => {
@@ -89,12 +126,12 @@ async fn exchange(
                 Ok(None) => return Err(AuthError::Rejected),
                 Err(_) => return Err(closed_reason(conn)),
             };
-            if !token.verify(theirs_role, &exporter, &proof) {
+            let Some(admitted) = admitted(&proof) else {
                 conn.close(CLOSE_AUTH_FAILED.into(), b"join token proof invalid");
                 return Err(AuthError::BadProof { peer });
-            }
+            };
             let _ = send.finish();
-            Ok(peer)
+            Ok(admitted)
         }
         Role::Acceptor => {
             let (mut send, mut recv) = conn.accept_bi().await.map_err(|e| map_closed(&e))?;
@@ -104,16 +141,23 @@ async fn exchange(
                 Err(FrameError::TooLarge { .. } | FrameError::Truncated) => Vec::new(),
                 Err(e) => return Err(e.into()),
             };
-            if proof.len() != PROOF_LEN || !token.verify(theirs_role, &exporter, &proof) {
+            let checked = match proof.len() {
+                PROOF_LEN | TWO_PROOFS => admitted(&proof),
+                _ => None,
+            };
+            let Some(admitted) = checked else {
                 conn.close(CLOSE_AUTH_FAILED.into(), b"join token proof invalid");
                 return Err(AuthError::BadProof { peer });
-            }
+            };
             write_frame(&mut send, &ours).await?;
             let _ = send.finish();
-            Ok(peer)
+            Ok(admitted)
         }
     }
 }
+
+/// The proofs of a node holding a current and a previous token.
+const TWO_PROOFS: usize = 2 * PROOF_LEN;
 
 fn map_closed(e: &quinn::ConnectionError) -> AuthError {
     match e {

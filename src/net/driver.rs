@@ -78,6 +78,9 @@ pub struct Driver {
     ctx: LinkContext,
     inbox: mpsc::Receiver<LinkInput>,
     commands: mpsc::Receiver<ApiCommand>,
+    /// Fires when this node's join token changes (a rotation here or from a peer): the
+    /// new one goes to every connected peer.
+    token_changes: tokio::sync::watch::Receiver<u64>,
     events: broadcast::Sender<NodeEvent>,
     /// What the API reads of the members (written here only).
     members: MemberView,
@@ -135,6 +138,7 @@ impl Driver {
     /// Assembles a driver; [`Driver::run`] starts it.
     pub fn new(parts: DriverParts) -> Driver {
         let idle = super::links::IdleLimits::for_config(parts.node.core().config());
+        let token_changes = parts.ctx.ring.subscribe();
         let driver = Driver {
             me: parts.node.id(),
             node: parts.node,
@@ -170,6 +174,7 @@ impl Driver {
             stripes: Stripes::default(),
             spread: Spread::default(),
             tree_log: TreeLog::new(Instant::now()),
+            token_changes,
         };
         // The view is full before the first handle reads it, not when the task first runs.
         driver.refresh_members();
@@ -217,6 +222,13 @@ impl Driver {
                             // Every handle dropped: leave quietly rather than vanish.
                             self.leave().await;
                             return;
+                        }
+                    }
+                }
+                changed = self.token_changes.changed() => {
+                    if changed.is_ok() {
+                        for peer in self.links.peers() {
+                            self.send_token(peer);
                         }
                     }
                 }
@@ -431,6 +443,21 @@ impl Driver {
             }
         };
         let _ = self.events.send(out);
+    }
+
+    /// Sends this node's current join token to a connected peer (which takes it if newer).
+    fn send_token(&mut self, peer: NodeId) {
+        let (token, generation) = self.ctx.ring.current();
+        let update = crate::proto::message::TokenUpdate {
+            generation,
+            token: *token.as_bytes(),
+        };
+        self.send_with(
+            peer,
+            Packet::Token(update),
+            Class::Control,
+            Priority::Urgent,
+        );
     }
 
     /// Sends a packet to a peer: on its connection, or queued while it is dialed.

@@ -2,10 +2,11 @@
 //! and one reader task. They only move bytes; every decision is the driver's
 //! ([`super::driver`]), which they talk to through [`LinkInput`]s.
 
-use super::auth::{AuthError, CLOSE_PROTOCOL, authenticate};
+use super::auth::{Admitted, AuthError, CLOSE_PROTOCOL, authenticate};
 use super::frame::{FrameError, append_frame, read_frame};
 use super::guard::{CONTROL_READ_BURST, CONTROL_READ_RATE, Guard, ReadBudget};
 use super::token::{JoinToken, Role};
+use super::token_ring::TokenRing;
 use crate::proto::packet_kind::PacketKind;
 use crate::proto::{DataHeader, NodeId, Packet};
 use std::net::SocketAddr;
@@ -78,12 +79,14 @@ impl DialError {
 #[derive(Debug)]
 pub enum LinkInput {
     /// An admitted connection to `peer`. `dialed` is true when this node opened it;
-    /// `join` carries the join request it answers, if any.
+    /// `join` carries the join request it answers, if any; `behind` when the peer holds
+    /// an older join token (it is sent ours).
     Connected {
         peer: NodeId,
         conn: quinn::Connection,
         dialed: bool,
         join: Option<u64>,
+        behind: bool,
     },
     /// A dial to `peer` failed (handshake, timeout or admission).
     DialFailed { peer: NodeId, error: DialError },
@@ -201,8 +204,10 @@ impl KindCounters {
 pub struct LinkContext {
     /// This node.
     pub me: NodeId,
-    /// The overlay's token.
-    pub token: Arc<JoinToken>,
+    /// The overlay's join tokens.
+    pub ring: Arc<TokenRing>,
+    /// The members as the driver last wrote them: who may prove an older token.
+    pub members: super::view::MemberView,
     /// Where results go (bounded: see [`INBOX`]).
     pub to_driver: mpsc::Sender<LinkInput>,
     /// Shared counters.
@@ -222,7 +227,7 @@ pub async fn dial(
     addr: SocketAddr,
     server_name: String,
     ctx: &LinkContext,
-) -> Result<(NodeId, quinn::Connection), DialError> {
+) -> Result<(Admitted, quinn::Connection), DialError> {
     let connecting = endpoint
         .connect_with(config, addr, &server_name)
         .map_err(|e| DialError::new(addr, e))?;
@@ -236,13 +241,22 @@ pub async fn dial(
             ));
         }
     };
-    match authenticate(&conn, &ctx.token, Role::Dialer, HANDSHAKE_TIMEOUT).await {
-        Ok(peer) => match ctx.guard.strikes.kept_out(&peer, Instant::now()) {
+    let is_member = |p: &NodeId| ctx.members.is_known_member(p);
+    match authenticate(
+        &conn,
+        &ctx.ring,
+        Role::Dialer,
+        HANDSHAKE_TIMEOUT,
+        &is_member,
+    )
+    .await
+    {
+        Ok(admitted) => match ctx.guard.strikes.kept_out(&admitted.peer, Instant::now()) {
             Some(left) => {
                 conn.close(CLOSE_PROTOCOL.into(), b"kept out after protocol violations");
                 Err(DialError::new(addr, DialFailure::KeptOut(left)))
             }
-            None => Ok((peer, conn)),
+            None => Ok((admitted, conn)),
         },
         Err(e) => {
             if matches!(e, AuthError::BadProof { .. }) {
@@ -368,6 +382,19 @@ async fn read_stream(
                         }
                         if strike_out(peer, &conn, &ctx) {
                             return;
+                        }
+                    }
+                    Ok(Packet::Token(update)) => {
+                        ctx.stats
+                            .by_kind
+                            .received(PacketKind::Admission, bytes.len());
+                        let token = JoinToken::from_bytes(update.token);
+                        if ctx.ring.adopt(update.generation, token) {
+                            tracing::info!(
+                                %peer,
+                                generation = update.generation,
+                                "the overlay's join token was rotated: new joins need the new one"
+                            );
                         }
                     }
                     Ok(packet) => {

@@ -215,6 +215,11 @@ impl Links {
         self.links.is_empty()
     }
 
+    /// The peers with an open connection.
+    pub fn peers(&self) -> Vec<NodeId> {
+        self.links.keys().copied().collect()
+    }
+
     /// The live connection to `peer`, if any.
     pub fn conn(&self, peer: &NodeId) -> Option<quinn::Connection> {
         self.links

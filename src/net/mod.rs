@@ -33,6 +33,7 @@ pub mod sockbuf;
 pub mod stream;
 pub mod stripes;
 pub mod token;
+pub mod token_ring;
 pub mod train;
 pub mod view;
 

@@ -52,6 +52,16 @@ impl JoinToken {
         JoinToken(bytes)
     }
 
+    /// The token's bytes (to send it, after a rotation, over an admitted connection).
+    pub(crate) fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// A token from its bytes.
+    pub(crate) fn from_bytes(bytes: [u8; 32]) -> JoinToken {
+        JoinToken(bytes)
+    }
+
     /// This side's proof for a session with the given exported keying material.
     pub(crate) fn proof(&self, role: Role, exporter: &[u8]) -> [u8; PROOF_LEN] {
         let key = hmac::Key::new(hmac::HMAC_SHA256, &self.0);

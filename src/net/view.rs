@@ -381,6 +381,13 @@ impl MemberView {
         self.0.insert(member.id, member);
     }
 
+    /// Whether `id` is a member, alive or not, that has not left: one that may still
+    /// hold the token of before a rotation (a node that crashed and restarts is not a new
+    /// join; one that left is).
+    pub fn is_known_member(&self, id: &NodeId) -> bool {
+        self.0.get(id).is_some_and(|m| m.state != Liveness::Left)
+    }
+
     /// Every member, sorted by id.
     pub fn snapshot(&self) -> Vec<MemberInfo> {
         let mut all: Vec<MemberInfo> = self.0.iter().map(|e| e.value().clone()).collect();

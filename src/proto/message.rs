@@ -435,6 +435,27 @@ pub enum Packet {
     /// First frame of a point-to-point transfer of a large collective: the raw bytes
     /// follow on the same QUIC stream (see `crate::net::bulk`).
     Bulk(BulkHeader),
+    /// The overlay's join token after a rotation, sent only over admitted connections and
+    /// handled by the network layer (see `crate::net::token_ring`). Added after the
+    /// other variants, so older frames still decode.
+    Token(TokenUpdate),
+}
+
+/// A rotated join token and its generation. Its `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUpdate {
+    /// The rotation's generation (higher wins).
+    pub generation: u64,
+    /// The token's 32 bytes.
+    pub token: [u8; 32],
+}
+
+impl std::fmt::Debug for TokenUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenUpdate")
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Opens a point-to-point transfer (see [`Packet::Bulk`]). The sender is the connection's

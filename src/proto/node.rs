@@ -243,8 +243,9 @@ impl Node {
                 parent,
                 dist_us,
             }),
-            // Only ever the first frame of a data stream, which the driver reads itself.
-            Packet::Data(_) | Packet::Bulk(_) => {}
+            // Only ever the first frame of a data stream, which the driver reads itself; a
+            // token is the network layer's.
+            Packet::Data(_) | Packet::Bulk(_) | Packet::Token(_) => {}
         }
     }
 

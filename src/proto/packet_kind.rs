@@ -28,11 +28,13 @@ pub enum PacketKind {
     Data,
     /// Headers of large collectives' transfers.
     Bulk,
+    /// A rotated join token.
+    Admission,
 }
 
 impl PacketKind {
     /// Every kind, in the order of [`PacketKind::index`].
-    pub const ALL: [PacketKind; 10] = [
+    pub const ALL: [PacketKind; 11] = [
         PacketKind::Probe,
         PacketKind::Advert,
         PacketKind::TreeLink,
@@ -43,6 +45,7 @@ impl PacketKind {
         PacketKind::Query,
         PacketKind::Data,
         PacketKind::Bulk,
+        PacketKind::Admission,
     ];
 
     /// The kind's position in [`PacketKind::ALL`] (for arrays of counters).
@@ -68,6 +71,7 @@ impl PacketKind {
             PacketKind::Query => "query",
             PacketKind::Data => "data",
             PacketKind::Bulk => "bulk",
+            PacketKind::Admission => "admission",
         }
     }
 }
@@ -97,6 +101,7 @@ impl Packet {
             Packet::Query(_) => PacketKind::Query,
             Packet::Data(_) => PacketKind::Data,
             Packet::Bulk(_) => PacketKind::Bulk,
+            Packet::Token(_) => PacketKind::Admission,
         }
     }
 }

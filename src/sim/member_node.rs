@@ -59,7 +59,7 @@ impl MemberNode {
                     Packet::Gossip(msg) => self.gossip.push_back((to, msg)),
                     // Tree queries come from operators, data streams from the QUIC data
                     // plane: neither is simulated.
-                    Packet::Query(_) | Packet::Data(_) | Packet::Bulk(_) => {}
+                    Packet::Query(_) | Packet::Data(_) | Packet::Bulk(_) | Packet::Token(_) => {}
                 },
                 NodeOutput::Core(event) => self.events.push_back(event),
                 NodeOutput::MemberUp(_)

@@ -175,6 +175,13 @@ pub fn fixed_token() -> JoinToken {
 /// The acceptor's check of a peer's `proof` for a session exporting `exporter`, for both
 /// roles: it passes exactly when the proof is the right one.
 fn proof_check(token: &JoinToken, exporter: &[u8], proof: &[u8]) {
+    use crate::net::token_ring::{Match, TokenRing};
+    // A node that rotated to `token` from another: its proofs frame holds one or two.
+    let previous: JoinToken = format!("ovl1-{}", "17".repeat(32))
+        .parse()
+        .expect("a valid token");
+    let ring = TokenRing::new(previous.clone(), 0, None);
+    ring.adopt(1, token.clone());
     for role in [Role::Dialer, Role::Acceptor] {
         let right = token.proof(role, exporter);
         let accepted = proof.len() == PROOF_LEN && token.verify(role, exporter, proof);
@@ -182,6 +189,23 @@ fn proof_check(token: &JoinToken, exporter: &[u8], proof: &[u8]) {
         assert!(
             token.verify(role, exporter, &right),
             "the right proof verifies"
+        );
+        let slots: Vec<&[u8]> = match proof.len() {
+            PROOF_LEN | 64 => proof.chunks(PROOF_LEN).collect(),
+            _ => Vec::new(),
+        };
+        let has = |p: &[u8]| slots.contains(&p);
+        let expected = if has(&right) {
+            Some(Match::Current)
+        } else if has(&previous.proof(role, exporter)) {
+            Some(Match::Behind)
+        } else {
+            None
+        };
+        assert_eq!(
+            ring.verify(role, exporter, proof),
+            expected,
+            "a rotated node matches exactly the proofs of its tokens"
         );
     }
 }

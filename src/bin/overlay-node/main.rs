@@ -57,7 +57,7 @@ enum Cmd {
     Reduce(reduce::ReduceArgs),
     /// Make a running node leave the overlay gracefully (it then exits).
     Leave(leave::LeaveArgs),
-    /// The overlay's join token.
+    /// The overlay's join token: show it, or rotate it.
     Token(token::TokenArgs),
     /// The effective settings of a node.
     Config(Box<settings::ConfigArgs>),
@@ -102,7 +102,7 @@ fn main() -> std::process::ExitCode {
             Some(Cmd::Gather(args)) => gather::run(args).await,
             Some(Cmd::Reduce(args)) => reduce::run(args).await,
             Some(Cmd::Leave(args)) => leave::run(args).await,
-            Some(Cmd::Token(args)) => token::run(args),
+            Some(Cmd::Token(args)) => token::run(args).await,
             Some(Cmd::Config(args)) => settings::run(*args),
         }
     });

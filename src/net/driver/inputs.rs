@@ -99,8 +99,13 @@ impl Driver {
                 conn,
                 dialed,
                 join,
+                behind,
             } => {
                 self.links.connected(peer, conn, dialed);
+                if behind {
+                    debug!(%peer, "the peer holds an older join token: sending ours");
+                    self.send_token(peer);
+                }
                 self.start_waiting_streams(peer);
                 for waiter in self.conn_waiters.remove(&peer).unwrap_or_default() {
                     let _ = waiter.send(self.links.conn(&peer));

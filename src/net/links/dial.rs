@@ -95,11 +95,12 @@ impl Links {
         let ctx = self.ctx.clone();
         crate::net::spawn_in_span(async move {
             let input = match link::dial(endpoint, config, addr, server_name, &ctx).await {
-                Ok((peer, conn)) => LinkInput::Connected {
-                    peer,
+                Ok((admitted, conn)) => LinkInput::Connected {
+                    peer: admitted.peer,
                     conn,
                     dialed: true,
                     join,
+                    behind: admitted.behind,
                 },
                 Err(error) => on_error(error),
             };

@@ -4,6 +4,8 @@ use super::*;
 use crate::net::identity::Identity;
 use crate::net::link::LinkInput;
 use crate::net::token::JoinToken;
+use crate::net::token_ring::TokenRing;
+use crate::net::view::{MemberInfo, MemberView};
 use crate::proto::Config;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -11,6 +13,15 @@ use tokio::sync::mpsc;
 /// A node's links on a loopback UDP endpoint that accepts connections, and what its
 /// connection tasks report (the driver's inbox).
 fn links_on_loopback(token: &Arc<JoinToken>) -> (Links, mpsc::Receiver<LinkInput>, SocketAddr) {
+    let ring = Arc::new(TokenRing::new((**token).clone(), 0, None));
+    links_with_ring(ring, MemberView::default())
+}
+
+/// As [`links_on_loopback`], with the node's tokens and members given.
+fn links_with_ring(
+    ring: Arc<TokenRing>,
+    members: MemberView,
+) -> (Links, mpsc::Receiver<LinkInput>, SocketAddr) {
     let identity = Identity::generate().expect("identity");
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
     let socket = quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket).expect("wrap");
@@ -20,7 +31,8 @@ fn links_on_loopback(token: &Arc<JoinToken>) -> (Links, mpsc::Receiver<LinkInput
     let (to_driver, inbox) = mpsc::channel(link::INBOX);
     let ctx = LinkContext {
         me: identity.id(),
-        token: token.clone(),
+        ring,
+        members,
         to_driver,
         stats: Arc::default(),
         mailbox: Arc::default(),
@@ -154,4 +166,69 @@ fn idle_limits_are_the_constants_at_default_periods_and_grow_with_slower_clocks(
     let slow = IdleLimits::for_config(&Config::wan().dilated(20));
     assert_eq!(slow.link, Config::wan().serial_period * 20 * 4);
     assert_eq!(slow.measure, MEASURE_IDLE);
+}
+
+/// After a rotation, over real QUIC: a member still holding the old token is let in and
+/// flagged to be sent the new one; a stranger with the old token is refused; a newcomer
+/// with the new token is let in.
+#[tokio::test]
+async fn a_rotated_token_admits_members_behind_and_refuses_strangers_with_the_old_one() {
+    let old = JoinToken::generate();
+    let ring = |t: &JoinToken| Arc::new(TokenRing::new(t.clone(), 0, None));
+    let seed_ring = ring(&old);
+    let seed_members = MemberView::default();
+    let (mut seed, mut seed_inbox, seed_addr) =
+        links_with_ring(seed_ring.clone(), seed_members.clone());
+    let (new, _) = seed_ring.rotate();
+    let packet = crate::proto::Packet::Overlay(crate::proto::Message::Resync);
+    let frame = || Outgoing::Frame(packet.encode().expect("encodes"));
+
+    // Dials the seed from a node holding `token`; true if admitted (and, on the seed's
+    // side, whether it was flagged as behind).
+    async fn dial_seed(
+        from: (Links, mpsc::Receiver<LinkInput>, SocketAddr),
+        seed: (&mut Links, &mut mpsc::Receiver<LinkInput>),
+        seed_addr: SocketAddr,
+        frame: Outgoing,
+    ) -> Option<bool> {
+        let (mut links, mut inbox, _) = from;
+        let seed_id = seed.0.me;
+        let to_seed = |p: NodeId| (p == seed_id).then_some(seed_addr);
+        links.send(seed_id, frame, Priority::Urgent, to_seed);
+        match next(&mut inbox).await {
+            LinkInput::Connected { behind, .. } => assert!(!behind, "the seed is ahead"),
+            LinkInput::DialFailed { .. } => return None,
+            other => panic!("unexpected {other:?}"),
+        }
+        match next(seed.1).await {
+            LinkInput::Connected { behind, .. } => Some(behind),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    let member = links_with_ring(ring(&old), MemberView::default());
+    seed_members.upsert(MemberInfo {
+        id: member.0.me,
+        name: "member".into(),
+        addr: member.2,
+        state: crate::proto::Liveness::Alive,
+        rtt_ms: None,
+        groups: Vec::new(),
+    });
+    let ends = (&mut seed, &mut seed_inbox);
+    assert_eq!(
+        dial_seed(member, ends, seed_addr, frame()).await,
+        Some(true)
+    );
+
+    let stranger = links_with_ring(ring(&old), MemberView::default());
+    let ends = (&mut seed, &mut seed_inbox);
+    assert_eq!(dial_seed(stranger, ends, seed_addr, frame()).await, None);
+
+    let newcomer = links_with_ring(ring(&new), MemberView::default());
+    let ends = (&mut seed, &mut seed_inbox);
+    assert_eq!(
+        dial_seed(newcomer, ends, seed_addr, frame()).await,
+        Some(false)
+    );
 }

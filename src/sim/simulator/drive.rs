@@ -250,7 +250,7 @@ impl<N: SimNode> Sim<N> {
                     Packet::Overlay(msg) => self.feed(to, Input::Received { from, msg }, true),
                     Packet::Gossip(msg) => self.feed_gossip(to, from, msg),
                     // Nodes in the simulator send neither queries nor data streams.
-                    Packet::Query(_) | Packet::Data(_) | Packet::Bulk(_) => {}
+                    Packet::Query(_) | Packet::Data(_) | Packet::Bulk(_) | Packet::Token(_) => {}
                 }
             }
             Pending::Link {
