@@ -21,7 +21,7 @@ const VERSION: u8 = 1;
 /// Bytes before a piece's data.
 pub const HEADER_LEN: usize = MAGIC.len() + 1 + 8 + 4 + 4 + 8 + 8;
 /// The piece size `broadcast --file` uses by default.
-pub const DEFAULT_PIECE: u64 = 256 << 20;
+pub const DEFAULT_PIECE: u64 = 64 << 20;
 /// Files a listener assembles at once; the oldest is dropped past it.
 const MAX_OPEN_FILES: usize = 16;
 

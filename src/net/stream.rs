@@ -39,6 +39,11 @@ const CHUNK: usize = 256 * 1024;
 /// made if nothing ever arrived (retries are over by then). A buffer still receiving is
 /// kept however long the transfer takes: a large payload on a slow link can take minutes.
 const KEEP: Duration = Duration::from_secs(120);
+/// Bytes of payloads kept past their transfer (for retries), at most: past it the oldest
+/// go first, so back-to-back large broadcasts (a file sent piece by piece) hold a bounded
+/// amount, not the whole file for [`KEEP`]. A retry that finds its payload gone fails,
+/// and the root reports the member missing.
+const MAX_KEPT_BYTES: u64 = 256 << 20;
 /// Stream stop/reset code: "already have it" or "gave up".
 const STOP_DUPLICATE: u32 = 1;
 const RESET_FAILED: u32 = 2;
@@ -290,13 +295,31 @@ impl Streams {
         });
     }
 
-    /// Drops buffers old enough that no retry can need them; never one still receiving.
+    /// Drops buffers old enough that no retry can need them, then the oldest kept ones
+    /// while they hold more than [`MAX_KEPT_BYTES`]; never one still receiving.
     pub fn prune(&mut self) {
-        self.bufs.retain(|_, b| {
+        let mut kept: Vec<(Instant, u64, OpId)> = Vec::new();
+        self.bufs.retain(|op, b| {
             let st = b.state.lock().expect("not poisoned");
             // `elapsed` of an instant still to come is zero: the root's payload stays.
-            st.receiving || st.keep_from.elapsed() < KEEP
+            let keep = st.receiving || st.keep_from.elapsed() < KEEP;
+            if keep && !st.receiving {
+                kept.push((st.keep_from, b.len, *op));
+            }
+            keep
         });
+        let mut total: u64 = kept.iter().map(|&(_, len, _)| len).sum();
+        if total <= MAX_KEPT_BYTES {
+            return;
+        }
+        kept.sort_unstable_by_key(|&(from, _, _)| from);
+        for (_, len, op) in kept {
+            if total <= MAX_KEPT_BYTES {
+                break;
+            }
+            self.bufs.remove(&op);
+            total -= len;
+        }
     }
 }
 
@@ -464,5 +487,24 @@ mod tests {
             "an old payload was kept"
         );
         assert_eq!(streams.payload(op(3)).as_deref(), Some(&b"y"[..]));
+    }
+
+    #[test]
+    fn payloads_kept_for_retries_are_bounded_in_bytes_oldest_first() {
+        let mut streams = Streams::new(Forwarding::Pipelined);
+        let piece = Bytes::from(vec![7u8; (MAX_KEPT_BYTES / 3 + 1) as usize]);
+        for n in 1..=4 {
+            streams.insert_complete(op(n), piece.clone(), [0; 32], Duration::from_secs(n), None);
+        }
+        // A transfer still coming in is never dropped, whatever its size.
+        let big = Buf::new(MAX_KEPT_BYTES * 2, [0; 32], None);
+        big.state.lock().unwrap().receiving = true;
+        streams.bufs.insert(op(9), big);
+        streams.prune();
+        let held: Vec<u64> = (1..=4)
+            .filter(|&n| streams.payload(op(n)).is_some())
+            .collect();
+        assert_eq!(held, vec![3, 4], "the two newest fit under the bound");
+        assert!(streams.bufs.contains_key(&op(9)));
     }
 }

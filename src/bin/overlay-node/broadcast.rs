@@ -26,7 +26,7 @@ pub struct BroadcastArgs {
     /// Broadcast this text.
     #[arg(long, value_name = "TEXT")]
     text: Option<String>,
-    /// Largest piece of a file, bytes [default: 256 MiB; at most 1 GiB]
+    /// Largest piece of a file, bytes [default: 64 MiB; at most 1 GiB]
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
     piece_size: Option<u64>,
     /// Print one JSON object: op, bytes, delivered, missing, elapsed_ms, mbit_per_s (and
