@@ -137,7 +137,7 @@ fn collective_commands_refuse_bad_input() {
     let big = big.to_str().expect("utf-8 path");
     fails(
         &["broadcast", "--data-dir", d, "--file", big],
-        &["piece 1 of 5", "no running node answers"],
+        &["piece 1 of 65", "no running node answers"],
     );
     fails(
         &[

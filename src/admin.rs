@@ -13,7 +13,7 @@ mod render;
 mod values;
 
 pub use self::joining::serve_while_joining;
-pub use self::listen::{DeliveryHeader, listen};
+pub use self::listen::{DeliveryHeader, listen, listen_with_lag};
 pub use self::render::{render_dot, render_text};
 pub use self::values::{JsonOp, ReducedReport, ValuesReport, combine, register_json_reducers};
 

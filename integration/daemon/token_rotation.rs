@@ -20,7 +20,7 @@ fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> Dura
 fn a_rotated_token_reaches_every_member_and_only_it_admits_newcomers() {
     let _net = real_network();
     let base = TempDir::new("rotate");
-    let [a, mut b, c] = trio(base.path());
+    let [a, mut b, mut c] = trio(base.path());
     let old = a.token();
     // b is down while the token changes.
     b.proc.kill();
@@ -71,6 +71,34 @@ fn a_rotated_token_reaches_every_member_and_only_it_admits_newcomers() {
     });
     println!("the restarted member held the new token {caught_up:?} after answering");
     for node in [&a, &b2, &c, &d] {
+        node.wait_alive(4);
+    }
+
+    // c restarts with the original token given again (as a config file or the
+    // environment would): the rotated token in its data directory wins.
+    c.proc.kill();
+    let old_file = base.path().join("old-token.txt");
+    std::fs::write(&old_file, format!("{old}\n")).expect("token file");
+    let a_addr = a.addr().to_string();
+    let old_arg = old_file.to_str().expect("utf-8");
+    let c2 = Daemon::start(
+        base.path(),
+        "c",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--join",
+            &a_addr,
+            "--token-file",
+            old_arg,
+        ],
+    );
+    assert_eq!(
+        c2.token(),
+        new,
+        "a restart with the original token rolled back"
+    );
+    for node in [&a, &b2, &c2, &d] {
         node.wait_alive(4);
     }
 }

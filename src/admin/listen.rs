@@ -65,11 +65,28 @@ async fn send(write: &mut OwnedWriteHalf, response: &AdminResponse) -> std::io::
 
 /// Listens on the node running with `data_dir`: calls `on_ready` once the node streams,
 /// then `on_delivery` with each delivery's header and payload until it returns `false`
-/// or the node stops.
+/// or the node stops. Deliveries dropped because this listener fell behind are logged.
 pub async fn listen(
     data_dir: &Path,
     on_ready: impl FnOnce(),
+    on_delivery: impl FnMut(DeliveryHeader, Vec<u8>) -> bool,
+) -> Result<(), AdminError> {
+    let on_lagged = |missed| {
+        warn!(
+            missed,
+            "this listener fell behind: deliveries were dropped for it"
+        )
+    };
+    listen_with_lag(data_dir, on_ready, on_delivery, on_lagged).await
+}
+
+/// As [`listen`], calling `on_lagged` with the count of deliveries dropped because this
+/// listener fell behind.
+pub async fn listen_with_lag(
+    data_dir: &Path,
+    on_ready: impl FnOnce(),
     mut on_delivery: impl FnMut(DeliveryHeader, Vec<u8>) -> bool,
+    mut on_lagged: impl FnMut(u64),
 ) -> Result<(), AdminError> {
     let read = super::send_request(data_dir, &AdminRequest::Listen, &[]).await?;
     let mut read = BufReader::new(read);
@@ -102,12 +119,7 @@ pub async fn listen(
                     return Ok(());
                 }
             }
-            AdminResponse::Lagged(missed) => {
-                warn!(
-                    missed,
-                    "this listener fell behind: deliveries were dropped for it"
-                );
-            }
+            AdminResponse::Lagged(missed) => on_lagged(missed),
             AdminResponse::Error(e) => return Err(AdminError::Node(e)),
             other => {
                 return Err(AdminError::Malformed(format!(

@@ -6,8 +6,10 @@
 //! broadcast ([`crate::proto::collective::MAX_STREAM_PAYLOAD`]) nor by memory.
 //!
 //! A piece is a broadcast payload starting with [`MAGIC`], then a fixed header (version,
-//! file id, index, count, offset, total length, all little-endian), then the bytes. Other
-//! payloads never start with the magic unless an application sends it on purpose.
+//! file id, index, count, offset, total length, piece size, all little-endian), then the
+//! bytes. Other payloads never start with the magic unless an application sends it on
+//! purpose. A header whose numbers do not fit together (any member can broadcast one) is
+//! not a piece, so a listener never allocates or writes by numbers it cannot check.
 
 use crate::proto::NodeId;
 use std::collections::HashMap;
@@ -19,9 +21,14 @@ pub const MAGIC: &[u8; 8] = b"OVLPIECE";
 /// The header version this code writes and reads.
 const VERSION: u8 = 1;
 /// Bytes before a piece's data.
-pub const HEADER_LEN: usize = MAGIC.len() + 1 + 8 + 4 + 4 + 8 + 8;
-/// The piece size `broadcast --file` uses by default.
-pub const DEFAULT_PIECE: u64 = 64 << 20;
+pub const HEADER_LEN: usize = MAGIC.len() + 1 + 8 + 4 + 4 + 8 + 8 + 8;
+/// The piece size `broadcast --file` uses by default: a quarter of a node's default
+/// delivery buffer, so a listener that falls a little behind loses no piece.
+pub const DEFAULT_PIECE: u64 = 16 << 20;
+/// The smallest piece size.
+pub const MIN_PIECE: u64 = 1024;
+/// Most pieces of one file (16 TiB at the default piece size).
+pub const MAX_PIECES: u32 = 1 << 20;
 /// Files a listener assembles at once; the oldest is dropped past it.
 const MAX_OPEN_FILES: usize = 16;
 
@@ -38,9 +45,41 @@ pub struct PieceHeader {
     pub offset: u64,
     /// The file's length.
     pub total: u64,
+    /// The size of every piece but the last.
+    pub stride: u64,
 }
 
 impl PieceHeader {
+    /// The header of piece `index` of a file of `total` bytes cut into pieces of
+    /// `stride` bytes (`None` if the numbers do not fit: see [`PieceHeader::parse`]).
+    pub fn of(file: u64, index: u32, total: u64, stride: u64) -> Option<PieceHeader> {
+        let count = u32::try_from(total.div_ceil(stride.max(1))).ok()?;
+        let h = PieceHeader {
+            file,
+            index,
+            count,
+            offset: u64::from(index).checked_mul(stride)?,
+            total,
+            stride,
+        };
+        h.valid().then_some(h)
+    }
+
+    /// The length of this piece's data.
+    pub fn data_len(&self) -> u64 {
+        self.stride.min(self.total.saturating_sub(self.offset))
+    }
+
+    /// Whether the numbers fit together: a size of at least [`MIN_PIECE`], at most
+    /// [`MAX_PIECES`] pieces, the count the sizes give, the offset the index gives.
+    fn valid(&self) -> bool {
+        self.stride >= MIN_PIECE
+            && self.total > 0
+            && self.count <= MAX_PIECES
+            && u64::from(self.count) == self.total.div_ceil(self.stride)
+            && self.index < self.count
+            && u64::from(self.index).checked_mul(self.stride) == Some(self.offset)
+    }
     /// The header's bytes, to be followed by the piece's data.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN);
@@ -51,18 +90,20 @@ impl PieceHeader {
         out.extend_from_slice(&self.count.to_le_bytes());
         out.extend_from_slice(&self.offset.to_le_bytes());
         out.extend_from_slice(&self.total.to_le_bytes());
+        out.extend_from_slice(&self.stride.to_le_bytes());
         out
     }
 
     /// The header and data of a piece; `None` for any other payload, or a piece whose
-    /// numbers do not fit together (index past count, data past the file's end).
+    /// numbers do not fit together (see [`PieceHeader::of`]) or whose data is not the
+    /// length they give.
     ///
     /// ```
     /// use overlay::admin::pieces::PieceHeader;
-    /// let h = PieceHeader { file: 9, index: 1, count: 2, offset: 3, total: 5 };
+    /// let h = PieceHeader::of(9, 1, 1500, 1024).unwrap();
     /// let mut payload = h.encode();
-    /// payload.extend_from_slice(b"de");
-    /// assert_eq!(PieceHeader::parse(&payload), Some((h, &b"de"[..])));
+    /// payload.extend_from_slice(&[7; 476]);
+    /// assert_eq!(PieceHeader::parse(&payload), Some((h, &[7u8; 476][..])));
     /// assert_eq!(PieceHeader::parse(b"hello"), None);
     /// ```
     pub fn parse(payload: &[u8]) -> Option<(PieceHeader, &[u8])> {
@@ -79,10 +120,10 @@ impl PieceHeader {
             count: u32_at(12),
             offset: u64_at(16),
             total: u64_at(24),
+            stride: u64_at(32),
         };
-        let data = &rest[32..];
-        let end = h.offset.checked_add(data.len() as u64)?;
-        (h.index < h.count && end <= h.total).then_some((h, data))
+        let data = &rest[40..];
+        (h.valid() && data.len() as u64 == h.data_len()).then_some((h, data))
     }
 }
 
@@ -131,8 +172,42 @@ impl Assembler {
         }
     }
 
-    /// Takes one piece from `root`; returns the file once its last piece is in.
+    /// Takes one piece from `root`; returns the file once its last piece is in. An I/O
+    /// error drops that file (its part file too) and is returned; other files go on.
     pub fn add(
+        &mut self,
+        root: NodeId,
+        h: &PieceHeader,
+        data: &[u8],
+    ) -> std::io::Result<Option<Assembled>> {
+        let result = self.try_add(root, h, data);
+        if result.is_err() {
+            self.drop_file(&(root, h.file));
+        }
+        result
+    }
+
+    /// Drops every file in progress (a listener that fell behind lost some of their
+    /// pieces); returns how many there were.
+    pub fn drop_all(&mut self) -> usize {
+        let keys: Vec<_> = self.open.keys().copied().collect();
+        for key in &keys {
+            self.drop_file(key);
+        }
+        keys.len()
+    }
+
+    fn drop_file(&mut self, key: &(NodeId, u64)) {
+        if let Some(Open {
+            part: Some((_, path)),
+            ..
+        }) = self.open.remove(key)
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    fn try_add(
         &mut self,
         root: NodeId,
         h: &PieceHeader,
@@ -204,13 +279,8 @@ impl Assembler {
             .iter()
             .min_by_key(|(_, o)| o.opened)
             .map(|(k, _)| *k);
-        if let Some(key) = oldest
-            && let Some(Open {
-                part: Some((_, path)),
-                ..
-            }) = self.open.remove(&key)
-        {
-            let _ = std::fs::remove_file(path);
+        if let Some(key) = oldest {
+            self.drop_file(&key);
         }
     }
 }
@@ -237,14 +307,16 @@ pub fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
 mod tests {
     use super::*;
 
-    fn piece(file: u64, index: u32, count: u32, offset: u64, total: u64, data: &[u8]) -> Vec<u8> {
-        let h = PieceHeader {
-            file,
-            index,
-            count,
-            offset,
-            total,
-        };
+    /// Piece `index` of `data` cut into pieces of `stride` bytes, as a payload.
+    fn piece(file: u64, index: u32, stride: u64, data: &[u8]) -> Vec<u8> {
+        let h = PieceHeader::of(file, index, data.len() as u64, stride).expect("valid");
+        let mut p = h.encode();
+        let at = h.offset as usize;
+        p.extend_from_slice(&data[at..at + h.data_len() as usize]);
+        p
+    }
+
+    fn raw(h: PieceHeader, data: &[u8]) -> Vec<u8> {
         let mut p = h.encode();
         p.extend_from_slice(data);
         p
@@ -252,16 +324,48 @@ mod tests {
 
     #[test]
     fn bad_headers_are_not_pieces() {
-        assert_eq!(PieceHeader::parse(&piece(1, 2, 2, 0, 10, b"x")), None);
-        assert_eq!(PieceHeader::parse(&piece(1, 0, 1, 9, 10, b"xy")), None);
+        let good = PieceHeader::of(1, 1, 2500, 1024).unwrap();
+        assert_eq!(good.count, 3);
+        assert!(PieceHeader::parse(&raw(good, &[0; 1024])).is_some());
+        let bad = |f: &dyn Fn(&mut PieceHeader)| {
+            let mut h = good;
+            f(&mut h);
+            PieceHeader::parse(&raw(h, &[0; 1024])).map(|(h, _)| h)
+        };
+        assert_eq!(bad(&|h| h.index = 3), None, "index past count");
         assert_eq!(
-            PieceHeader::parse(&piece(1, 0, 1, u64::MAX, 10, b"x")),
-            None
+            bad(&|h| h.count = u32::MAX),
+            None,
+            "count the sizes do not give"
         );
-        let mut wrong_version = piece(1, 0, 1, 0, 1, b"x");
+        assert_eq!(
+            bad(&|h| h.offset = 7),
+            None,
+            "offset the index does not give"
+        );
+        assert_eq!(bad(&|h| h.stride = 10), None, "pieces too small");
+        assert_eq!(
+            bad(&|h| {
+                h.total = u64::MAX;
+                h.stride = 1 << 20;
+            }),
+            None,
+            "too many pieces"
+        );
+        assert_eq!(
+            PieceHeader::parse(&raw(good, &[0; 1000])),
+            None,
+            "short data"
+        );
+        let mut wrong_version = raw(good, &[0; 1024]);
         wrong_version[MAGIC.len()] = 9;
         assert_eq!(PieceHeader::parse(&wrong_version), None);
-        assert_eq!(PieceHeader::parse(&piece(1, 0, 1, 0, 1, b"x")[..20]), None);
+        assert_eq!(PieceHeader::parse(&raw(good, &[0; 1024])[..20]), None);
+        assert_eq!(
+            PieceHeader::of(1, 0, 0, 1024),
+            None,
+            "an empty file has no pieces"
+        );
     }
 
     #[test]
@@ -271,17 +375,9 @@ mod tests {
         let root = NodeId::from_seed(3, 1);
         let data: Vec<u8> = (0..2500u32).map(|i| (i * 7) as u8).collect();
         let mut a = Assembler::new(Some(dir.clone()));
-        let chunks: Vec<(u32, &[u8])> = (0..3u32)
-            .map(|i| {
-                (
-                    i,
-                    &data[i as usize * 1000..((i as usize + 1) * 1000).min(2500)],
-                )
-            })
-            .collect();
         let mut done = None;
-        for &(i, chunk) in [chunks[2], chunks[0], chunks[0], chunks[1]].iter() {
-            let p = piece(77, i, 3, i as u64 * 1000, 2500, chunk);
+        for i in [2, 0, 0, 1] {
+            let p = piece(77, i, 1024, &data);
             let (h, body) = PieceHeader::parse(&p).unwrap();
             if let Some(f) = a.add(root, &h, body).unwrap() {
                 assert!(done.is_none(), "completed twice");
@@ -297,6 +393,13 @@ mod tests {
             &sha[..],
             ring::digest::digest(&ring::digest::SHA256, &data).as_ref()
         );
+        // A file that cannot be written is dropped with an error; the listener goes on.
+        let gone = Assembler::new(Some(dir.join("no-such-dir"))).add(
+            root,
+            &PieceHeader::of(78, 0, 2500, 1024).unwrap(),
+            &data[..1024],
+        );
+        assert!(gone.is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -305,16 +408,11 @@ mod tests {
         let mut a = Assembler::new(None);
         let root = NodeId::from_seed(3, 2);
         for f in 0..=MAX_OPEN_FILES as u64 {
-            let h = PieceHeader {
-                file: f,
-                index: 0,
-                count: 2,
-                offset: 0,
-                total: 2,
-            };
-            assert_eq!(a.add(root, &h, b"a").unwrap(), None);
+            let h = PieceHeader::of(f, 0, 2048, 1024).unwrap();
+            assert_eq!(a.add(root, &h, &[0; 1024]).unwrap(), None);
         }
         assert_eq!(a.open.len(), MAX_OPEN_FILES);
         assert!(!a.open.contains_key(&(root, 0)), "the oldest stayed");
+        assert_eq!(a.drop_all(), MAX_OPEN_FILES);
     }
 }

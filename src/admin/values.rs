@@ -154,34 +154,6 @@ pub(super) async fn reduce(node: &Node, key: String, op: JsonOp) -> AdminRespons
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn c(op: JsonOp, a: &str, b: &str) -> Result<String, String> {
-        combine(op, a.as_bytes(), b.as_bytes()).map(|v| String::from_utf8(v).unwrap())
-    }
-
-    #[test]
-    fn numbers_and_arrays_combine_and_anything_else_is_refused() {
-        assert_eq!(c(JsonOp::Sum, "2", "4").unwrap(), "6");
-        assert_eq!(c(JsonOp::Sum, "0.5", "0.25").unwrap(), "0.75");
-        assert_eq!(c(JsonOp::Max, "[1,5]", "[3,2]").unwrap(), "[3,5]");
-        assert_eq!(c(JsonOp::Min, "[1,5]", "[3,2]").unwrap(), "[1,2]");
-        assert!(
-            c(JsonOp::Sum, "[1]", "[1,2]")
-                .unwrap_err()
-                .contains("arrays")
-        );
-        assert!(
-            c(JsonOp::Sum, "\"a\"", "1")
-                .unwrap_err()
-                .contains("not a number")
-        );
-        assert!(c(JsonOp::Sum, "{", "1").unwrap_err().contains("not JSON"));
-    }
-}
-
 /// Every member's [`crate::api::NodeInfo`], sorted by name (`gather info`).
 pub(super) async fn gather_info(node: &Node) -> AdminResponse {
     match node.gather(crate::api::INFO_KEY, Vec::new()).await {
@@ -225,5 +197,33 @@ pub(super) async fn reduce_count(node: &Node) -> AdminResponse {
             })
         }
         Err(e) => AdminResponse::Error(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(op: JsonOp, a: &str, b: &str) -> Result<String, String> {
+        combine(op, a.as_bytes(), b.as_bytes()).map(|v| String::from_utf8(v).unwrap())
+    }
+
+    #[test]
+    fn numbers_and_arrays_combine_and_anything_else_is_refused() {
+        assert_eq!(c(JsonOp::Sum, "2", "4").unwrap(), "6");
+        assert_eq!(c(JsonOp::Sum, "0.5", "0.25").unwrap(), "0.75");
+        assert_eq!(c(JsonOp::Max, "[1,5]", "[3,2]").unwrap(), "[3,5]");
+        assert_eq!(c(JsonOp::Min, "[1,5]", "[3,2]").unwrap(), "[1,2]");
+        assert!(
+            c(JsonOp::Sum, "[1]", "[1,2]")
+                .unwrap_err()
+                .contains("arrays")
+        );
+        assert!(
+            c(JsonOp::Sum, "\"a\"", "1")
+                .unwrap_err()
+                .contains("not a number")
+        );
+        assert!(c(JsonOp::Sum, "{", "1").unwrap_err().contains("not JSON"));
     }
 }

@@ -2,7 +2,7 @@
 
 use super::data_dir::{
     StoredSettings, files, lock, read_peers, read_settings, read_token, read_token_generation,
-    save_peers, write_rotated_token, write_settings,
+    read_token_previous, save_peers, write_rotated_token, write_settings,
 };
 use super::{IoStep, Node, NodeError};
 use crate::net::driver::{Driver, DriverParts};
@@ -256,32 +256,29 @@ impl NodeBuilder {
         if restarting && let Some(dir) = &self.data_dir {
             join = read_peers(dir);
         }
-        let (token, generation) = match (self.token, stored_token) {
-            (Some(t), stored) => {
-                // The stored generation goes with the stored token only.
-                let same = stored.as_ref() == Some(&t);
-                let generation = match (&self.data_dir, same) {
-                    (Some(dir), true) => read_token_generation(dir),
-                    _ => 0,
-                };
-                (t, generation)
+        let stored_generation = self.data_dir.as_deref().map_or(0, read_token_generation);
+        let stored_previous = self.data_dir.as_deref().and_then(read_token_previous);
+        let (token, generation, previous) = match (self.token, stored_token) {
+            // A token rotated while this node ran wins over the one given again (the
+            // original, from a config file or the environment), which stays the previous.
+            (Some(t), Some(s)) if s != t && stored_generation > 0 => {
+                (s, stored_generation, Some(t))
             }
-            (None, Some(t)) => {
-                let generation = self.data_dir.as_deref().map_or(0, read_token_generation);
-                (t, generation)
-            }
-            (None, None) if self.join.is_empty() => (JoinToken::generate(), 0),
+            (Some(t), Some(s)) if s == t => (t, stored_generation, stored_previous),
+            (Some(t), _) => (t, 0, None),
+            (None, Some(s)) => (s, stored_generation, stored_previous),
+            (None, None) if self.join.is_empty() => (JoinToken::generate(), 0, None),
             (None, None) => return Err(NodeError::MissingToken),
         };
         // A rotation (here or spread from a member) is kept for the next start.
         let persist: Option<crate::net::token_ring::OnChange> = self.data_dir.clone().map(|dir| {
-            Box::new(move |token: &JoinToken, generation: u64| {
-                if let Err(e) = write_rotated_token(&dir, token, generation) {
-                    tracing::warn!(error = %e, "cannot store the rotated join token");
-                }
-            }) as crate::net::token_ring::OnChange
+            Box::new(
+                move |token: &JoinToken, generation: u64, previous: Option<&JoinToken>| {
+                    write_rotated_token(&dir, token, generation, previous)
+                },
+            ) as crate::net::token_ring::OnChange
         });
-        let ring = Arc::new(TokenRing::new(token, generation, persist));
+        let ring = Arc::new(TokenRing::new(token, generation, previous, persist));
         let mut server_config = identity.server_config()?;
         server_config.transport_config(Arc::new(transport_config()));
         let meter = SendMeter::new();
@@ -403,8 +400,7 @@ impl NodeBuilder {
         if let Some(dir) = self.data_dir {
             // Only a token that admitted this node (or that it created) is kept: a rejected
             // one must not be reused by the next start from this directory.
-            let (token, generation) = node.ring.current();
-            if let Err(e) = write_rotated_token(&dir, &token, generation) {
+            if let Err(e) = node.ring.persist_now() {
                 node.leave().await;
                 return Err(io(IoStep::WriteToken(dir.join(files::TOKEN)))(e));
             }

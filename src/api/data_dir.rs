@@ -23,6 +23,8 @@ pub mod files {
     pub const TOKEN: &str = "token";
     /// The generation of the join token (changed by each rotation).
     pub const TOKEN_GENERATION: &str = "token.generation";
+    /// The join token before the last rotation (members that missed it still prove it).
+    pub const TOKEN_PREVIOUS: &str = "token.previous";
     /// Addresses of members last seen, to rejoin after a restart.
     pub const PEERS: &str = "peers.json";
     /// The admin socket of the running node.
@@ -166,19 +168,36 @@ pub(super) fn read_token_generation(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// Stores a rotated token and its generation (the token first: a crash between the two
-/// leaves the new token with an older generation, which only makes it lose ties).
+/// The token before the last rotation, if one is stored.
+pub(super) fn read_token_previous(dir: &Path) -> Option<JoinToken> {
+    std::fs::read_to_string(dir.join(files::TOKEN_PREVIOUS))
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Stores the current token, its generation and the previous token (the token first: a
+/// crash between the writes leaves the new token with an older generation, which only
+/// makes it lose ties).
 pub(super) fn write_rotated_token(
     dir: &Path,
     token: &JoinToken,
     generation: u64,
+    previous: Option<&JoinToken>,
 ) -> std::io::Result<()> {
     write_token(dir, token)?;
     write_private(
         dir,
         files::TOKEN_GENERATION,
         format!("{generation}\n").as_bytes(),
-    )
+    )?;
+    match previous {
+        Some(p) => write_private(dir, files::TOKEN_PREVIOUS, format!("{p}\n").as_bytes()),
+        None => match std::fs::remove_file(dir.join(files::TOKEN_PREVIOUS)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
 }
 
 /// The settings of the last start stored in the data directory `dir` (none if it has

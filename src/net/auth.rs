@@ -89,7 +89,7 @@ pub async fn authenticate_with_token(
     role: Role,
     timeout: Duration,
 ) -> Result<NodeId, AuthError> {
-    let ring = TokenRing::new(token.clone(), 0, None);
+    let ring = TokenRing::new(token.clone(), 0, None, None);
     let admitted = authenticate(conn, &ring, role, timeout, &|_| false).await?;
     Ok(admitted.peer)
 }

@@ -227,8 +227,12 @@ impl Driver {
                 }
                 changed = self.token_changes.changed() => {
                     if changed.is_ok() {
+                        // Members only: a connection that never joined (someone holding a
+                        // leaked token) does not get the token meant to shut it out.
                         for peer in self.links.peers() {
-                            self.send_token(peer);
+                            if self.members.is_known_member(&peer) {
+                                self.send_token(peer);
+                            }
                         }
                     }
                 }
@@ -363,7 +367,9 @@ impl Driver {
             && stripes::parse(d.op.nonce).is_some()
         {
             // A part of a striped broadcast: the whole is delivered once all are in.
-            if let Some(payload) = self.streams.payload(d.op)
+            let part = self.streams.payload(d.op);
+            self.streams.done_with(d.op);
+            if let Some(payload) = part
                 && let Some((whole, payload)) = self.stripes.part(d.op, payload)
             {
                 self.ops.deliver(Delivery {
@@ -376,6 +382,12 @@ impl Driver {
                 });
             }
             return;
+        }
+        if let Event::Report(r) = &event
+            && let Some(op) = r.op
+        {
+            // The root's own payload is no longer needed for retries.
+            self.streams.done_with(op);
         }
         if let Event::Report(r) = &event
             && r.op.is_some_and(|op| stripes::parse(op.nonce).is_some())
@@ -399,6 +411,7 @@ impl Driver {
             && d.payload.is_empty()
             && let Some(payload) = self.streams.payload(d.op)
         {
+            self.streams.done_with(d.op);
             self.ops.deliver(Delivery {
                 root: d.op.root,
                 op: d.op.nonce,

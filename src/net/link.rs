@@ -385,6 +385,7 @@ async fn read_stream(
                         }
                     }
                     Ok(Packet::Token(update)) => {
+                        ctx.stats.frames_in.fetch_add(1, Ordering::Relaxed);
                         ctx.stats
                             .by_kind
                             .received(PacketKind::Admission, bytes.len());

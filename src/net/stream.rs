@@ -39,11 +39,25 @@ const CHUNK: usize = 256 * 1024;
 /// made if nothing ever arrived (retries are over by then). A buffer still receiving is
 /// kept however long the transfer takes: a large payload on a slow link can take minutes.
 const KEEP: Duration = Duration::from_secs(120);
-/// Bytes of payloads kept past their transfer (for retries), at most: past it the oldest
-/// go first, so back-to-back large broadcasts (a file sent piece by piece) hold a bounded
-/// amount, not the whole file for [`KEEP`]. A retry that finds its payload gone fails,
-/// and the root reports the member missing.
+/// Bytes of payloads kept past their use (for retries), at most: past it the oldest go
+/// first, so back-to-back large broadcasts (a file sent piece by piece) hold a bounded
+/// amount, not the whole file for [`KEEP`]. Only a payload that is done with can go: one
+/// delivered here, or the root's own once its operation reported. A later retry that
+/// would need a payload gone opens no stream, and the root reports that member missing.
 const MAX_KEPT_BYTES: u64 = 256 << 20;
+/// Operations whose payload was dropped for the byte bound, remembered (so a retry opens
+/// no stream that could never be fed).
+const EVICTED_REMEMBERED: usize = 4096;
+/// Data streams one peer may have coming in at once. A relay gets one per operation from
+/// its parent, and a striped broadcast one per tree the sender is a parent in, so honest
+/// peers stay far below; a member opening streams for operations nobody started is held
+/// here.
+pub const MAX_RECEIVING_PER_PEER: usize = 32;
+/// Bytes announced by one peer's streams coming in at once (a buffer grows to its
+/// announced length): two of the largest payloads.
+pub const MAX_RECEIVING_BYTES_PER_PEER: u64 = 2 * MAX_STREAM_PAYLOAD;
+/// Bytes announced by all peers' streams coming in at once.
+pub const MAX_RECEIVING_BYTES: u64 = 4 * MAX_STREAM_PAYLOAD;
 /// Stream stop/reset code: "already have it" or "gave up".
 const STOP_DUPLICATE: u32 = 1;
 const RESET_FAILED: u32 = 2;
@@ -85,6 +99,11 @@ struct State {
     data: Vec<u8>,
     complete: Option<Bytes>,
     receiving: bool,
+    /// Who the payload is coming in from, while `receiving`.
+    from: Option<NodeId>,
+    /// Done with: delivered here, or (the root's own) its operation reported. Only such a
+    /// payload may be dropped for the byte bound.
+    done_with: bool,
     /// [`KEEP`] counts from here: creation, the end of the last transfer in, or (the root's
     /// own payload) the operation's deadline.
     keep_from: Instant,
@@ -111,6 +130,8 @@ impl Buf {
                 data: Vec::new(),
                 complete,
                 receiving: false,
+                from: None,
+                done_with: false,
                 keep_from: Instant::now(),
             }),
             progress: watch::channel(if done {
@@ -143,6 +164,8 @@ impl Buf {
 #[derive(Default)]
 pub struct Streams {
     bufs: HashMap<OpId, Arc<Buf>>,
+    /// Operations whose payload was dropped for the byte bound, oldest first.
+    evicted: std::collections::VecDeque<OpId>,
     forwarding: Forwarding,
     /// Data streams in flight, in or out (the node is moving bulk data while above zero).
     in_flight: Arc<AtomicUsize>,
@@ -169,6 +192,7 @@ impl Streams {
     pub fn new(forwarding: Forwarding) -> Streams {
         Streams {
             bufs: HashMap::new(),
+            evicted: std::collections::VecDeque::new(),
             forwarding,
             in_flight: Arc::default(),
         }
@@ -204,6 +228,16 @@ impl Streams {
         self.bufs.insert(op, buf);
     }
 
+    /// Marks `op`'s payload done with (delivered, or the root's operation reported): it
+    /// may now be dropped for the byte bound, and a root's own counts `KEEP` from now.
+    pub fn done_with(&mut self, op: OpId) {
+        if let Some(b) = self.bufs.get(&op) {
+            let mut st = b.state.lock().expect("not poisoned");
+            st.done_with = true;
+            st.keep_from = st.keep_from.min(Instant::now());
+        }
+    }
+
     /// The whole payload of `op`, once it is here.
     pub fn payload(&self, op: OpId) -> Option<Bytes> {
         let b = self.bufs.get(&op)?;
@@ -219,6 +253,10 @@ impl Streams {
         len: u64,
         digest: [u8; 32],
     ) {
+        if self.evicted.contains(&op) {
+            debug!(peer = %to, "no data stream: the payload was dropped for the memory bound");
+            return;
+        }
         let buf = self
             .bufs
             .entry(op)
@@ -249,6 +287,18 @@ impl Streams {
             let _ = recv.stop(RESET_FAILED.into());
             return;
         }
+        if self.arriving(&header) {
+            let _ = recv.stop(STOP_DUPLICATE.into());
+            return;
+        }
+        if let Err(why) = self.room_for(peer, header.len) {
+            // The sender's stream fails; its root retries later or reports us missing.
+            if let Some(more) = ctx.guard.frames.allow(peer, Instant::now()) {
+                warn!(%peer, len = header.len, more, "data stream refused: {why}");
+            }
+            let _ = recv.stop(RESET_FAILED.into());
+            return;
+        }
         let existing = self.bufs.get(&header.op).cloned();
         let buf = match existing {
             Some(b) if b.len == header.len && b.digest == header.digest && !b.failed() => {
@@ -259,13 +309,18 @@ impl Streams {
                     return;
                 }
                 st.receiving = true;
+                st.from = Some(peer);
                 drop(st);
                 b
             }
             // None yet, a failed attempt, or one announced differently: start afresh.
             _ => {
                 let b = Buf::new(header.len, header.digest, None);
-                b.state.lock().expect("not poisoned").receiving = true;
+                {
+                    let mut st = b.state.lock().expect("not poisoned");
+                    st.receiving = true;
+                    st.from = Some(peer);
+                }
                 self.bufs.insert(header.op, b.clone());
                 b
             }
@@ -295,15 +350,54 @@ impl Streams {
         });
     }
 
+    /// Whether this payload is already here or coming in.
+    fn arriving(&self, header: &DataHeader) -> bool {
+        self.bufs.get(&header.op).is_some_and(|b| {
+            let st = b.state.lock().expect("not poisoned");
+            b.len == header.len
+                && b.digest == header.digest
+                && !b.failed()
+                && (st.receiving || st.complete.is_some())
+        })
+    }
+
+    /// Whether a stream of `len` bytes from `peer` fits under the limits on streams
+    /// coming in (per peer: [`MAX_RECEIVING_PER_PEER`], [`MAX_RECEIVING_BYTES_PER_PEER`];
+    /// in all: [`MAX_RECEIVING_BYTES`]); else why not.
+    fn room_for(&self, peer: NodeId, len: u64) -> Result<(), &'static str> {
+        let (mut streams, mut bytes, mut total) = (0usize, 0u64, 0u64);
+        for b in self.bufs.values() {
+            let st = b.state.lock().expect("not poisoned");
+            if !st.receiving {
+                continue;
+            }
+            total += b.len;
+            if st.from == Some(peer) {
+                streams += 1;
+                bytes += b.len;
+            }
+        }
+        if streams >= MAX_RECEIVING_PER_PEER {
+            return Err("too many streams from this peer at once");
+        }
+        if bytes + len > MAX_RECEIVING_BYTES_PER_PEER {
+            return Err("too many bytes announced by this peer at once");
+        }
+        if total + len > MAX_RECEIVING_BYTES {
+            return Err("too many bytes coming in at once");
+        }
+        Ok(())
+    }
+
     /// Drops buffers old enough that no retry can need them, then the oldest kept ones
-    /// while they hold more than [`MAX_KEPT_BYTES`]; never one still receiving.
+    /// while they hold more than `MAX_KEPT_BYTES`; never one still receiving.
     pub fn prune(&mut self) {
         let mut kept: Vec<(Instant, u64, OpId)> = Vec::new();
         self.bufs.retain(|op, b| {
             let st = b.state.lock().expect("not poisoned");
             // `elapsed` of an instant still to come is zero: the root's payload stays.
             let keep = st.receiving || st.keep_from.elapsed() < KEEP;
-            if keep && !st.receiving {
+            if keep && st.done_with && !st.receiving && st.complete.is_some() {
                 kept.push((st.keep_from, b.len, *op));
             }
             keep
@@ -318,6 +412,10 @@ impl Streams {
                 break;
             }
             self.bufs.remove(&op);
+            if self.evicted.len() == EVICTED_REMEMBERED {
+                self.evicted.pop_front();
+            }
+            self.evicted.push_back(op);
             total -= len;
         }
     }
@@ -445,66 +543,4 @@ pub fn digest(payload: &[u8]) -> [u8; 32] {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn op(nonce: u64) -> OpId {
-        OpId {
-            root: NodeId::from_bytes([1; 16]),
-            nonce,
-        }
-    }
-
-    #[test]
-    fn prune_keeps_transfers_in_progress_and_the_roots_payload_until_its_deadline() {
-        let Some(long_ago) = Instant::now().checked_sub(KEEP * 2) else {
-            return; // a clock this young cannot have old buffers
-        };
-        let mut streams = Streams::new(Forwarding::Pipelined);
-        // A slow transfer that started long ago and is still coming in.
-        let slow = Buf::new(10, [0; 32], None);
-        {
-            let mut st = slow.state.lock().unwrap();
-            st.receiving = true;
-            st.keep_from = long_ago;
-        }
-        streams.bufs.insert(op(1), slow);
-        // A payload that arrived long ago: no retry needs it any more.
-        let old = Buf::new(1, [0; 32], Some(Bytes::from_static(b"x")));
-        old.state.lock().unwrap().keep_from = long_ago;
-        streams.bufs.insert(op(2), old);
-        // The root's own payload of an operation with ten minutes to go.
-        let ten_minutes = Duration::from_secs(600);
-        let y = Bytes::from_static(b"y");
-        streams.insert_complete(op(3), y, [0; 32], ten_minutes, None);
-        streams.prune();
-        assert!(
-            streams.bufs.contains_key(&op(1)),
-            "a transfer in progress was dropped"
-        );
-        assert!(
-            !streams.bufs.contains_key(&op(2)),
-            "an old payload was kept"
-        );
-        assert_eq!(streams.payload(op(3)).as_deref(), Some(&b"y"[..]));
-    }
-
-    #[test]
-    fn payloads_kept_for_retries_are_bounded_in_bytes_oldest_first() {
-        let mut streams = Streams::new(Forwarding::Pipelined);
-        let piece = Bytes::from(vec![7u8; (MAX_KEPT_BYTES / 3 + 1) as usize]);
-        for n in 1..=4 {
-            streams.insert_complete(op(n), piece.clone(), [0; 32], Duration::from_secs(n), None);
-        }
-        // A transfer still coming in is never dropped, whatever its size.
-        let big = Buf::new(MAX_KEPT_BYTES * 2, [0; 32], None);
-        big.state.lock().unwrap().receiving = true;
-        streams.bufs.insert(op(9), big);
-        streams.prune();
-        let held: Vec<u64> = (1..=4)
-            .filter(|&n| streams.payload(op(n)).is_some())
-            .collect();
-        assert_eq!(held, vec![3, 4], "the two newest fit under the bound");
-        assert!(streams.bufs.contains_key(&op(9)));
-    }
-}
+mod tests;

@@ -40,8 +40,20 @@ struct Held {
     previous: Option<JoinToken>,
 }
 
-/// Called with the new token and its generation when it changes (to persist it).
-pub type OnChange = Box<dyn Fn(&JoinToken, u64) + Send + Sync>;
+/// Called with the current token, its generation and the previous token whenever they
+/// change (to persist them); called under the ring's lock, so writes never cross.
+pub type OnChange =
+    Box<dyn Fn(&JoinToken, u64, Option<&JoinToken>) -> std::io::Result<()> + Send + Sync>;
+
+/// How far ahead of this node's clock a generation from a peer may be: one that is
+/// further (a peer pinning the overlay to a token of its choice) is refused.
+const MAX_SKEW_MS: u64 = 24 * 3600 * 1000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 /// A node's current join token, its generation, and the token before it.
 pub struct TokenRing {
@@ -60,13 +72,20 @@ impl std::fmt::Debug for TokenRing {
 }
 
 impl TokenRing {
-    /// A ring holding `token` of `generation`, calling `on_change` on every later change.
-    pub fn new(token: JoinToken, generation: u64, on_change: Option<OnChange>) -> TokenRing {
+    /// A ring holding `token` of `generation` (and the token before it, if any), calling
+    /// `on_change` on every later change.
+    pub fn new(
+        token: JoinToken,
+        generation: u64,
+        previous: Option<JoinToken>,
+        on_change: Option<OnChange>,
+    ) -> TokenRing {
+        let previous = previous.filter(|p| *p != token);
         TokenRing {
             held: RwLock::new(Held {
                 current: token,
                 generation,
-                previous: None,
+                previous,
             }),
             changed: watch::channel(generation).0,
             on_change,
@@ -89,32 +108,65 @@ impl TokenRing {
     /// later rotation wins even on a node that joined with the token and never learned
     /// its generation.
     pub fn rotate(&self) -> (JoinToken, u64) {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let generation = (self.current().1 + 1).max(now_ms);
         let token = JoinToken::generate();
-        self.adopt(generation, token.clone());
-        self.current()
+        let mut held = self.held.write().expect("token lock");
+        let generation = held.generation.saturating_add(1).max(now_ms());
+        self.replace(&mut held, generation, token);
+        (held.current.clone(), held.generation)
     }
 
-    /// Takes `token` of `generation` if it is newer than the current one; true if so.
+    /// Takes `token` of `generation` (from a peer) if it is newer than the current one;
+    /// true if so. A generation more than a day ahead of this node's clock is refused. The
+    /// current token with a higher generation only updates the generation (a node that
+    /// joined with the token learns it).
     pub fn adopt(&self, generation: u64, token: JoinToken) -> bool {
-        {
-            let mut held = self.held.write().expect("token lock");
-            let newer = (generation, token.as_bytes()) > (held.generation, held.current.as_bytes());
-            if !newer {
-                return false;
+        if generation > now_ms().saturating_add(MAX_SKEW_MS) {
+            return false;
+        }
+        let mut held = self.held.write().expect("token lock");
+        if token == held.current {
+            if generation > held.generation {
+                held.generation = generation;
+                self.persist_logged(&held);
             }
-            let old = std::mem::replace(&mut held.current, token.clone());
-            held.previous = Some(old);
-            held.generation = generation;
+            return false;
         }
-        if let Some(f) = &self.on_change {
-            f(&token, generation);
+        let newer = (generation, token.as_bytes()) > (held.generation, held.current.as_bytes());
+        if !newer {
+            return false;
         }
-        self.changed.send_replace(generation);
+        self.replace(&mut held, generation, token);
         true
+    }
+
+    /// Writes the tokens held with `on_change` (under the lock: writes never cross).
+    pub fn persist_now(&self) -> std::io::Result<()> {
+        let held = self.held.write().expect("token lock");
+        match &self.on_change {
+            Some(f) => f(&held.current, held.generation, held.previous.as_ref()),
+            None => Ok(()),
+        }
+    }
+
+    fn persist_logged(&self, held: &Held) {
+        if let Some(f) = &self.on_change
+            && let Err(e) = f(&held.current, held.generation, held.previous.as_ref())
+        {
+            tracing::warn!(error = %e, "cannot store the join token");
+        }
+    }
+
+    /// Makes `token` current. The token it replaces becomes the previous one, except a
+    /// sibling of the same generation (two rotations at once): the previous one stays the
+    /// token both came from, which members that missed both still hold.
+    fn replace(&self, held: &mut Held, generation: u64, token: JoinToken) {
+        let old = std::mem::replace(&mut held.current, token);
+        if generation > held.generation || held.previous.is_none() {
+            held.previous = Some(old);
+        }
+        held.generation = generation;
+        self.persist_logged(held);
+        self.changed.send_replace(generation);
     }
 
     /// This side's proofs for a session: one per token held, the current one first.
@@ -130,7 +182,10 @@ impl TokenRing {
     /// How the peer's `proofs` (made for `role`) match the tokens held; `None` if none
     /// does. Garbage of any length is no match.
     pub fn verify(&self, role: Role, exporter: &[u8], proofs: &[u8]) -> Option<Match> {
-        if proofs.is_empty() || proofs.len() % PROOF_LEN != 0 || proofs.len() > 2 * PROOF_LEN {
+        if proofs.is_empty()
+            || !proofs.len().is_multiple_of(PROOF_LEN)
+            || proofs.len() > 2 * PROOF_LEN
+        {
             return None;
         }
         let held = self.held.read().expect("token lock");
@@ -164,9 +219,13 @@ mod tests {
         let a = TokenRing::new(
             t0.clone(),
             0,
-            Some(Box::new(move |_, g| log.lock().unwrap().push(g))),
+            None,
+            Some(Box::new(move |_, g, _| {
+                log.lock().unwrap().push(g);
+                Ok(())
+            })),
         );
-        let b = TokenRing::new(t0.clone(), 0, None);
+        let b = TokenRing::new(t0.clone(), 0, None, None);
         let session = [5u8; 32];
         let (d, acc) = (Role::Dialer, Role::Acceptor);
         assert_eq!(
@@ -188,7 +247,7 @@ mod tests {
             Some(Match::Current)
         );
         // A newcomer holding only the new token is admitted by a, not by b (until b adopts).
-        let newcomer = TokenRing::new(t1.clone(), 0, None);
+        let newcomer = TokenRing::new(t1.clone(), 0, None, None);
         assert_eq!(
             a.verify(d, &session, &newcomer.proofs(d, &session)),
             Some(Match::Current)
@@ -202,7 +261,7 @@ mod tests {
             Some(Match::Current)
         );
         // Someone holding only the old token, e.g. a leaked copy, matches only as behind.
-        let stale = TokenRing::new(t0, 0, None);
+        let stale = TokenRing::new(t0, 0, None, None);
         assert_eq!(
             a.verify(d, &session, &stale.proofs(d, &session)),
             Some(Match::Behind)
@@ -216,8 +275,8 @@ mod tests {
     #[test]
     fn two_rotations_of_one_generation_settle_on_the_same_token() {
         let t0 = JoinToken::generate();
-        let a = TokenRing::new(t0.clone(), 0, None);
-        let b = TokenRing::new(t0, 0, None);
+        let a = TokenRing::new(t0.clone(), 0, None, None);
+        let b = TokenRing::new(t0, 0, None, None);
         let ta = JoinToken::generate();
         let tb = JoinToken::generate();
         assert!(a.adopt(1, ta.clone()) && b.adopt(1, tb.clone()));
@@ -235,5 +294,35 @@ mod tests {
         a.adopt(1, tb.clone());
         b.adopt(1, ta.clone());
         assert_eq!(a.current().0, b.current().0, "both keep the larger token");
+    }
+
+    #[test]
+    fn pinned_generations_are_refused_and_siblings_keep_the_common_previous() {
+        let t0 = JoinToken::generate();
+        let a = TokenRing::new(t0.clone(), 0, None, None);
+        assert!(
+            !a.adopt(u64::MAX, JoinToken::generate()),
+            "a far-future generation"
+        );
+        // Learning the generation of the token already held changes nothing else.
+        assert!(!a.adopt(5, t0.clone()));
+        assert_eq!(a.current(), (t0.clone(), 5));
+        let (t1, g1) = a.rotate();
+        assert!(g1 > 5 && t1 != t0);
+        // A sibling of the same generation replaces t1 if larger; t0 stays the previous.
+        let sibling = JoinToken::generate();
+        let took = a.adopt(g1, sibling.clone());
+        assert_eq!(took, sibling.as_bytes() > t1.as_bytes());
+        let session = [3u8; 32];
+        let stale = TokenRing::new(t0, 0, None, None);
+        assert_eq!(
+            a.verify(
+                Role::Dialer,
+                &session,
+                &stale.proofs(Role::Dialer, &session)
+            ),
+            Some(Match::Behind),
+            "a member holding the token both came from is still let in"
+        );
     }
 }

@@ -178,7 +178,9 @@ pub struct NodeStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KindTraffic {
     /// The kind's name (`probe`, `advert`, `tree_link`, `collective`, `cluster`,
-    /// `bandwidth`, `membership`, `query`, `data`, `bulk`).
+    /// `bandwidth`, `membership`, `query`, `data`, `bulk`, `admission`). Headers of data
+    /// streams and transfers (`data`, `bulk`) are counted as received only: their own
+    /// tasks write them.
     pub kind: String,
     /// Frames received.
     pub frames_in: u64,

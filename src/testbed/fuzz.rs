@@ -180,7 +180,7 @@ fn proof_check(token: &JoinToken, exporter: &[u8], proof: &[u8]) {
     let previous: JoinToken = format!("ovl1-{}", "17".repeat(32))
         .parse()
         .expect("a valid token");
-    let ring = TokenRing::new(previous.clone(), 0, None);
+    let ring = TokenRing::new(previous.clone(), 0, None, None);
     ring.adopt(1, token.clone());
     for role in [Role::Dialer, Role::Acceptor] {
         let right = token.proof(role, exporter);

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, bail};
 use overlay::admin::broadcast;
-use overlay::admin::pieces::{DEFAULT_PIECE, HEADER_LEN, PieceHeader};
+use overlay::admin::pieces::{DEFAULT_PIECE, HEADER_LEN, MIN_PIECE, PieceHeader};
 use overlay::proto::NodeId;
 use overlay::proto::collective::MAX_STREAM_PAYLOAD;
 use std::collections::BTreeSet;
@@ -26,8 +26,8 @@ pub struct BroadcastArgs {
     /// Broadcast this text.
     #[arg(long, value_name = "TEXT")]
     text: Option<String>,
-    /// Largest piece of a file, bytes [default: 64 MiB; at most 1 GiB]
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
+    /// Largest piece of a file, bytes [default: 16 MiB; at most 1 GiB]
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(MIN_PIECE..))]
     piece_size: Option<u64>,
     /// Print one JSON object: op, bytes, delivered, missing, elapsed_ms, mbit_per_s (and
     /// pieces, for a file sent piece by piece).
@@ -93,7 +93,11 @@ async fn send_one(dir: &Path, payload: &[u8]) -> anyhow::Result<Outcome> {
 
 /// Sends `file` piece by piece; a member is delivered the file if it got every piece.
 async fn send_pieces(dir: &Path, path: &Path, len: u64, piece: u64) -> anyhow::Result<Outcome> {
-    let count = u32::try_from(len.div_ceil(piece)).context("the file has too many pieces")?;
+    let count = PieceHeader::of(0, 0, len, piece)
+        .with_context(|| {
+            format!("a file of {len} bytes in pieces of {piece} would be too many pieces")
+        })?
+        .count;
     let mut id = [0u8; 8];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut id)
         .map_err(|_| anyhow::anyhow!("the system random number generator failed"))?;
@@ -103,15 +107,8 @@ async fn send_pieces(dir: &Path, path: &Path, len: u64, piece: u64) -> anyhow::R
     let (mut delivered, mut missing) = (None::<BTreeSet<NodeId>>, BTreeSet::new());
     let started = Instant::now();
     for index in 0..count {
-        let offset = u64::from(index) * piece;
-        let size = piece.min(len - offset);
-        let header = PieceHeader {
-            file: file_id,
-            index,
-            count,
-            offset,
-            total: len,
-        };
+        let header = PieceHeader::of(file_id, index, len, piece).context("piece numbers")?;
+        let size = header.data_len();
         let mut payload = header.encode();
         let at = payload.len();
         payload.resize(at + size as usize, 0);

@@ -12,7 +12,7 @@ use crate::dirs::DataDirArg;
 use crate::json::tidy;
 use anyhow::Context;
 use overlay::admin::pieces::{Assembled, Assembler, PieceHeader, sha256_file};
-use overlay::admin::{DeliveryHeader, listen};
+use overlay::admin::{DeliveryHeader, listen_with_lag};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -40,11 +40,22 @@ pub async fn run(args: ListenArgs) -> anyhow::Result<()> {
     }
     let mut seen = 0u64;
     let mut failure: Option<anyhow::Error> = None;
-    let mut files = Assembler::new(args.out_dir.clone());
+    let files = std::cell::RefCell::new(Assembler::new(args.out_dir.clone()));
     let ready = || eprintln!("listening for deliveries");
+    // Deliveries dropped for this listener may be pieces: the files in progress cannot
+    // complete, so they are dropped and said so.
+    let on_lagged = |missed: u64| {
+        let dropped = files.borrow_mut().drop_all();
+        eprintln!("warning: this listener fell behind: {missed} deliveries were dropped for it");
+        if dropped > 0 {
+            eprintln!("error: {dropped} files in progress lost pieces and were dropped");
+        }
+    };
     let on_delivery = |header: DeliveryHeader, payload: Vec<u8>| {
         let done = match PieceHeader::parse(&payload) {
-            Some((piece, data)) => report_piece(&args, &mut files, &header, &piece, data),
+            Some((piece, data)) => {
+                report_piece(&args, &mut files.borrow_mut(), &header, &piece, data)
+            }
             None => report(&args, &header, &payload).map(|()| true),
         };
         match done {
@@ -57,7 +68,7 @@ pub async fn run(args: ListenArgs) -> anyhow::Result<()> {
         }
         args.count.is_none_or(|n| seen < n)
     };
-    listen(&dir, ready, on_delivery).await?;
+    listen_with_lag(&dir, ready, on_delivery, on_lagged).await?;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -112,15 +123,25 @@ fn report_piece(
         writeln!(stdout, "{}", tidy(line))?;
         stdout.flush()?;
     }
+    let assembled = match files.add(header.root, piece, data) {
+        Ok(done) => done,
+        Err(e) => {
+            // That file is dropped; the others and later deliveries go on.
+            eprintln!(
+                "error: file {:016x} from {}: cannot write a piece ({e}); the file is dropped",
+                piece.file,
+                header.root.short()
+            );
+            return Ok(false);
+        }
+    };
     let Some(Assembled {
         path,
         total,
         pieces,
         file,
         root,
-    }) = files
-        .add(header.root, piece, data)
-        .context("cannot write a piece of a file")?
+    }) = assembled
     else {
         return Ok(false);
     };

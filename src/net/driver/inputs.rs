@@ -102,8 +102,9 @@ impl Driver {
                 behind,
             } => {
                 self.links.connected(peer, conn, dialed);
-                if behind {
-                    debug!(%peer, "the peer holds an older join token: sending ours");
+                // A peer admitted with an older token needs ours; any member may have
+                // missed a rotation between its admission and now (40 bytes).
+                if behind || self.members.is_known_member(&peer) {
                     self.send_token(peer);
                 }
                 self.start_waiting_streams(peer);

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 /// A node's links on a loopback UDP endpoint that accepts connections, and what its
 /// connection tasks report (the driver's inbox).
 fn links_on_loopback(token: &Arc<JoinToken>) -> (Links, mpsc::Receiver<LinkInput>, SocketAddr) {
-    let ring = Arc::new(TokenRing::new((**token).clone(), 0, None));
+    let ring = Arc::new(TokenRing::new((**token).clone(), 0, None, None));
     links_with_ring(ring, MemberView::default())
 }
 
@@ -174,7 +174,7 @@ fn idle_limits_are_the_constants_at_default_periods_and_grow_with_slower_clocks(
 #[tokio::test]
 async fn a_rotated_token_admits_members_behind_and_refuses_strangers_with_the_old_one() {
     let old = JoinToken::generate();
-    let ring = |t: &JoinToken| Arc::new(TokenRing::new(t.clone(), 0, None));
+    let ring = |t: &JoinToken| Arc::new(TokenRing::new(t.clone(), 0, None, None));
     let seed_ring = ring(&old);
     let seed_members = MemberView::default();
     let (mut seed, mut seed_inbox, seed_addr) =
