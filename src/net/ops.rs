@@ -164,6 +164,13 @@ impl Ops {
             Event::ContributionNeeded { op, key, request } => {
                 let value = match self.handlers.get(key) {
                     Some(h) => h(request),
+                    // Asked about a barrier this node has not reached yet (the runner's
+                    // gather came first): no answer now. The node's own `barrier` call
+                    // publishes the key, which answers; else the runner's deadline
+                    // reports it missing, as a barrier should.
+                    None if key.starts_with(crate::proto::collective::BARRIER_KEY_PREFIX) => {
+                        return Handled::Yes;
+                    }
                     None => {
                         debug!(%key, root = %op.root, "no value or handler for a gather; declined");
                         None

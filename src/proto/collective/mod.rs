@@ -33,6 +33,10 @@ mod reduce;
 mod tests;
 
 pub use self::engine::Collectives;
+
+/// What the key a node publishes its arrival at a barrier under starts with (then the
+/// barrier's name). A node asked for such a key before it arrived answers once it does.
+pub const BARRIER_KEY_PREFIX: &str = "barrier:";
 pub use self::reduce::{ReduceFn, Reducers};
 
 use super::id::NodeId;

@@ -6,7 +6,7 @@ use crate::proto::message::{Purpose, UpPart};
 
 /// Key under which a node publishes its arrival at barrier `name`.
 pub(super) fn barrier_key(name: &str) -> String {
-    format!("barrier:{name}")
+    format!("{}{name}", crate::proto::collective::BARRIER_KEY_PREFIX)
 }
 
 pub(super) fn delivery_kind(p: Purpose) -> DeliveryKind {
