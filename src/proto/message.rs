@@ -441,23 +441,6 @@ pub enum Packet {
     Token(TokenUpdate),
 }
 
-/// A rotated join token and its generation. Its `Debug` never shows the secret.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenUpdate {
-    /// The rotation's generation (higher wins).
-    pub generation: u64,
-    /// The token's 32 bytes.
-    pub token: [u8; 32],
-}
-
-impl std::fmt::Debug for TokenUpdate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenUpdate")
-            .field("generation", &self.generation)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Opens a point-to-point transfer (see [`Packet::Bulk`]). The sender is the connection's
 /// authenticated peer, never a field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -508,6 +491,9 @@ impl Packet {
         }
     }
 }
+
+mod token;
+pub use self::token::TokenUpdate;
 
 #[cfg(test)]
 mod tests;

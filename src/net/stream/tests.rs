@@ -1,4 +1,5 @@
 //! Unit tests of the data plane's buffers.
+use super::retention::MAX_KEPT_BYTES;
 use super::*;
 
 fn op(nonce: u64) -> OpId {
