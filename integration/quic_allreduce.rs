@@ -340,12 +340,21 @@ async fn a_member_crashed_mid_reduce_leaves_the_root_an_exact_sum_over_the_named
             continue;
         }
         let (data, report) = r.unwrap_or_else(|e| panic!("node {i}: {e}"));
-        assert!(report.missing.contains(&victim_id), "node {i}: {report:?}");
-        assert!(
-            !report.contributors.contains(&victim_id),
+        // On a loaded machine the crash may come after the victim's part was combined:
+        // then it is rightly named a contributor. Either way it is named exactly once,
+        // and the sum is exact over the contributors named.
+        let contributed = report.contributors.contains(&victim_id);
+        assert_ne!(
+            contributed,
+            report.missing.contains(&victim_id),
             "node {i}: {report:?}"
         );
-        assert_eq!(report.contributors.len(), n - 1, "node {i}: {report:?}");
+        let expected_count = if contributed { n } else { n - 1 };
+        assert_eq!(
+            report.contributors.len(),
+            expected_count,
+            "node {i}: {report:?}"
+        );
         let contributors: Vec<usize> = report.contributors.iter().map(|id| by_index[id]).collect();
         if i == root_at {
             assert!(
