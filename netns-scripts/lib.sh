@@ -115,6 +115,62 @@ read_plan() {
     done <"$file"
 }
 
+# The kernel keeps one ARP table for all namespaces, bounded by gc_thresh3 (1024 entries by
+# default). Every node resolves its gateway and the members of its cluster it talks to: 120
+# nodes in clusters of 30 need about 3,700 entries. Past the bound the kernel logs
+# "neighbor table overflow" and a node's sends fail (UDP SndbufErrors): to the node, a seed
+# that never answers. NEIGH_SAVED keeps the host's values from before any testbed raised
+# them, for down to put back.
+NEIGH_SAVED=/run/overlay-netns/neigh-thresholds
+NEIGH_KEYS=(gc_thresh1 gc_thresh2 gc_thresh3)
+
+# raise_neigh_limits: makes room in the ARP table for the plan read by read_plan (never
+# lowers a limit the host already has).
+raise_neigh_limits() {
+    local biggest=0 i need k cur want changed=()
+    for i in "${!CLUSTER_NODES[@]}"; do
+        ((CLUSTER_NODES[i] > biggest)) && biggest=${CLUSTER_NODES[i]}
+    done
+    # Every node: its cluster and the gateway; the router: every node; and slack.
+    need=$((NODE_COUNT * (biggest + 2) + 256))
+    # Enough room already (the default 1024 holds about 40 nodes): touch nothing.
+    (($(cat /proc/sys/net/ipv4/neigh/default/gc_thresh3) >= 2 * need)) && return 0
+    mkdir -p "$(dirname "$NEIGH_SAVED")"
+    if [[ ! -s $NEIGH_SAVED ]]; then
+        for k in "${NEIGH_KEYS[@]}"; do
+            echo "$k $(cat "/proc/sys/net/ipv4/neigh/default/$k")"
+        done >"$NEIGH_SAVED"
+    fi
+    for i in 0 1 2; do
+        k=${NEIGH_KEYS[i]}
+        want=$((need << i)) # GC starts at need, is eager at 2x, hard limit 4x
+        cur=$(cat "/proc/sys/net/ipv4/neigh/default/$k")
+        if ((cur < want)); then
+            echo "$want" >"/proc/sys/net/ipv4/neigh/default/$k"
+            changed+=("$k $cur -> $want")
+        fi
+    done
+    if ((${#changed[@]})); then
+        info "raised the host's ARP table limits for $NODE_COUNT nodes (${changed[*]}); down puts them back"
+    fi
+}
+
+# restore_neigh_limits: puts back the values saved by raise_neigh_limits once no testbed
+# is up any more (any namespace called *-router is a testbed's).
+restore_neigh_limits() {
+    local k v
+    [[ -s $NEIGH_SAVED ]] || return 0
+    if ip netns list 2>/dev/null | awk '{ print $1 }' | grep -q -- '-router$'; then
+        return 0
+    fi
+    while read -r k v; do
+        case $k in gc_thresh1 | gc_thresh2 | gc_thresh3) ;; *) continue ;; esac
+        [[ $v =~ ^[0-9]+$ ]] && echo "$v" >"/proc/sys/net/ipv4/neigh/default/$k"
+    done <"$NEIGH_SAVED"
+    rm -f "$NEIGH_SAVED"
+    info "put the host's ARP table limits back"
+}
+
 # cluster_index NAME: prints the index of cluster NAME, or dies naming the clusters.
 cluster_index() {
     local i

@@ -28,7 +28,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 mod disseminate;
+mod health;
 mod probe;
+
+pub use health::MAX_LOCAL_HEALTH;
 
 /// Timing and fan-out of the membership protocol.
 #[derive(Clone, Debug)]
@@ -170,6 +173,8 @@ pub struct Gossip {
     /// The member we sent our join to, until it answers.
     joining: Option<NodeId>,
     left: bool,
+    /// Local health score (see `health`): 0 healthy, up to [`MAX_LOCAL_HEALTH`].
+    health: u32,
     transmits: VecDeque<GossipTransmit>,
     events: VecDeque<GossipEvent>,
 }
@@ -208,6 +213,7 @@ impl Gossip {
             timers: BinaryHeap::new(),
             joining: None,
             left: false,
+            health: 0,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
         };

@@ -57,6 +57,8 @@ impl Gossip {
         if r.id == self.me.id {
             // Gossip says we are suspect or dead: refute with a higher incarnation.
             if r.state != Liveness::Alive && r.incarnation >= self.me.incarnation && !self.left {
+                // Others could not hear from us in time: we may be the slow one.
+                self.health_worse();
                 self.me.incarnation = r.incarnation + 1; // below u64::MAX: checked above
                 self.announce_me();
             }
@@ -100,7 +102,8 @@ impl Gossip {
                 self.events.push_back(GossipEvent::Suspect(r.id));
                 let n = self.members.len() as f64 + 1.0;
                 let factor = (n.log10()).max(1.0);
-                let timeout = self.config.suspicion_timeout.mul_f64(factor);
+                // A slow observer gives the suspect longer: the missing ack may be ours.
+                let timeout = self.stretched(self.config.suspicion_timeout.mul_f64(factor));
                 self.arm(now + timeout, Timer::Suspicion(r.id, r.incarnation));
             }
             Liveness::Dead | Liveness::Left => {

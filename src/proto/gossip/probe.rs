@@ -11,7 +11,7 @@ impl Gossip {
         match timer {
             Timer::ProbeTick => {
                 self.start_probe(now);
-                let next = now + self.config.probe_interval;
+                let next = now + self.stretched(self.config.probe_interval);
                 self.arm(next, Timer::ProbeTick);
             }
             Timer::ProbeTimeout(seq) => {
@@ -36,7 +36,12 @@ impl Gossip {
                     return;
                 };
                 self.probe = None;
-                if !p.acked {
+                if p.acked {
+                    self.health_better();
+                } else {
+                    // Not evidence against us: the member may be dead or cut off (a side
+                    // of a partition misses every probe across it). Lifeguard tells the
+                    // two apart by nacks from the helpers, which this protocol lacks.
                     self.handle_unreachable(now, p.target);
                 }
             }
@@ -108,9 +113,10 @@ impl Gossip {
             });
             let updates = self.piggyback();
             self.send(target, GossipMessage::Probe { seq, updates });
-            self.arm(now + self.config.probe_timeout, Timer::ProbeTimeout(seq));
+            let timeout = self.stretched(self.config.probe_timeout);
+            self.arm(now + timeout, Timer::ProbeTimeout(seq));
             // Just short of the next tick, so a period's verdict precedes the next probe.
-            let deadline = now + self.config.probe_interval.mul_f64(0.95);
+            let deadline = now + self.stretched(self.config.probe_interval).mul_f64(0.95);
             self.arm(deadline, Timer::ProbeDeadline(seq));
             return;
         }

@@ -15,6 +15,8 @@ struct Net {
     drop_direct_probes_to: Option<usize>,
     /// Messages between nodes below and at or above this index are dropped.
     cut: Option<usize>,
+    /// Messages to this node arrive this much later (a starved node reads its inbox late).
+    slow: Option<(usize, Duration)>,
     /// Sends so far of full record sets (`Sync`) and of digests.
     syncs: usize,
     digests: usize,
@@ -48,6 +50,7 @@ impl Net {
             events: vec![Vec::new(); n],
             drop_direct_probes_to: None,
             cut: None,
+            slow: None,
             syncs: 0,
             digests: 0,
         }
@@ -78,7 +81,11 @@ impl Net {
             {
                 continue;
             }
-            self.in_flight.push((self.now + self.delay, i, to, t.msg));
+            let late = (self.slow)
+                .filter(|&(k, _)| k == to)
+                .map_or(Duration::ZERO, |(_, d)| d);
+            self.in_flight
+                .push((self.now + self.delay + late, i, to, t.msg));
         }
         while let Some(e) = self.nodes[i].poll_event() {
             self.events[i].push(e);
@@ -180,6 +187,33 @@ fn lost_direct_probes_do_not_kill_a_member_that_answers_indirectly() {
     for i in (0..6).filter(|&i| i != 2) {
         assert_eq!(net.state_of(i, 2), Some(Liveness::Alive), "node {i}");
     }
+}
+
+#[test]
+fn a_starved_node_slows_its_own_probing_instead_of_accusing_healthy_members() {
+    let mut net = Net::new(6);
+    net.join_all();
+    let healthy: Vec<NodeId> = (0..6).filter(|&i| i != 4).map(|i| net.id(i)).collect();
+    let accusations = |net: &Net| {
+        net.events[4]
+            .iter()
+            .filter(|e| matches!(e, GossipEvent::Suspect(id) if healthy.contains(id)))
+            .count()
+    };
+    let before = accusations(&net);
+    net.slow = Some((4, Duration::from_millis(1500)));
+    net.run_for(Duration::from_secs(60));
+    let during = accusations(&net) - before;
+    // Unstretched, every one-second period would end before its ack: 60 accusations.
+    assert!(during <= 25, "{during} suspicions of healthy members");
+    assert!(
+        net.nodes[0].local_health() <= 1,
+        "healthy nodes stay (about) healthy"
+    );
+    net.slow = None;
+    net.run_for(Duration::from_secs(60));
+    assert_eq!(net.nodes[4].local_health(), 0, "recovered");
+    assert!(MAX_LOCAL_HEALTH >= net.nodes[4].local_health());
 }
 
 #[test]
