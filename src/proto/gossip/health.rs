@@ -8,10 +8,12 @@
 //! from us in time: we may be the slow one), and falls with every probe of ours answered
 //! in time. A probe period that ends without an ack does not raise it here: the member
 //! may be dead or cut off, and a side of a partition would count every probe across it
-//! (Lifeguard tells the cases apart with nacks from the indirect probers; not built). Probe timeouts, probe periods and the time a suspect is given to
-//! refute are all stretched by `1 + score`, so a struggling node probes less, waits
-//! longer, and accuses nobody on the strength of its own slowness. A healthy node (score
-//! 0) keeps the configured timings.
+//! (Lifeguard tells the cases apart with nacks from the indirect probers; not built).
+//!
+//! Probe timeouts, probe periods and the time a suspect is given to refute are all
+//! stretched by `1 + score`, so a struggling node probes less, waits longer, and accuses
+//! nobody on the strength of its own slowness. A healthy node (score 0) keeps the
+//! configured timings.
 
 use super::Gossip;
 use std::time::Duration;
