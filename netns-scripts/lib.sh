@@ -133,7 +133,7 @@ raise_neigh_limits() {
     done
     # Every node: its cluster and the gateway; the router: every node; and slack.
     need=$((NODE_COUNT * (biggest + 2) + 256))
-    # Enough room already (the default 1024 holds the 12 nodes of the netns test): touch nothing.
+    # Enough room already (the default 1024 holds the 12-node netns test): touch nothing.
     (($(cat /proc/sys/net/ipv4/neigh/default/gc_thresh3) >= 2 * need)) && return 0
     mkdir -p "$(dirname "$NEIGH_SAVED")"
     if [[ ! -s $NEIGH_SAVED ]]; then
