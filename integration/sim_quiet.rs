@@ -88,3 +88,41 @@ fn steady_control_traffic_with_membership_stays_small_on_phoenix_168() {
     // before triggered updates); the bound at a thousand nodes is 5,000.
     assert!(steady < 3_000.0, "{steady:.0} B/node/s steady");
 }
+
+#[test]
+fn peers_whose_rtt_holds_still_are_probed_less_and_the_trees_stay_put() {
+    // The same settled overlay, probing every candidate every round and backing off.
+    let mut probe_bytes = Vec::new();
+    for backoff in [1, overlay::proto::Config::wan().probe_backoff] {
+        let mut cfg = SimConfig {
+            seed: 3,
+            ..SimConfig::default()
+        };
+        cfg.core.probe_backoff = backoff;
+        let mut sim = Sim::new(&topology("das-4"), cfg);
+        assert!(
+            sim.run_until_converged(Duration::from_secs(60)).is_some(),
+            "backoff {backoff}: not converged\n{}",
+            sim.explain(3)
+        );
+        // Long enough for every estimate to have held still for `steady_samples` rounds.
+        sim.run_for(Duration::from_secs(30));
+        let changes = sim.report().parent_changes;
+        let before = sim.traffic().clone();
+        sim.run_for(Duration::from_secs(30));
+        let (bytes, _) = sent(sim.traffic(), &before, "ping");
+        eprintln!(
+            "das-4, probe backoff {backoff}: {bytes} B of pings in 30 s of a settled overlay"
+        );
+        assert_eq!(
+            sim.report().parent_changes,
+            changes,
+            "backoff {backoff}: parents moved in a settled overlay"
+        );
+        probe_bytes.push(bytes);
+    }
+    assert!(
+        probe_bytes[1] * 10 < probe_bytes[0] * 8,
+        "backing off saved too little: {probe_bytes:?} B of pings"
+    );
+}

@@ -21,6 +21,12 @@ pub struct Config {
     pub serial_refresh: Duration,
     /// Adverts to candidates are batched: changed tree state is flushed at most this often.
     pub advert_interval: Duration,
+    /// Drift (a connected tree whose dist moved by at most a twentieth plus 250 µs: a hop
+    /// re-measured, a parent moved inside its cluster) is advertised at most this often,
+    /// or with the next flush of a real change. A node has a few dozen candidates, so a
+    /// dist change of one tree sent at once costs that many messages; batched, one
+    /// message per candidate carries the drift of many trees.
+    pub advert_drift_interval: Duration,
     /// Bytes per second a node may spend on adverts (changes and full adverts) on
     /// average, with bursts of up to one second's worth. Beyond it the next flush waits,
     /// and changes of one tree in the meantime go out as one entry: while a thousand trees
@@ -43,6 +49,14 @@ pub struct Config {
     pub explorer_sample: usize,
     /// How often each watched peer is probed for RTT (jittered by up to a quarter).
     pub probe_interval: Duration,
+    /// A watched peer whose RTT estimate has held still for `steady_samples` samples (it
+    /// moved by at most a twentieth plus 50 µs) is probed only every this many rounds;
+    /// parents are probed every round, and a peer whose estimate moves is probed every
+    /// round again at once. 1 probes everyone every round. Probes and their answers are
+    /// most of what an idle node sends, and every packet costs a wake-up.
+    pub probe_backoff: u32,
+    /// See `probe_backoff`.
+    pub steady_samples: u32,
     /// The shortcut rule: a switch that shortens dist by more than this is taken even if the
     /// new parent is farther; and a switch under rules (1)-(4) may not lengthen dist by more.
     pub shortcut_threshold: Duration,
@@ -66,7 +80,9 @@ pub struct Config {
     pub rtt_window: usize,
     /// A root answers serial requests at most this often.
     pub serial_request_gap: Duration,
-    /// A peer that has not probed us for this long stops receiving our adverts.
+    /// A peer that has not probed us for this long stops receiving our adverts. It must
+    /// exceed the longest gap between two probes of a backed-off peer
+    /// (`probe_backoff` + 1 rounds, a round being up to 1.25 `probe_interval`).
     pub inbound_expiry: Duration,
     /// Collective operations spread inside this node's cluster by a planned schedule
     /// instead of along the tree (zero: never). The cluster is the level-1 group cluster
@@ -107,11 +123,14 @@ impl Config {
             serial_period: Duration::from_secs(1),
             serial_refresh: Duration::from_secs(60),
             advert_interval: Duration::from_millis(50),
+            advert_drift_interval: Duration::from_secs(2),
             advert_budget: 256 * 1024,
             full_advert_every: 60,
             refresh_entries_per_s: 2,
             explorer_sample: 16,
             probe_interval: Duration::from_secs(1),
+            probe_backoff: 3,
+            steady_samples: 20,
             shortcut_threshold: Duration::from_millis(10),
             max_near: 16,
             explorers: 4,
@@ -121,7 +140,7 @@ impl Config {
             sweep_rounds: 8,
             rtt_window: 64,
             serial_request_gap: Duration::from_millis(20),
-            inbound_expiry: Duration::from_secs(5),
+            inbound_expiry: Duration::from_secs(10),
             cluster_rtt: Duration::from_millis(2),
             send_cost: Duration::from_micros(30),
             descendants_first: true,
@@ -139,9 +158,10 @@ impl Config {
         Config {
             serial_period: Duration::from_millis(500),
             advert_interval: Duration::from_millis(20),
+            advert_drift_interval: Duration::from_secs(1),
             probe_interval: Duration::from_millis(500),
             explore_rotate: Duration::from_secs(1),
-            inbound_expiry: Duration::from_secs(3),
+            inbound_expiry: Duration::from_secs(5),
             cluster_sync: Duration::from_secs(1),
             ..Self::wan()
         }
@@ -160,6 +180,7 @@ impl Config {
         self.serial_period *= k;
         self.serial_refresh *= k;
         self.advert_interval *= k;
+        self.advert_drift_interval *= k;
         self.probe_interval *= k;
         self.explore_rotate *= k;
         self.serial_request_gap *= k;

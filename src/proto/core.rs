@@ -243,8 +243,20 @@ impl Core {
         }
         self.out.flush_outbox();
         if self.adverts.pending() || self.asks.has_batched() || self.discovery.table.has_news() {
-            self.schedule
-                .set_if_idle(Timer::AdvertFlush, self.now + self.config.advert_interval);
+            // Sooner than a flush armed for drift alone (not sooner than one armed to wait
+            // for the advert budget).
+            let at = self.now + self.config.advert_interval;
+            if std::mem::take(&mut self.adverts.flush_for_drift) {
+                self.schedule.set(Timer::AdvertFlush, at);
+            } else {
+                self.schedule.set_if_idle(Timer::AdvertFlush, at);
+            }
+        } else if let Some(at) = self.adverts.drift_due(self.config.advert_drift_interval)
+            && !self.schedule.is_armed(Timer::AdvertFlush)
+        {
+            let at = at.max(self.now + self.config.advert_interval);
+            self.schedule.set(Timer::AdvertFlush, at);
+            self.adverts.flush_for_drift = true;
         }
     }
 

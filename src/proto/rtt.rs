@@ -2,6 +2,18 @@
 //!
 //! Queueing only ever adds delay, so the minimum of recent samples is a robust estimate of
 //! the path's propagation delay; the window lets it follow real route changes.
+//!
+//! The estimate the protocol sees follows the minimum down at once, but up only once the
+//! minimum has risen past a band above it (a fiftieth plus 20 µs, [`band_us`]). A min
+//! filter creeps up by a few microseconds each time its oldest minimum leaves the window;
+//! passed on, that creep changed a node's distance in every tree through the peer, and
+//! each change went out in adverts and pushes (most of what a settled node sent). A lower
+//! sample is a better view of the path and is taken whatever its size: a first sample
+//! inflated by load must not stay. Every node still advertises exactly the distances it
+//! uses, so near ties are broken the same way by everyone.
+//!
+//! The estimator also counts how long its estimate has held still
+//! ([`RttEstimator::steady`]): such a peer is probed less often (`Config::probe_backoff`).
 
 use std::collections::VecDeque;
 
@@ -10,8 +22,18 @@ use std::collections::VecDeque;
 pub struct RttEstimator {
     samples: VecDeque<u32>,
     hint_us: Option<u32>,
-    /// The minimum of `samples` (kept up to date by `push`; read on every tree judgement).
+    /// The minimum of `samples` (kept up to date by `push`).
     min_us: Option<u32>,
+    /// The estimate the protocol sees: `min_us` when it last left the band around it.
+    shown_us: Option<u32>,
+    /// Samples pushed since `shown_us` last changed.
+    steady: u32,
+}
+
+/// How far the minimum may rise above the estimate shown before the estimate follows: a
+/// fiftieth plus 20 µs.
+pub fn band_us(estimate_us: u32) -> u32 {
+    estimate_us / 50 + 20
 }
 
 impl RttEstimator {
@@ -29,6 +51,23 @@ impl RttEstimator {
             (Some(m), _) => Some(m.min(rtt_us)),
             (None, _) => Some(rtt_us),
         };
+        let min = self.min_us.unwrap_or(rtt_us);
+        match self.shown_us {
+            Some(s) if min >= s && min - s <= band_us(s) => {
+                self.steady = self.steady.saturating_add(1)
+            }
+            _ => {
+                self.shown_us = Some(min);
+                self.steady = 0;
+            }
+        }
+    }
+
+    /// Samples pushed since the estimate last moved: a peer whose estimate holds still
+    /// needs fewer probes. Samples above the estimate count: queueing does not move a min
+    /// filter.
+    pub fn steady(&self) -> u32 {
+        self.steady
     }
 
     /// Records a sample taken while the path may be queued behind this node's own bulk
@@ -55,9 +94,10 @@ impl RttEstimator {
         !self.samples.is_empty()
     }
 
-    /// The current estimate: min of the window, else the peer's hint.
+    /// The current estimate: min of the window as last shown (see [`band_us`]), else the
+    /// peer's hint.
     pub fn rtt_us(&self) -> Option<u32> {
-        self.min_us.or(self.hint_us)
+        self.shown_us.or(self.hint_us)
     }
 
     /// One-way latency estimate (RTT / 2), at least 1 µs so every tree hop has positive
@@ -116,5 +156,49 @@ mod tests {
         let mut fresh = RttEstimator::default();
         fresh.push_loaded(60_000, 8);
         assert_eq!(fresh.rtt_us(), Some(60_000), "a first sample beats none");
+    }
+
+    #[test]
+    fn the_estimate_follows_the_minimum_down_at_once_and_up_only_past_its_band() {
+        let mut e = RttEstimator::default();
+        for s in [10_000, 10_150, 30_000] {
+            e.push(s, 64);
+        }
+        assert_eq!(e.steady(), 2, "queueing spikes leave it still");
+        e.push(9_900, 64);
+        assert_eq!(e.rtt_us(), Some(9_900), "any lower sample is taken");
+        assert_eq!(e.steady(), 0);
+        e.push(9_900, 64);
+        assert_eq!(e.steady(), 1);
+        // The minimum creeping up as old samples leave the window: held inside the band.
+        let mut c = RttEstimator::default();
+        for s in [10_000, 10_100, 10_200] {
+            c.push(s, 1);
+        }
+        assert_eq!(
+            c.rtt_us(),
+            Some(10_000),
+            "200 µs is inside 10 ms's band (220 µs)"
+        );
+        c.push(10_300, 1);
+        assert_eq!(c.rtt_us(), Some(10_300), "300 µs is a change");
+        // The window moving on to higher samples is a change too.
+        let mut w = RttEstimator::default();
+        for _ in 0..4 {
+            w.push(1_000, 4);
+        }
+        for _ in 0..4 {
+            w.push(2_000, 4);
+        }
+        assert_eq!(w.rtt_us(), Some(2_000));
+        assert_eq!(w.steady(), 0);
+        // Inside a cluster the band is mostly the 20 µs.
+        let mut lan = RttEstimator::default();
+        for s in [100, 115, 120] {
+            lan.push(s, 1);
+        }
+        assert_eq!(lan.rtt_us(), Some(100));
+        lan.push(125, 1);
+        assert_eq!(lan.rtt_us(), Some(125));
     }
 }

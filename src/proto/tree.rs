@@ -145,6 +145,19 @@ impl TreeState {
         self.differs_from(self.pushed)
     }
 
+    /// Whether the change [`Self::advert_due`] found is only drift: still connected, the
+    /// dist moved by at most a twentieth plus 250 µs (a re-measured hop, a parent moved
+    /// inside its cluster). Candidates may learn of drift later (see
+    /// `Config::advert_drift_interval`): no choice between two routes into a cluster turns
+    /// on it, and each change of one tree costs a message to every candidate.
+    pub fn advert_is_drift(&self) -> bool {
+        let (d, c) = self.advertised;
+        c == self.connected
+            && d != INFINITE
+            && self.dist_us != INFINITE
+            && d.abs_diff(self.dist_us) <= d / 20 + 250
+    }
+
     fn differs_from(&self, (d, c): (u32, bool)) -> bool {
         if c != self.connected {
             return true;

@@ -20,6 +20,13 @@ use std::time::Duration;
 pub(super) struct Adverts {
     /// Roots whose advertised state is due to go out with the next flush.
     dirty: RootSet,
+    /// Roots whose advertised state drifted only: they go out with the next flush of
+    /// `dirty` or once `Config::advert_drift_interval` has passed since `drift_sent`.
+    drifting: RootSet,
+    /// When drift last went out.
+    drift_sent: Time,
+    /// Whether the armed flush waits for drift alone (a real change may bring it forward).
+    pub(super) flush_for_drift: bool,
     /// Peers owed a full advert (new candidates, resyncs, periodic refresh).
     owed_full: BTreeSet<NodeId>,
     /// Peers owed our state in the trees of the roots nearest us (new inbound probers:
@@ -36,6 +43,9 @@ impl Adverts {
     pub(super) fn new(budget: f64, now: Time) -> Self {
         Adverts {
             dirty: RootSet::default(),
+            drifting: RootSet::default(),
+            drift_sent: now,
+            flush_for_drift: false,
             owed_full: BTreeSet::new(),
             owed_sample: BTreeSet::new(),
             tokens: budget,
@@ -43,9 +53,20 @@ impl Adverts {
         }
     }
 
-    /// Our state in tree `ri` is due to be advertised.
-    pub(super) fn mark(&mut self, ri: RootIdx) {
-        self.dirty.insert(ri);
+    /// Our state in tree `ri` is due to be advertised: with the next flush, or, if it
+    /// only `drift`ed, within the drift interval.
+    pub(super) fn mark(&mut self, ri: RootIdx, drift: bool) {
+        if drift && !self.dirty.contains(ri) {
+            self.drifting.insert(ri);
+        } else {
+            self.drifting.remove(ri);
+            self.dirty.insert(ri);
+        }
+    }
+
+    /// When the next flush is due for drift alone, if any is waiting.
+    pub(super) fn drift_due(&self, interval: Duration) -> Option<Time> {
+        (!self.drifting.is_empty()).then(|| self.drift_sent + interval)
     }
 
     /// `peer` is owed our full state with the next flush.
@@ -58,7 +79,7 @@ impl Adverts {
         self.owed_sample.insert(peer);
     }
 
-    /// Whether the next flush has adverts to send.
+    /// Whether the next flush has adverts to send at once (drift aside).
     pub(super) fn pending(&self) -> bool {
         !self.dirty.is_empty() || !self.owed_full.is_empty() || !self.owed_sample.is_empty()
     }
@@ -72,6 +93,7 @@ impl Adverts {
     /// Forgets tree `ri` (its root went away).
     pub(super) fn forget_root(&mut self, ri: RootIdx) {
         self.dirty.remove(ri);
+        self.drifting.remove(ri);
     }
 
     /// Tops the budget up at `rate` bytes per second (at most one second's worth): how long
@@ -87,6 +109,7 @@ impl Adverts {
 impl Core {
     /// Sends the batched requests and queries, and the adverts of changed trees (full adverts where owed), within the advert budget.
     pub(super) fn on_flush(&mut self) {
+        self.adverts.flush_for_drift = false;
         let (asks, queries) = self.asks.take_batched();
         for (peer, roots) in asks {
             self.send(peer, Message::AdvertRequest { roots });
@@ -108,7 +131,15 @@ impl Core {
         }
         let mut spent = 0usize;
         let mut entries = Vec::with_capacity(self.adverts.dirty.len());
-        for ri in self.adverts.dirty.take() {
+        let mut due = self.adverts.dirty.take();
+        // Drift rides along with real changes, or goes out on its own once per interval.
+        let drift_at = self.adverts.drift_due(self.config.advert_drift_interval);
+        if drift_at.is_some_and(|at| !due.is_empty() || at <= self.now) {
+            due.extend(self.adverts.drifting.take());
+            due.sort_unstable();
+            self.adverts.drift_sent = self.now;
+        }
+        for ri in due {
             if let Some(t) = self.trees.get_mut(ri) {
                 t.advertised = (t.dist_us, t.connected);
                 entries.push(entry_of(t));

@@ -24,6 +24,9 @@ pub(super) struct Probing {
     queue: VecDeque<(NodeId, bool)>,
     /// The gap between two probes of the current round.
     gap: Duration,
+    /// Probe rounds so far: a backed-off peer is probed in the rounds where this, plus a
+    /// phase of its own, is a multiple of `Config::probe_backoff`.
+    round: u64,
     /// Whether this node is moving bulk data, and until when samples still count as
     /// taken under load after it stopped (see [`crate::proto::Input::BulkTransfer`]).
     bulk: bool,
@@ -153,7 +156,20 @@ impl Core {
     /// than they are (that bias alone kept parents inside a cluster changing).
     pub(super) fn on_probe_round(&mut self) {
         self.refill();
-        let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().collect();
+        self.probing.round += 1;
+        let backoff = u64::from(self.config.probe_backoff.max(1));
+        let round = self.probing.round;
+        let steady = self.config.steady_samples;
+        let nbrs = &self.nbrs;
+        // Watched peers whose estimate has held still are probed every `backoff` rounds,
+        // each in a phase of its own so the probes stay spread over the rounds. Parents
+        // (added below) are probed every round: their latency is in our every distance.
+        let due = |p: &NodeId| {
+            let phase = u64::from(p.0[15]);
+            nbrs.get(p).is_none_or(|e| e.steady() < steady)
+                || (round + phase).is_multiple_of(backoff)
+        };
+        let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().filter(|p| due(p)).collect();
         let parents = self.trees.parents();
         targets.extend(parents.iter().copied());
         let mut targets: Vec<NodeId> = targets.into_iter().collect();

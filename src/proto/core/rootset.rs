@@ -39,6 +39,11 @@ impl RootSet {
         was
     }
 
+    /// Whether `ri` is in the set.
+    pub(super) fn contains(&self, ri: RootIdx) -> bool {
+        (self.words.get(ri / 64)).is_some_and(|w| w & (1u64 << (ri % 64)) != 0)
+    }
+
     /// Whether the set is empty.
     pub(super) fn is_empty(&self) -> bool {
         self.len == 0
@@ -88,6 +93,7 @@ mod tests {
                 }
                 _ => assert_eq!(set.insert(ri), model.insert(ri)),
             }
+            assert_eq!(set.contains(ri), model.contains(&ri));
             assert_eq!(set.len(), model.len());
             assert_eq!(set.is_empty(), model.is_empty());
         }

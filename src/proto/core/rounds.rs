@@ -57,6 +57,11 @@ impl Schedule {
         self.timers.set_if_idle(timer, at);
     }
 
+    /// Whether `timer` is armed.
+    pub(super) fn is_armed(&self, timer: Timer) -> bool {
+        self.timers.is_armed(timer)
+    }
+
     /// The earliest deadline.
     pub(super) fn next_deadline(&self) -> Option<Time> {
         self.timers.next_deadline()

@@ -293,3 +293,25 @@ fn advert_due_ignores_jitter_but_not_connectivity() {
     t.connected = false;
     assert!(t.advert_due());
 }
+
+#[test]
+fn small_moves_of_a_connected_tree_are_drift_new_routes_and_connectivity_are_not() {
+    let mut t = attached(30 * MS, 30 * MS);
+    t.advertised = (30 * MS, true);
+    t.dist_us = 30 * MS + 1_700; // a twentieth of 30 ms plus 250 µs is 1.75 ms
+    assert!(t.advert_due() && t.advert_is_drift());
+    t.dist_us = 30 * MS - 1_700;
+    assert!(t.advert_is_drift());
+    t.dist_us = 30 * MS + 1_800;
+    assert!(
+        !t.advert_is_drift(),
+        "a route 1.8 ms longer goes out at once"
+    );
+    t.dist_us = 30 * MS;
+    t.connected = false;
+    assert!(!t.advert_is_drift(), "losing the path is never drift");
+    let mut near = attached(100, 100);
+    near.advertised = (100, true);
+    near.dist_us = 340; // a parent moved inside the cluster
+    assert!(near.advert_due() && near.advert_is_drift());
+}
