@@ -3,8 +3,9 @@
 //! Queueing only ever adds delay, so the minimum of recent samples is a robust estimate of
 //! the path's propagation delay; the window lets it follow real route changes.
 //!
-//! The estimate the protocol sees follows the minimum down at once, but up only once the
-//! minimum has risen past a band above it (a fiftieth plus 20 µs, [`band_us`]). A min
+//! With [`RttEstimator::set_hold`] (`Config::rtt_hold`, off by default), the estimate the
+//! protocol sees follows the minimum down at once, but up only once the minimum has risen
+//! past a band above it (a fiftieth plus 20 µs, [`band_us`]). A min
 //! filter creeps up by a few microseconds each time its oldest minimum leaves the window;
 //! passed on, that creep changed a node's distance in every tree through the peer, and
 //! each change went out in adverts and pushes (most of what a settled node sent). A lower
@@ -28,6 +29,8 @@ pub struct RttEstimator {
     shown_us: Option<u32>,
     /// Samples pushed since `shown_us` last changed.
     steady: u32,
+    /// Whether `shown_us` holds still while the minimum creeps up inside its band.
+    hold: bool,
 }
 
 /// How far the minimum may rise above the estimate shown before the estimate follows: a
@@ -53,7 +56,7 @@ impl RttEstimator {
         };
         let min = self.min_us.unwrap_or(rtt_us);
         match self.shown_us {
-            Some(s) if min >= s && min - s <= band_us(s) => {
+            Some(s) if min == s || (self.hold && min > s && min - s <= band_us(s)) => {
                 self.steady = self.steady.saturating_add(1)
             }
             _ => {
@@ -61,6 +64,12 @@ impl RttEstimator {
                 self.steady = 0;
             }
         }
+    }
+
+    /// Whether the estimate holds still while the minimum creeps up inside its band
+    /// ([`band_us`]); without, it is the minimum itself.
+    pub fn set_hold(&mut self, hold: bool) {
+        self.hold = hold;
     }
 
     /// Samples pushed since the estimate last moved: a peer whose estimate holds still
@@ -161,6 +170,7 @@ mod tests {
     #[test]
     fn the_estimate_follows_the_minimum_down_at_once_and_up_only_past_its_band() {
         let mut e = RttEstimator::default();
+        e.set_hold(true);
         for s in [10_000, 10_150, 30_000] {
             e.push(s, 64);
         }
@@ -172,9 +182,18 @@ mod tests {
         assert_eq!(e.steady(), 1);
         // The minimum creeping up as old samples leave the window: held inside the band.
         let mut c = RttEstimator::default();
+        let mut exact = RttEstimator::default();
+        c.set_hold(true);
         for s in [10_000, 10_100, 10_200] {
             c.push(s, 1);
+            exact.push(s, 1);
         }
+        assert_eq!(
+            exact.rtt_us(),
+            Some(10_200),
+            "without hold, the minimum itself"
+        );
+        assert_eq!(exact.steady(), 0);
         assert_eq!(
             c.rtt_us(),
             Some(10_000),
@@ -194,6 +213,7 @@ mod tests {
         assert_eq!(w.steady(), 0);
         // Inside a cluster the band is mostly the 20 µs.
         let mut lan = RttEstimator::default();
+        lan.set_hold(true);
         for s in [100, 115, 120] {
             lan.push(s, 1);
         }

@@ -47,8 +47,10 @@ impl Neighbours {
         rtt_us: u32,
         window: usize,
         loaded: bool,
+        hold: bool,
     ) -> (bool, usize) {
         let e = self.rtt.entry(peer).or_default();
+        e.set_hold(hold);
         let before = e.rtt_us();
         if loaded {
             e.push_loaded(rtt_us, window);

@@ -286,7 +286,8 @@ impl Core {
         let t = self.trees.live_mut(ri);
         let e = entry_of(t);
         if t.advert_due() {
-            self.adverts.mark(ri, t.advert_is_drift());
+            let drift = !self.config.advert_drift_interval.is_zero() && t.advert_is_drift();
+            self.adverts.mark(ri, drift);
         }
         if serial_advanced || t.push_due() {
             t.pushed = (t.dist_us, t.connected);

@@ -63,9 +63,13 @@ impl Core {
     /// Adds one RTT sample of `peer` and reacts if its estimate changed.
     pub(super) fn add_rtt_sample(&mut self, peer: NodeId, rtt_us: u32) {
         let loaded = self.probing.loaded(self.now);
-        let (changed, samples) =
-            self.nbrs
-                .push_sample(peer, rtt_us, self.config.rtt_window, loaded);
+        let (changed, samples) = self.nbrs.push_sample(
+            peer,
+            rtt_us,
+            self.config.rtt_window,
+            loaded,
+            self.config.rtt_hold,
+        );
         // Enough samples to move to it is a change too (see `judge_sampled`).
         if changed || samples == MIN_SAMPLES_TO_MOVE {
             self.on_rtt_changed(peer);
