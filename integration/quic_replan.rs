@@ -61,8 +61,10 @@ async fn after_a_link_slows_down_the_next_large_broadcast_is_planned_around_it()
         if seen.is_some_and(|m| m < now_mbit * 1.5) {
             break changed.elapsed();
         }
+        // Alone this takes about a minute; a clean-clone CI run, with the other tests
+        // loading both cores, once went past 150 s.
         assert!(
-            changed.elapsed() < Duration::from_secs(150),
+            changed.elapsed() < Duration::from_secs(240),
             "after {:?} the root still holds VU -> UvA at {seen:?} Mbit/s",
             changed.elapsed()
         );
