@@ -57,7 +57,6 @@ use super::membership::{MemberState, MemberTable};
 use super::message::Message;
 use super::rng::SplitMix64;
 use super::time::Time;
-use super::timers::Timer;
 use super::{Command, Event, Input, Transmit, TreeView};
 use std::time::Duration;
 
@@ -242,22 +241,7 @@ impl Core {
             self.with_collectives(|c, v| c.handle_timeout(now, v));
         }
         self.out.flush_outbox();
-        if self.adverts.pending() || self.asks.has_batched() || self.discovery.table.has_news() {
-            // Sooner than a flush armed for drift alone (not sooner than one armed to wait
-            // for the advert budget).
-            let at = self.now + self.config.advert_interval;
-            if std::mem::take(&mut self.adverts.flush_for_drift) {
-                self.schedule.set(Timer::AdvertFlush, at);
-            } else {
-                self.schedule.set_if_idle(Timer::AdvertFlush, at);
-            }
-        } else if let Some(at) = self.adverts.drift_due(self.config.advert_drift_interval)
-            && !self.schedule.is_armed(Timer::AdvertFlush)
-        {
-            let at = at.max(self.now + self.config.advert_interval);
-            self.schedule.set(Timer::AdvertFlush, at);
-            self.adverts.flush_for_drift = true;
-        }
+        self.arm_flush();
     }
 
     /// Next message to send, if any. The sends of an operation across the wide area come

@@ -26,7 +26,7 @@ pub(super) struct Adverts {
     /// When drift last went out.
     drift_sent: Time,
     /// Whether the armed flush waits for drift alone (a real change may bring it forward).
-    pub(super) flush_for_drift: bool,
+    flush_for_drift: bool,
     /// Peers owed a full advert (new candidates, resyncs, periodic refresh).
     owed_full: BTreeSet<NodeId>,
     /// Peers owed our state in the trees of the roots nearest us (new inbound probers:
@@ -107,6 +107,25 @@ impl Adverts {
 }
 
 impl Core {
+    /// Arms the flush after an input: an `advert_interval` from now when batches wait
+    /// (sooner than a flush armed for drift alone, not sooner than one armed to wait for
+    /// the advert budget), else when drift alone is due.
+    pub(super) fn arm_flush(&mut self) {
+        let soon = self.now + self.config.advert_interval;
+        if self.adverts.pending() || self.asks.has_batched() || self.discovery.table.has_news() {
+            if std::mem::take(&mut self.adverts.flush_for_drift) {
+                self.schedule.set(Timer::AdvertFlush, soon);
+            } else {
+                self.schedule.set_if_idle(Timer::AdvertFlush, soon);
+            }
+        } else if let Some(at) = self.adverts.drift_due(self.config.advert_drift_interval)
+            && !self.schedule.is_armed(Timer::AdvertFlush)
+        {
+            self.schedule.set(Timer::AdvertFlush, at.max(soon));
+            self.adverts.flush_for_drift = true;
+        }
+    }
+
     /// Sends the batched requests and queries, and the adverts of changed trees (full adverts where owed), within the advert budget.
     pub(super) fn on_flush(&mut self) {
         self.adverts.flush_for_drift = false;

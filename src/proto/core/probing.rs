@@ -170,8 +170,8 @@ impl Core {
         // (added below) are probed every round: their latency is in our every distance.
         let due = |p: &NodeId| {
             let phase = u64::from(p.0[15]);
-            nbrs.get(p).is_none_or(|e| e.steady() < steady)
-                || (round + phase).is_multiple_of(backoff)
+            (round + phase).is_multiple_of(backoff)
+                || nbrs.get(p).is_none_or(|e| e.steady() < steady)
         };
         let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().filter(|p| due(p)).collect();
         let parents = self.trees.parents();
