@@ -35,6 +35,7 @@ mod security;
 mod sim_churn;
 mod sim_clusters;
 mod sim_collectives;
+mod sim_heal;
 mod sim_large_collectives;
 mod sim_membership;
 mod sim_quiet;

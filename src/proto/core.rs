@@ -384,3 +384,6 @@ impl Core {
         self.out.event(Event::Left);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -196,6 +196,23 @@ impl HeardTable {
         self.from.remove(peer);
     }
 
+    /// Forgets what every peer told us about root `ri`, whose tree was dropped. The slot
+    /// is the root's again if it comes back, and what was heard before the drop describes
+    /// trees that no longer exist: a node judging candidates by it after the root returned
+    /// attached to peers that had dropped the tree too, and each such pair closed a cycle.
+    pub(super) fn forget_root(&mut self, ri: RootIdx) {
+        for from in self.from.values_mut() {
+            match from {
+                HeardFrom::Few(list) => list.retain(|&(r, _)| r as RootIdx != ri),
+                HeardFrom::Many(slots) => {
+                    if let Some(h) = slots.get_mut(ri) {
+                        *h = Heard::default();
+                    }
+                }
+            }
+        }
+    }
+
     /// Forgets what was heard from every peer not in `keep`.
     pub(super) fn keep_only(&mut self, keep: &HashSet<NodeId>) {
         self.from.retain(|k, _| keep.contains(k));

@@ -9,12 +9,17 @@ use super::trees::entry_of;
 use crate::proto::candidates::Role;
 use crate::proto::id::NodeId;
 use crate::proto::membership::MemberState;
-use crate::proto::message::Message;
+use crate::proto::message::{AdvertEntry, Message};
+use crate::proto::tree::INFINITE;
 use crate::proto::{DownReason, Event};
 
 /// Near candidates asked for their state in a member's tree when this node learns of the
 /// member (see `handle_member_up`).
 const LATE_ROOT_ASKS: usize = 4;
+
+/// How far past its serial one serial request may move a root (see `Schedule::serial_asked`):
+/// far more than a root's serial advances in days of refreshes.
+const MAX_SERIAL_JUMP: u32 = 1 << 16;
 
 impl Core {
     /// A member joined (or is known at start): a tree is tracked for it, and it is queued for the measuring sweep.
@@ -76,8 +81,17 @@ impl Core {
                 });
             }
             self.out.event(Event::RootRemoved { root: id });
+            // Children whose membership still counts the root alive would keep us as their
+            // parent, and advertise a path through us, after we dropped the tree; if the
+            // root comes back, our fresh state would take one of them as parent (any
+            // serial is new to it): a cycle. Told now, they repair while we are gone.
+            let gone = no_path(id, t.serial);
+            for &c in &t.children {
+                self.out.update(c, gone);
+            }
             self.asks.forget_root(ri);
             self.adverts.forget_root(ri);
+            self.heard.forget_root(ri);
         }
         for ri in 0..self.trees.len() {
             let Some(t) = self.trees.get_mut(ri) else {
@@ -148,6 +162,11 @@ impl Core {
             }
             Message::SerialRequest { root, serial } => {
                 if root == self.id && serial > self.trees.own().serial {
+                    // At most `MAX_SERIAL_JUMP` past our serial per request, so that a
+                    // hostile member cannot spend the serial space in a few requests.
+                    let own = self.trees.own().serial;
+                    let asked = serial.min(own.saturating_add(MAX_SERIAL_JUMP));
+                    self.schedule.serial_asked = self.schedule.serial_asked.max(asked);
                     let period = self.config.serial_period;
                     self.schedule.tick_soon(
                         self.now,
@@ -225,6 +244,12 @@ impl Core {
     /// `from` attached to us (`true`) or detached from us in `root`'s tree.
     pub(super) fn handle_link(&mut self, from: NodeId, root: NodeId, attach: bool) {
         let Some(ri) = self.trees.live_root(root) else {
+            if attach {
+                // A tree we dropped (its root is dead to us): the child must not count on
+                // us. A serial of 0 is older than any it holds, which a parent's "no path"
+                // may be (see `apply_parent_state`).
+                self.out.update(from, no_path(root, 0));
+            }
             return;
         };
         let t = self.trees.live_mut(ri);
@@ -237,5 +262,15 @@ impl Core {
         } else {
             t.children.remove(&from);
         }
+    }
+}
+
+/// The entry of a tree in which this node has no path, at `serial`.
+fn no_path(root: NodeId, serial: u32) -> AdvertEntry {
+    AdvertEntry {
+        root,
+        serial,
+        dist_us: INFINITE,
+        connected: false,
     }
 }

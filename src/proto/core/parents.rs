@@ -250,8 +250,11 @@ impl Core {
             .and_then(|p| self.nbrs.lat_us(&p));
         let now = self.now;
         let t = self.trees.live_mut(ri);
-        if e.serial < t.serial {
-            return; // Reordered or stale.
+        if e.serial < t.serial && e.connected {
+            // Reordered or stale. A parent that says it has no path is believed whatever
+            // the serial: it may have dropped the tree (and so its serial), and detaching
+            // never closes a cycle; at worst a reordered one costs a repair.
+            return;
         }
         let advanced = t.adopt_serial(e.serial);
         let before = (t.dist_us, t.connected);

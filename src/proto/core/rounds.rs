@@ -22,6 +22,10 @@ pub(super) struct Schedule {
     timers: TimerQueue,
     /// When our serial was last incremented.
     last_bump: Time,
+    /// The highest serial of our tree a member asked for: the next tick goes at least
+    /// that far. A restarted root counts again from 1, and members that remember a higher
+    /// serial of its earlier life take nothing older.
+    pub(super) serial_asked: u32,
     /// Housekeeping rounds run so far.
     housekeeping_rounds: u64,
 }
@@ -43,6 +47,7 @@ impl Schedule {
         Schedule {
             timers,
             last_bump: now,
+            serial_asked: 0,
             housekeeping_rounds: 0,
         }
     }
@@ -115,7 +120,7 @@ impl Core {
     /// long refresh).
     pub(super) fn on_serial_tick(&mut self) {
         let t = self.trees.own_mut();
-        t.serial += 1;
+        t.serial = t.serial.saturating_add(1).max(self.schedule.serial_asked);
         t.refreshed_at = self.now;
         self.schedule.last_bump = self.now;
         self.after_change(OWN_ROOT, true);

@@ -20,6 +20,10 @@ pub(super) const OWN_ROOT: RootIdx = 0;
 pub(super) struct Trees {
     index: HashMap<NodeId, RootIdx>,
     slots: Vec<Option<TreeState>>,
+    /// The serial and feasibility distance we held in each dropped tree, taken up again if
+    /// its root comes back (see [`Trees::track`]). One pair per root ever dropped, as the
+    /// index keeps one slot per root ever tracked.
+    dropped: HashMap<NodeId, (u32, u32)>,
 }
 
 impl Trees {
@@ -30,6 +34,7 @@ impl Trees {
         Trees {
             index,
             slots: vec![Some(TreeState::new_root(id, now))],
+            dropped: HashMap::default(),
         }
     }
 
@@ -98,7 +103,14 @@ impl Trees {
         self.iter().filter_map(|t| t.parent).collect()
     }
 
-    /// Starts tracking `root`'s tree, detached (in its old slot if it had one).
+    /// Starts tracking `root`'s tree, detached (in its old slot if it had one). A tree
+    /// tracked before starts from the serial and feasibility distance we last held in it,
+    /// as Babel keeps its source table past a retraction: peers that took us as parent
+    /// before we dropped the tree may not have heard yet, and still advertise that serial
+    /// with a path through us; a fresh state (serial 0) would find any of them feasible
+    /// and close a cycle. This cost cycles after every healed partition in the simulator.
+    /// A root that restarted from serial 1 meanwhile is asked for a newer serial, and
+    /// jumps to it (see `Core::on_serial_tick`).
     pub(super) fn track(&mut self, root: NodeId, now: Time) {
         let idx = match self.index.get(&root) {
             Some(&i) => i,
@@ -108,13 +120,19 @@ impl Trees {
                 self.slots.len() - 1
             }
         };
-        self.slots[idx] = Some(TreeState::new_detached(root, now));
+        let mut t = TreeState::new_detached(root, now);
+        if let Some(&(serial, fd_us)) = self.dropped.get(&root) {
+            t.serial = serial;
+            t.fd_us = fd_us;
+        }
+        self.slots[idx] = Some(t);
     }
 
     /// Stops tracking `root`'s tree: its slot and our last state in it, if it was live.
     pub(super) fn drop_root(&mut self, root: NodeId) -> Option<(RootIdx, TreeState)> {
         let &ri = self.index.get(&root)?;
         let t = self.slots[ri].take()?;
+        self.dropped.insert(root, (t.serial, t.fd_us));
         Some((ri, t))
     }
 }

@@ -1,0 +1,210 @@
+//! A core driven alone, its peers played by hand: what it does when a tree's root is
+//! declared dead and comes back.
+
+use super::*;
+use crate::proto::DownReason;
+use crate::proto::message::AdvertEntry;
+use std::time::Duration;
+
+fn at(ms: u64) -> Time {
+    Time::ZERO + Duration::from_millis(ms)
+}
+
+/// Node `i` of a test overlay.
+fn id(i: u64) -> NodeId {
+    NodeId::from_seed(7, i)
+}
+
+/// A core for node 0 that knows `peers` and has measured each at 2 ms.
+fn core_with(peers: &[NodeId]) -> Core {
+    let mut core = Core::new(id(0), Config::test(), 1, at(0));
+    for &p in peers {
+        core.handle(at(1), Input::MemberUp { id: p });
+    }
+    for k in 0..8 {
+        for &p in peers {
+            let rtt = Duration::from_millis(2);
+            core.handle(at(2 + k), Input::RttSample { peer: p, rtt });
+        }
+    }
+    drain(&mut core);
+    core
+}
+
+fn drain(core: &mut Core) -> Vec<Transmit> {
+    std::iter::from_fn(|| core.poll_transmit()).collect()
+}
+
+/// The tree entries `core` pushed to `peer` among `sent`.
+fn pushed_to(sent: &[Transmit], peer: NodeId) -> Vec<AdvertEntry> {
+    sent.iter()
+        .filter(|t| t.to == peer)
+        .flat_map(|t| match &t.msg {
+            Message::TreeUpdate(e) => vec![*e],
+            Message::TreeUpdates(es) => es.clone(),
+            _ => vec![],
+        })
+        .collect()
+}
+
+fn advert(root: NodeId, serial: u32, dist_us: u32) -> Message {
+    Message::Advert {
+        entries: vec![AdvertEntry {
+            root,
+            serial,
+            dist_us,
+            connected: true,
+        }],
+    }
+}
+
+#[test]
+fn a_dropped_tree_comes_back_with_its_serial_and_feasibility_distance() {
+    let (b, c, r) = (id(1), id(2), id(3));
+    let mut core = core_with(&[b, c, r]);
+    core.handle(
+        at(20),
+        Input::Received {
+            from: b,
+            msg: advert(r, 7, 1_000),
+        },
+    );
+    assert_eq!(core.parent(r), Some(b), "took the only connected candidate");
+    let held = core.tree(r).expect("tracked");
+    core.handle(
+        at(30),
+        Input::MemberDown {
+            id: r,
+            reason: DownReason::Dead,
+        },
+    );
+    assert!(core.tree(r).is_none(), "dropped with its root");
+    core.handle(at(40), Input::MemberUp { id: r });
+    let back = core.tree(r).expect("tracked again");
+    assert_eq!((back.serial, back.fd), (held.serial, held.fd));
+    assert_eq!(back.parent, None);
+    // c still advertises the path it had through us: same serial, longer than our fd.
+    let stale = held.fd.as_micros() as u32 + 500;
+    core.handle(
+        at(50),
+        Input::Received {
+            from: c,
+            msg: advert(r, 7, stale),
+        },
+    );
+    assert_eq!(
+        core.parent(r),
+        None,
+        "a stale path through ourselves is not feasible"
+    );
+    // A newer serial is.
+    core.handle(
+        at(60),
+        Input::Received {
+            from: c,
+            msg: advert(r, 8, stale),
+        },
+    );
+    assert_eq!(core.parent(r), Some(c));
+}
+
+#[test]
+fn children_of_a_dropped_tree_are_told_there_is_no_path() {
+    let (b, r) = (id(1), id(3));
+    let mut core = core_with(&[b, r]);
+    core.handle(
+        at(20),
+        Input::Received {
+            from: r,
+            msg: advert(r, 3, 0),
+        },
+    );
+    core.handle(
+        at(21),
+        Input::Received {
+            from: b,
+            msg: Message::Attach { root: r },
+        },
+    );
+    drain(&mut core);
+    core.handle(
+        at(30),
+        Input::MemberDown {
+            id: r,
+            reason: DownReason::Dead,
+        },
+    );
+    let told = pushed_to(&drain(&mut core), b);
+    assert!(
+        told.iter().any(|e| e.root == r && !e.connected),
+        "the child hears the tree is gone: {told:?}"
+    );
+    // A late attach in the dropped tree gets the same answer, not silence.
+    core.handle(
+        at(40),
+        Input::Received {
+            from: b,
+            msg: Message::Attach { root: r },
+        },
+    );
+    let told = pushed_to(&drain(&mut core), b);
+    assert!(told.iter().any(|e| e.root == r && !e.connected), "{told:?}");
+}
+
+#[test]
+fn a_parent_without_a_path_is_believed_whatever_its_serial() {
+    let (b, r) = (id(1), id(3));
+    let mut core = core_with(&[b, r]);
+    core.handle(
+        at(20),
+        Input::Received {
+            from: b,
+            msg: advert(r, 9, 1_000),
+        },
+    );
+    assert_eq!(core.parent(r), Some(b));
+    let gone = AdvertEntry {
+        root: r,
+        serial: 0,
+        dist_us: crate::proto::tree::INFINITE,
+        connected: false,
+    };
+    core.handle(
+        at(30),
+        Input::Received {
+            from: b,
+            msg: Message::TreeUpdate(gone),
+        },
+    );
+    assert!(!core.is_connected(r));
+}
+
+#[test]
+fn a_restarted_root_jumps_to_the_serial_a_member_remembers() {
+    let b = id(1);
+    let mut core = core_with(&[b]);
+    let ask = |serial| Message::SerialRequest {
+        root: id(0),
+        serial,
+    };
+    core.handle(
+        at(20),
+        Input::Received {
+            from: b,
+            msg: ask(500),
+        },
+    );
+    core.handle(at(2_000), Input::Timeout);
+    assert_eq!(core.tree(id(0)).expect("own").serial, 500);
+    // One request moves it at most `MAX_SERIAL_JUMP`.
+    core.handle(
+        at(3_000),
+        Input::Received {
+            from: b,
+            msg: ask(u32::MAX),
+        },
+    );
+    core.handle(at(5_000), Input::Timeout);
+    let serial = core.tree(id(0)).expect("own").serial;
+    assert_eq!(serial, 500 + (1 << 16));
+}
