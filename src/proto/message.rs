@@ -77,7 +77,9 @@ pub enum Message {
     TreeUpdates(Vec<AdvertEntry>),
     /// Ask for a full [`Message::Advert`] of every tree the receiver is connected to: the
     /// sender watches the receiver again and has forgotten what it heard from it before
-    /// (the receiver only sends changes to peers it already advertises to).
+    /// (the receiver only sends changes to peers it already advertises to), or has just
+    /// seen the receiver come back after declaring it dead. The receiver also repeats its
+    /// attaches to the sender and its state in the trees the sender is its child in.
     Resync,
     /// A collective operation (broadcast, scatter, gather, reduce) travelling a tree;
     /// handled by [`crate::proto::collective`].

@@ -29,6 +29,14 @@ impl Core {
         }
         self.out.event(Event::MemberUp { id });
         self.discovery.table.touch();
+        // Back after we declared it dead: we dropped it from our children in every tree,
+        // and it may not have declared us dead in turn (failure detection is not
+        // symmetric), so it may still count us as its parent and wait for our updates (a
+        // refresh arrives only after minutes of quiet). Asked to resync, it sends its
+        // attaches again.
+        if self.trees.index_of(id).is_some() {
+            self.send(id, Message::Resync);
+        }
         self.trees.track(id, self.now);
         self.out.event(Event::RootAdded { root: id });
         // What our candidates told us about this root before we knew it was dropped
@@ -204,6 +212,7 @@ impl Core {
             }
             Message::Resync => {
                 self.adverts.owe_full(from);
+                self.resend_links(from);
             }
             Message::Cluster(m) => self.handle_cluster_message(from, m),
             Message::TrainRequest { id, packets, size } => {

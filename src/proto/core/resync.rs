@@ -81,18 +81,28 @@ impl Core {
         if resent {
             self.adverts.owe_full(peer);
         }
-        for t in self.trees.iter() {
-            if t.parent == Some(peer) {
-                self.out.attach(peer, t.root);
-                resent = true;
-            } else if t.children.contains(&peer) {
-                self.out.update(peer, entry_of(t));
-                resent = true;
-            }
-        }
+        resent |= self.resend_links(peer);
         if resent {
             self.stats.resyncs_after_loss += 1;
             self.resync.resynced_at.insert(peer, self.now);
         }
+    }
+
+    /// Sends `peer` an attach in every tree it is our parent in and our state in every
+    /// tree it is our child in; whether there was any. `peer` may have lost them, or have
+    /// declared us dead meanwhile and dropped us from its children (see
+    /// `Core::handle_member_up`).
+    pub(super) fn resend_links(&mut self, peer: NodeId) -> bool {
+        let mut any = false;
+        for t in self.trees.iter() {
+            if t.parent == Some(peer) {
+                self.out.attach(peer, t.root);
+                any = true;
+            } else if t.children.contains(&peer) {
+                self.out.update(peer, entry_of(t));
+                any = true;
+            }
+        }
+        any
     }
 }

@@ -208,3 +208,57 @@ fn a_restarted_root_jumps_to_the_serial_a_member_remembers() {
     let serial = core.tree(id(0)).expect("own").serial;
     assert_eq!(serial, 500 + (1 << 16));
 }
+
+#[test]
+fn a_member_back_after_we_declared_it_dead_is_asked_to_resync() {
+    let b = id(1);
+    let mut core = core_with(&[b]);
+    core.handle(
+        at(30),
+        Input::MemberDown {
+            id: b,
+            reason: DownReason::Dead,
+        },
+    );
+    drain(&mut core);
+    core.handle(at(40), Input::MemberUp { id: b });
+    let sent = drain(&mut core);
+    assert!(
+        sent.iter().any(|t| t.to == b && t.msg == Message::Resync),
+        "{sent:?}"
+    );
+}
+
+#[test]
+fn a_resync_from_our_parent_repeats_our_attach() {
+    let (b, r) = (id(1), id(3));
+    let mut core = core_with(&[b, r]);
+    core.handle(
+        at(20),
+        Input::Received {
+            from: b,
+            msg: advert(r, 7, 1_000),
+        },
+    );
+    assert_eq!(core.parent(r), Some(b));
+    drain(&mut core);
+    core.handle(
+        at(30),
+        Input::Received {
+            from: b,
+            msg: Message::Resync,
+        },
+    );
+    let attached = drain(&mut core).into_iter().any(|t| {
+        t.to == b
+            && match t.msg {
+                Message::Attach { root } => root == r,
+                Message::Links { ref attach, .. } => attach.contains(&r),
+                _ => false,
+            }
+    });
+    assert!(
+        attached,
+        "the parent, which may have dropped us, hears our attach again"
+    );
+}
