@@ -2,7 +2,7 @@
 //! each side dead to the other, then healed: the trees dropped on both sides come back
 //! without a cycle, span again within seconds and are wide-area optimal soon after, with
 //! the default configuration and with the quieting options (`rtt_hold`,
-//! `advert_drift_interval`, `probe_backoff`).
+//! `advert_drift_interval`, `probe_backoff`, on by default) turned off.
 //!
 //! `cargo test --release --test integration sim_heal -- --nocapture` prints the figures.
 
@@ -32,11 +32,10 @@ fn cut_and_heal(name: &str, seed: u64, quiet: bool) -> (Duration, Duration) {
         seed,
         ..SimConfig::default()
     };
-    if quiet {
-        cfg.core.rtt_hold = true;
-        cfg.core.advert_drift_interval = Duration::from_secs(2);
-        cfg.core.probe_backoff = 3;
-        cfg.core.inbound_expiry *= 2;
+    if !quiet {
+        cfg.core.rtt_hold = false;
+        cfg.core.advert_drift_interval = Duration::ZERO;
+        cfg.core.probe_backoff = 1;
     }
     let mut sim = Sim::with_membership(&topo, cfg, GossipConfig::default());
     assert!(

@@ -91,8 +91,8 @@ fn steady_control_traffic_with_membership_stays_small_on_phoenix_168() {
 
 #[test]
 fn with_probe_backoff_peers_whose_rtt_holds_still_are_probed_less_and_the_trees_stay_put() {
-    // The same settled overlay, probing every candidate every round (the default) and
-    // backing off (an option, off by default: see `Config::probe_backoff`).
+    // The same settled overlay, probing every candidate every round and backing off (the
+    // default: see `Config::probe_backoff`).
     let mut probe_bytes = Vec::new();
     for backoff in [1, 3] {
         let mut cfg = SimConfig {
@@ -100,9 +100,6 @@ fn with_probe_backoff_peers_whose_rtt_holds_still_are_probed_less_and_the_trees_
             ..SimConfig::default()
         };
         cfg.core.probe_backoff = backoff;
-        if backoff > 1 {
-            cfg.core.inbound_expiry *= 2;
-        }
         let mut sim = Sim::new(&topology("das-4"), cfg);
         assert!(
             sim.run_until_converged(Duration::from_secs(60)).is_some(),

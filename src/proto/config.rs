@@ -25,8 +25,8 @@ pub struct Config {
     /// re-measured, a parent moved inside its cluster) is advertised at most this often,
     /// or with the next flush of a real change. A node has a few dozen candidates, so a
     /// dist change of one tree sent at once costs that many messages; batched, one
-    /// message per candidate carries the drift of many trees. Zero (the default) sends
-    /// drift as any change: see `rtt_hold` for why these quieting options are off.
+    /// message per candidate carries the drift of many trees. Zero sends drift as any
+    /// change. 2 s by default (see `rtt_hold` for what the quieting options save).
     pub advert_drift_interval: Duration,
     /// Bytes per second a node may spend on adverts (changes and full adverts) on
     /// average, with bursts of up to one second's worth. Beyond it the next flush waits,
@@ -53,12 +53,9 @@ pub struct Config {
     /// A watched peer whose RTT estimate has held still for `steady_samples` samples (it
     /// moved by at most a twentieth plus 50 µs) is probed only every this many rounds;
     /// parents are probed every round, and a peer whose estimate moves is probed every
-    /// round again at once. 1 (the default) probes everyone every round. Probes and their
-    /// answers are most of what an idle node sends, and every packet costs a wake-up; but
-    /// on the netns testbed, with 3 (and `inbound_expiry` raised to 10 s), one tree was
-    /// left with parent links not leading to its root for over a minute after a partition
-    /// healed, which every-round probing has never shown, so it stays off until that is
-    /// understood. Raise `inbound_expiry` with it.
+    /// round again at once. 1 probes everyone every round; 3 by default. Probes and their
+    /// answers are most of what an idle node sends, and every packet costs a wake-up.
+    /// Raise `inbound_expiry` with it (see there).
     pub probe_backoff: u32,
     /// See `probe_backoff`.
     pub steady_samples: u32,
@@ -85,13 +82,11 @@ pub struct Config {
     pub rtt_window: usize,
     /// The RTT estimate follows the window's minimum down at once but up only past a band
     /// (a fiftieth plus 20 µs), so the creep of a min filter does not move dists in every
-    /// tree. Off by default: with it, `advert_drift_interval` at 2 s and `probe_backoff` 3,
-    /// a settled node of 40 on the netns testbed sent 43% fewer frames and used 22% less
-    /// CPU; but after a partition healed, one tree's parent links did not all lead to its
-    /// root for about a minute (until a periodic refresh), in one of two runs even without
-    /// the backoff. The creep these options remove resent tree state every second or so,
-    /// and seems to have been repairing state lost around the heal; that loss is not
-    /// understood yet.
+    /// tree. On by default. With it, `advert_drift_interval` at 2 s and `probe_backoff` 3
+    /// (the defaults), a settled node of 40 on the netns testbed sent 43% fewer frames and
+    /// used 22% less CPU than with all three off. They were off until tree state lost
+    /// around a healed partition was found and fixed (DESIGN §4.4): the creep they remove
+    /// had been resending tree state every second or so, which hid that loss.
     pub rtt_hold: bool,
     /// A root answers serial requests at most this often.
     pub serial_request_gap: Duration,
@@ -138,13 +133,13 @@ impl Config {
             serial_period: Duration::from_secs(1),
             serial_refresh: Duration::from_secs(60),
             advert_interval: Duration::from_millis(50),
-            advert_drift_interval: Duration::ZERO,
+            advert_drift_interval: Duration::from_secs(2),
             advert_budget: 256 * 1024,
             full_advert_every: 60,
             refresh_entries_per_s: 2,
             explorer_sample: 16,
             probe_interval: Duration::from_secs(1),
-            probe_backoff: 1,
+            probe_backoff: 3,
             steady_samples: 20,
             shortcut_threshold: Duration::from_millis(10),
             max_near: 16,
@@ -154,9 +149,9 @@ impl Config {
             sweep_per_round: 32,
             sweep_rounds: 8,
             rtt_window: 64,
-            rtt_hold: false,
+            rtt_hold: true,
             serial_request_gap: Duration::from_millis(20),
-            inbound_expiry: Duration::from_secs(5),
+            inbound_expiry: Duration::from_secs(10),
             cluster_rtt: Duration::from_millis(2),
             send_cost: Duration::from_micros(30),
             descendants_first: true,
@@ -176,7 +171,7 @@ impl Config {
             advert_interval: Duration::from_millis(20),
             probe_interval: Duration::from_millis(500),
             explore_rotate: Duration::from_secs(1),
-            inbound_expiry: Duration::from_secs(3),
+            inbound_expiry: Duration::from_secs(6),
             cluster_sync: Duration::from_secs(1),
             ..Self::wan()
         }
