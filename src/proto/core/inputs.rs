@@ -5,12 +5,11 @@
 
 use super::Core;
 use super::parents::MIN_SAMPLES_TO_MOVE;
-use super::trees::entry_of;
+use super::trees::{entry_of, no_path};
 use crate::proto::candidates::Role;
 use crate::proto::id::NodeId;
 use crate::proto::membership::MemberState;
-use crate::proto::message::{AdvertEntry, Message};
-use crate::proto::tree::INFINITE;
+use crate::proto::message::Message;
 use crate::proto::{DownReason, Event};
 
 /// Near candidates asked for their state in a member's tree when this node learns of the
@@ -169,10 +168,10 @@ impl Core {
                 }
             }
             Message::SerialRequest { root, serial } => {
-                if root == self.id && serial > self.trees.own().serial {
+                let own = self.trees.own().serial;
+                if root == self.id && serial > own {
                     // At most `MAX_SERIAL_JUMP` past our serial per request, so that a
                     // hostile member cannot spend the serial space in a few requests.
-                    let own = self.trees.own().serial;
                     let asked = serial.min(own.saturating_add(MAX_SERIAL_JUMP));
                     self.schedule.serial_asked = self.schedule.serial_asked.max(asked);
                     let period = self.config.serial_period;
@@ -271,15 +270,5 @@ impl Core {
         } else {
             t.children.remove(&from);
         }
-    }
-}
-
-/// The entry of a tree in which this node has no path, at `serial`.
-fn no_path(root: NodeId, serial: u32) -> AdvertEntry {
-    AdvertEntry {
-        root,
-        serial,
-        dist_us: INFINITE,
-        connected: false,
     }
 }

@@ -31,6 +31,17 @@ fn core_with(peers: &[NodeId]) -> Core {
     core
 }
 
+/// `core` receives `msg` from `from` at `ms`.
+fn receive(core: &mut Core, ms: u64, from: NodeId, msg: Message) {
+    core.handle(at(ms), Input::Received { from, msg });
+}
+
+/// `core` is told at `ms` that `id` was declared dead.
+fn declare_dead(core: &mut Core, ms: u64, id: NodeId) {
+    let reason = DownReason::Dead;
+    core.handle(at(ms), Input::MemberDown { id, reason });
+}
+
 fn drain(core: &mut Core) -> Vec<Transmit> {
     std::iter::from_fn(|| core.poll_transmit()).collect()
 }
@@ -62,22 +73,10 @@ fn advert(root: NodeId, serial: u32, dist_us: u32) -> Message {
 fn a_dropped_tree_comes_back_with_its_serial_and_feasibility_distance() {
     let (b, c, r) = (id(1), id(2), id(3));
     let mut core = core_with(&[b, c, r]);
-    core.handle(
-        at(20),
-        Input::Received {
-            from: b,
-            msg: advert(r, 7, 1_000),
-        },
-    );
+    receive(&mut core, 20, b, advert(r, 7, 1_000));
     assert_eq!(core.parent(r), Some(b), "took the only connected candidate");
     let held = core.tree(r).expect("tracked");
-    core.handle(
-        at(30),
-        Input::MemberDown {
-            id: r,
-            reason: DownReason::Dead,
-        },
-    );
+    declare_dead(&mut core, 30, r);
     assert!(core.tree(r).is_none(), "dropped with its root");
     core.handle(at(40), Input::MemberUp { id: r });
     let back = core.tree(r).expect("tracked again");
@@ -85,26 +84,14 @@ fn a_dropped_tree_comes_back_with_its_serial_and_feasibility_distance() {
     assert_eq!(back.parent, None);
     // c still advertises the path it had through us: same serial, longer than our fd.
     let stale = held.fd.as_micros() as u32 + 500;
-    core.handle(
-        at(50),
-        Input::Received {
-            from: c,
-            msg: advert(r, 7, stale),
-        },
-    );
+    receive(&mut core, 50, c, advert(r, 7, stale));
     assert_eq!(
         core.parent(r),
         None,
         "a stale path through ourselves is not feasible"
     );
     // A newer serial is.
-    core.handle(
-        at(60),
-        Input::Received {
-            from: c,
-            msg: advert(r, 8, stale),
-        },
-    );
+    receive(&mut core, 60, c, advert(r, 8, stale));
     assert_eq!(core.parent(r), Some(c));
 }
 
@@ -112,41 +99,17 @@ fn a_dropped_tree_comes_back_with_its_serial_and_feasibility_distance() {
 fn children_of_a_dropped_tree_are_told_there_is_no_path() {
     let (b, r) = (id(1), id(3));
     let mut core = core_with(&[b, r]);
-    core.handle(
-        at(20),
-        Input::Received {
-            from: r,
-            msg: advert(r, 3, 0),
-        },
-    );
-    core.handle(
-        at(21),
-        Input::Received {
-            from: b,
-            msg: Message::Attach { root: r },
-        },
-    );
+    receive(&mut core, 20, r, advert(r, 3, 0));
+    receive(&mut core, 21, b, Message::Attach { root: r });
     drain(&mut core);
-    core.handle(
-        at(30),
-        Input::MemberDown {
-            id: r,
-            reason: DownReason::Dead,
-        },
-    );
+    declare_dead(&mut core, 30, r);
     let told = pushed_to(&drain(&mut core), b);
     assert!(
         told.iter().any(|e| e.root == r && !e.connected),
         "the child hears the tree is gone: {told:?}"
     );
     // A late attach in the dropped tree gets the same answer, not silence.
-    core.handle(
-        at(40),
-        Input::Received {
-            from: b,
-            msg: Message::Attach { root: r },
-        },
-    );
+    receive(&mut core, 40, b, Message::Attach { root: r });
     let told = pushed_to(&drain(&mut core), b);
     assert!(told.iter().any(|e| e.root == r && !e.connected), "{told:?}");
 }
@@ -155,13 +118,7 @@ fn children_of_a_dropped_tree_are_told_there_is_no_path() {
 fn a_parent_without_a_path_is_believed_whatever_its_serial() {
     let (b, r) = (id(1), id(3));
     let mut core = core_with(&[b, r]);
-    core.handle(
-        at(20),
-        Input::Received {
-            from: b,
-            msg: advert(r, 9, 1_000),
-        },
-    );
+    receive(&mut core, 20, b, advert(r, 9, 1_000));
     assert_eq!(core.parent(r), Some(b));
     let gone = AdvertEntry {
         root: r,
@@ -169,13 +126,7 @@ fn a_parent_without_a_path_is_believed_whatever_its_serial() {
         dist_us: crate::proto::tree::INFINITE,
         connected: false,
     };
-    core.handle(
-        at(30),
-        Input::Received {
-            from: b,
-            msg: Message::TreeUpdate(gone),
-        },
-    );
+    receive(&mut core, 30, b, Message::TreeUpdate(gone));
     assert!(!core.is_connected(r));
 }
 
@@ -187,23 +138,11 @@ fn a_restarted_root_jumps_to_the_serial_a_member_remembers() {
         root: id(0),
         serial,
     };
-    core.handle(
-        at(20),
-        Input::Received {
-            from: b,
-            msg: ask(500),
-        },
-    );
+    receive(&mut core, 20, b, ask(500));
     core.handle(at(2_000), Input::Timeout);
     assert_eq!(core.tree(id(0)).expect("own").serial, 500);
     // One request moves it at most `MAX_SERIAL_JUMP`.
-    core.handle(
-        at(3_000),
-        Input::Received {
-            from: b,
-            msg: ask(u32::MAX),
-        },
-    );
+    receive(&mut core, 3_000, b, ask(u32::MAX));
     core.handle(at(5_000), Input::Timeout);
     let serial = core.tree(id(0)).expect("own").serial;
     assert_eq!(serial, 500 + (1 << 16));
@@ -213,13 +152,7 @@ fn a_restarted_root_jumps_to_the_serial_a_member_remembers() {
 fn a_member_back_after_we_declared_it_dead_is_asked_to_resync() {
     let b = id(1);
     let mut core = core_with(&[b]);
-    core.handle(
-        at(30),
-        Input::MemberDown {
-            id: b,
-            reason: DownReason::Dead,
-        },
-    );
+    declare_dead(&mut core, 30, b);
     drain(&mut core);
     core.handle(at(40), Input::MemberUp { id: b });
     let sent = drain(&mut core);
@@ -233,22 +166,10 @@ fn a_member_back_after_we_declared_it_dead_is_asked_to_resync() {
 fn a_resync_from_our_parent_repeats_our_attach() {
     let (b, r) = (id(1), id(3));
     let mut core = core_with(&[b, r]);
-    core.handle(
-        at(20),
-        Input::Received {
-            from: b,
-            msg: advert(r, 7, 1_000),
-        },
-    );
+    receive(&mut core, 20, b, advert(r, 7, 1_000));
     assert_eq!(core.parent(r), Some(b));
     drain(&mut core);
-    core.handle(
-        at(30),
-        Input::Received {
-            from: b,
-            msg: Message::Resync,
-        },
-    );
+    receive(&mut core, 30, b, Message::Resync);
     let attached = drain(&mut core).into_iter().any(|t| {
         t.to == b
             && match t.msg {

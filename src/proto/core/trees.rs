@@ -8,7 +8,7 @@
 use crate::proto::id::{IdMap as HashMap, IdSet as HashSet, NodeId};
 use crate::proto::message::AdvertEntry;
 use crate::proto::time::Time;
-use crate::proto::tree::TreeState;
+use crate::proto::tree::{INFINITE, TreeState};
 
 /// Index of a root in this core's tables (never reused while the core lives).
 pub(super) type RootIdx = usize;
@@ -144,5 +144,15 @@ pub(super) fn entry_of(t: &TreeState) -> AdvertEntry {
         serial: t.serial,
         dist_us: t.dist_us,
         connected: t.connected,
+    }
+}
+
+/// The entry of a tree in which this node has no path, at `serial`.
+pub(super) fn no_path(root: NodeId, serial: u32) -> AdvertEntry {
+    AdvertEntry {
+        root,
+        serial,
+        dist_us: INFINITE,
+        connected: false,
     }
 }
