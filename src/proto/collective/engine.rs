@@ -40,8 +40,10 @@ const MAX_HOISTED: usize = 32;
 pub struct Collectives {
     me: NodeId,
     relays: HashMap<OpId, Relay>,
-    /// The relay entries of each root (see `admit.rs`).
-    by_origin: HashMap<NodeId, OriginSlots>,
+    /// The relay entries of each root as sent by each peer, and of each peer (see
+    /// `admit.rs`).
+    by_origin: HashMap<(NodeId, NodeId), OriginSlots>,
+    by_sender: HashMap<NodeId, usize>,
     origins: HashMap<OpId, Origin>,
     published: HashMap<String, Vec<u8>>,
     reducers: Reducers,
@@ -73,6 +75,7 @@ impl Collectives {
             me,
             relays: HashMap::new(),
             by_origin: HashMap::new(),
+            by_sender: HashMap::new(),
             origins: HashMap::new(),
             published: HashMap::new(),
             reducers: Reducers::default(),
@@ -264,7 +267,7 @@ impl Collectives {
             report.error = Some(OpRefused::InUse { nonce: s.nonce });
             return self.events.push_back(Event::Report(Box::new(report)));
         }
-        if !self.admit(now, op) {
+        if !self.admit(now, op, self.me) {
             // Said at once: waiting out the timeout would look like every member missing.
             report.error = Some(OpRefused::Busy {
                 running: self.origins.len(),

@@ -66,7 +66,7 @@ impl Collectives {
     ) {
         let me = self.me;
         if !self.relays.contains_key(&op) {
-            if !self.admit(now, op) {
+            if !self.admit(now, op, from) {
                 return self.reply(ov, from, op, UpPart::default());
             }
             let deadline = now + Duration::from_micros(budget_us as u64);

@@ -46,7 +46,7 @@ impl Collectives {
             }
             return;
         }
-        if !self.admit(now, op) {
+        if !self.admit(now, op, from) {
             // Answered at once, as reaching nothing: the sender reports this subtree
             // missing (or asks its members directly) instead of waiting out its budget.
             if from != self.me {
@@ -223,8 +223,9 @@ impl Collectives {
     pub(super) fn insert_relay(&mut self, op: OpId, relay: Relay) {
         self.wake(relay.deadline, op, Slot::Relay);
         self.forget.push_back((relay.forget_at, op));
+        let from = relay.from;
         if self.relays.insert(op, relay).is_none() {
-            self.count_entry(op);
+            self.count_entry(op, from);
         }
     }
 

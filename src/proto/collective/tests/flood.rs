@@ -1,5 +1,5 @@
 //! A flood of operations from one root: bounded per root, refusals answered at once, and
-//! the other roots' operations unharmed.
+//! the other roots' operations unharmed, whatever roots a forger names.
 
 use super::*;
 use crate::proto::collective::engine::admit_limits;
@@ -43,7 +43,7 @@ fn down(op: OpId) -> CollectiveMessage {
 
 #[test]
 fn a_forged_flood_from_one_root_is_answered_at_once_and_another_root_still_gets_through() {
-    let (per_root, _) = admit_limits();
+    let (per_root, _, _) = admit_limits();
     let mut net = two_roots_over_a_stalled_relay();
     let (r0, n1) = (net.ids[0], 1);
     // More operations of root 0 than node 1 keeps for one root, all still running.
@@ -84,7 +84,7 @@ fn a_forged_flood_from_one_root_is_answered_at_once_and_another_root_still_gets_
 
 #[test]
 fn a_root_over_its_share_is_told_busy_at_once_and_finished_operations_make_room() {
-    let (per_root, _) = admit_limits();
+    let (per_root, _, _) = admit_limits();
     let mut net = two_roots_over_a_stalled_relay();
     for nonce in 0..per_root as u64 + 3 {
         net.start_op(
@@ -120,4 +120,106 @@ fn a_root_over_its_share_is_told_busy_at_once_and_finished_operations_make_room(
     let r = net.report();
     assert!(r.error.is_none(), "{r:?}");
     assert!(r.reached.contains(&net.ids[1]), "{r:?}");
+}
+
+/// Node 1 takes `count` still-running operations from node `sender`, each naming root
+/// `root(k)`: how many it refused (answered at once with an empty part).
+fn flood_from(net: &mut Net, sender: usize, count: usize, root: impl Fn(u64) -> NodeId) -> usize {
+    let from = net.ids[sender];
+    for k in 0..count as u64 {
+        // Nonces apart from the one `Net::start` uses.
+        let op = OpId {
+            root: root(k),
+            nonce: 1_000_000 + k,
+        };
+        net.engines[1].handle_message(net.now, &net.views[1], from, down(op));
+    }
+    let mut refused = 0;
+    while let Some(t) = net.engines[1].poll_transmit() {
+        if let Message::Collective(CollectiveMessage::Up { part, .. }) = &t.msg
+            && *part == UpPart::default()
+            && t.to == from
+        {
+            refused += 1;
+        }
+    }
+    while net.engines[1].poll_event().is_some() {}
+    refused
+}
+
+/// As [`two_roots_over_a_stalled_relay`], with four more members 4..=7 whose trees
+/// also pass node 1 on to the stalled node 2.
+fn six_roots_over_a_stalled_relay() -> Net {
+    let mut net = Net::new(8, &[(0, 1), (1, 2), (1, 3)]);
+    let ids = net.ids.clone();
+    let (r0, r3, n0, n1, n2) = (ids[0], ids[3], ids[0], ids[1], ids[2]);
+    for v in &mut net.views {
+        for r in &ids {
+            v.children.insert(*r, Vec::new());
+        }
+    }
+    net.views[0].children.insert(r0, vec![n1]);
+    net.views[1].children.insert(r0, vec![n2, r3]);
+    net.views[3].children.insert(r3, vec![n1]);
+    net.views[1].children.insert(r3, vec![n0, n2]);
+    for r in &ids[4..] {
+        net.views[1].children.insert(*r, vec![n2]);
+    }
+    net.alive[2] = false;
+    net
+}
+
+#[test]
+fn a_forger_naming_many_roots_gets_one_share_and_the_others_still_get_through() {
+    let (per_root, per_sender, total) = admit_limits();
+    let mut net = six_roots_over_a_stalled_relay();
+    // Node 0 names each of the five roots it can (its own and 4..=7) for a full share:
+    // under a share per claimed root alone, that filled the whole table.
+    let ids = net.ids.clone();
+    let named = [ids[0], ids[4], ids[5], ids[6], ids[7]];
+    assert!(
+        named.len() * per_root > total,
+        "enough to fill the table per root"
+    );
+    let flood = named.len() * per_root;
+    let refused = flood_from(&mut net, 0, flood, |k| named[k as usize / per_root]);
+    assert_eq!(refused, flood - per_sender, "held to one sender's share");
+
+    // Root 3's broadcast still gets through node 1 (the members outside the trees get
+    // it directly).
+    let before = net.engines[1].refused_operations();
+    net.start(
+        3,
+        StartKind::Broadcast {
+            payload: b"mine".to_vec(),
+        },
+    );
+    net.run(Duration::from_secs(5));
+    let got: Vec<usize> = net.deliveries(DeliveryKind::Broadcast);
+    assert_eq!(net.engines[1].refused_operations(), before, "not refused");
+    assert_eq!(
+        got,
+        vec![0, 1, 3, 4, 5, 6, 7],
+        "root 3's broadcast, not blocked"
+    );
+}
+
+#[test]
+fn a_forger_naming_another_members_root_does_not_take_that_roots_share() {
+    let (per_root, _, _) = admit_limits();
+    let mut net = two_roots_over_a_stalled_relay();
+    // Node 0 sends node 1 more operations than a share holds, all naming root 3.
+    let r3 = net.ids[3];
+    let refused = flood_from(&mut net, 0, per_root + 10, |_| r3);
+    assert_eq!(refused, 10);
+    // Root 3's own broadcast, arriving from root 3 itself, has its own share at node 1.
+    net.start(
+        3,
+        StartKind::Broadcast {
+            payload: b"mine".to_vec(),
+        },
+    );
+    net.run(Duration::from_secs(5));
+    let got: Vec<usize> = net.deliveries(DeliveryKind::Broadcast);
+    assert_eq!(got, vec![0, 1, 3], "root 3's broadcast, not blocked");
 }
