@@ -111,7 +111,10 @@ fn with_probe_backoff_peers_whose_rtt_holds_still_are_probed_less_and_the_trees_
         let changes = sim.report().parent_changes;
         let before = sim.traffic().clone();
         sim.run_for(Duration::from_secs(30));
+        // Probes of ours riding on answers count as probes.
         let (bytes, _) = sent(sim.traffic(), &before, "ping");
+        let (merged, _) = sent(sim.traffic(), &before, "pong_ping");
+        let bytes = bytes + merged;
         eprintln!(
             "das-4, probe backoff {backoff}: {bytes} B of pings in 30 s of a settled overlay"
         );
@@ -125,5 +128,49 @@ fn with_probe_backoff_peers_whose_rtt_holds_still_are_probed_less_and_the_trees_
     assert!(
         probe_bytes[1] * 10 < probe_bytes[0] * 8,
         "backing off saved too little: {probe_bytes:?} B of pings"
+    );
+}
+
+#[test]
+fn merged_probes_measure_both_ends_with_fewer_frames_and_the_trees_stay_put() {
+    // The same settled overlay with each end probing on its own, and with a probe riding
+    // on the answer to the peer's (the default: see `Config::merge_probes`).
+    let mut frames = Vec::new();
+    for merge in [false, true] {
+        let mut cfg = SimConfig {
+            seed: 3,
+            ..SimConfig::default()
+        };
+        cfg.core.merge_probes = merge;
+        let mut sim = Sim::new(&topology("das-4"), cfg);
+        assert!(
+            sim.run_until_converged(Duration::from_secs(60)).is_some(),
+            "merge {merge}: not converged\n{}",
+            sim.explain(3)
+        );
+        sim.run_for(Duration::from_secs(30));
+        let changes = sim.report().parent_changes;
+        let before = sim.traffic().clone();
+        sim.run_for(Duration::from_secs(30));
+        let after = sim.traffic();
+        let count = |kind: &str| {
+            after.get(kind).map_or(0, |k| k.messages) - before.get(kind).map_or(0, |k| k.messages)
+        };
+        let (ping, pong, merged) = (count("ping"), count("pong"), count("pong_ping"));
+        eprintln!(
+            "das-4, merge {merge}: {ping} pings, {pong} pongs, {merged} merged in 30 s of a \
+             settled overlay"
+        );
+        assert_eq!(
+            sim.report().parent_changes,
+            changes,
+            "merge {merge}: parents moved in a settled overlay"
+        );
+        assert_eq!(merged > 0, merge, "merged probes only when on");
+        frames.push(ping + pong + merged);
+    }
+    assert!(
+        frames[1] * 100 < frames[0] * 96,
+        "merging saved too little: {frames:?} probe frames"
     );
 }

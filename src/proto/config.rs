@@ -59,6 +59,12 @@ pub struct Config {
     pub probe_backoff: u32,
     /// See `probe_backoff`.
     pub steady_samples: u32,
+    /// A node that gets a probe from a peer it watches answers with a
+    /// [`crate::proto::Message::PongPing`] when its own probe of that peer is due (half its
+    /// period has passed since the last sample), and skips its round's probe of a peer
+    /// sampled so within most of its period: one exchange of three frames measures both
+    /// ends where two took four. On by default; off only to measure the difference.
+    pub merge_probes: bool,
     /// The shortcut rule: a switch that shortens dist by more than this is taken even if the
     /// new parent is farther; and a switch under rules (1)-(4) may not lengthen dist by more.
     pub shortcut_threshold: Duration,
@@ -141,6 +147,7 @@ impl Config {
             probe_interval: Duration::from_secs(1),
             probe_backoff: 3,
             steady_samples: 20,
+            merge_probes: true,
             shortcut_threshold: Duration::from_millis(10),
             max_near: 16,
             explorers: 4,

@@ -49,6 +49,15 @@ pub enum Message {
     },
     /// Answer to a [`Message::Ping`].
     Pong { sent_us: u64 },
+    /// Answer to a [`Message::Ping`] that carries the answerer's own probe of the pinger,
+    /// due about now: the pinger answers `ping_sent_us` with a [`Message::Pong`], so one
+    /// exchange of three frames gives both ends a sample, where two exchanges took four.
+    /// `watch` is the answerer's, as in a ping.
+    PongPing {
+        sent_us: u64,
+        ping_sent_us: u64,
+        watch: bool,
+    },
     /// Tree state for some roots, batched; only roots that changed since the last advert
     /// to this peer, except on periodic full refreshes.
     Advert { entries: Vec<AdvertEntry> },
@@ -399,6 +408,13 @@ impl Packet {
                 rtt_hint_us,
                 watch,
             }),
+            Packet::Overlay(Message::PongPing { sent_us, watch, .. }) => {
+                Packet::Overlay(Message::PongPing {
+                    sent_us,
+                    ping_sent_us: now_us,
+                    watch,
+                })
+            }
             other => other,
         }
     }

@@ -351,6 +351,7 @@ impl Node {
 fn overlay_transmit(t: Transmit) -> NodeOutput {
     let class = match &t.msg {
         Message::Ping { watch, .. } => Class::Probe { urgent: *watch },
+        Message::PongPing { .. } => Class::Probe { urgent: true },
         Message::Collective(CollectiveMessage::Down {
             op,
             body: DownBody::Stream { len, digest },

@@ -81,7 +81,9 @@ impl Packet {
     pub fn kind(&self) -> PacketKind {
         match self {
             Packet::Overlay(m) => match m {
-                Message::Ping { .. } | Message::Pong { .. } => PacketKind::Probe,
+                Message::Ping { .. } | Message::Pong { .. } | Message::PongPing { .. } => {
+                    PacketKind::Probe
+                }
                 Message::Advert { .. }
                 | Message::TreeUpdate(_)
                 | Message::TreeUpdates(_)

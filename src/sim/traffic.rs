@@ -26,6 +26,7 @@ pub fn kind_of(msg: &Message) -> (&'static str, usize) {
     match msg {
         Message::Ping { .. } => ("ping", 0),
         Message::Pong { .. } => ("pong", 0),
+        Message::PongPing { .. } => ("pong_ping", 0),
         Message::Advert { entries } => ("advert", entries.len()),
         Message::TreeUpdate(_) => ("tree_update", 1),
         Message::TreeUpdates(v) => ("tree_update", v.len()),

@@ -4,7 +4,6 @@
 //! message is handed to the part it is about.
 
 use super::Core;
-use super::parents::MIN_SAMPLES_TO_MOVE;
 use super::trees::{entry_of, no_path};
 use crate::proto::candidates::Role;
 use crate::proto::id::NodeId;
@@ -74,6 +73,7 @@ impl Core {
         self.out.event(Event::MemberDown { id, reason });
         self.discovery.table.remove(&id);
         self.nbrs.forget(&id);
+        self.probing.forget(&id);
         self.bw.forget(&id);
         self.heard.forget(&id);
         self.adverts.forget_peer(&id);
@@ -125,34 +125,15 @@ impl Core {
                 sent_us,
                 rtt_hint_us,
                 watch,
+            } => self.on_ping(from, sent_us, rtt_hint_us, watch, true),
+            Message::Pong { sent_us } => self.on_pong(from, sent_us),
+            Message::PongPing {
+                sent_us,
+                ping_sent_us,
+                watch,
             } => {
-                if watch
-                    && self.nbrs.cands.note_inbound(from, self.now)
-                    && self.nbrs.cands.role(&from).is_none()
-                {
-                    // An explorer's trial, most likely: a sample, not our full state (a
-                    // peer that wants it asks with a resync).
-                    self.adverts.owe_sample(from);
-                }
-                self.send(from, Message::Pong { sent_us });
-                if let Some(h) = rtt_hint_us
-                    && self.nbrs.take_hint(from, h)
-                {
-                    self.on_rtt_changed(from);
-                }
-            }
-            Message::Pong { sent_us } => {
-                if sent_us <= self.now.as_micros() {
-                    let rtt = (self.now.as_micros() - sent_us).min(u32::MAX as u64) as u32;
-                    self.add_rtt_sample(from, rtt);
-                    // A hinted peer is measured at once, a few times back to back, so the
-                    // verdict that made us measure it can be taken again soon.
-                    if self.nbrs.is_hinted(&from)
-                        && (self.nbrs.get(&from)).is_some_and(|e| e.samples() < MIN_SAMPLES_TO_MOVE)
-                    {
-                        self.ping(from, false);
-                    }
-                }
+                self.on_pong(from, sent_us);
+                self.on_ping(from, ping_sent_us, None, watch, false);
             }
             Message::Advert { entries } => self.handle_entries(from, &entries, false),
             Message::TreeUpdate(e) => self.handle_entry(from, e, true),

@@ -7,7 +7,7 @@
 use super::Core;
 use super::parents::MIN_SAMPLES_TO_MOVE;
 use super::trees::OWN_ROOT;
-use crate::proto::id::{IdSet as HashSet, NodeId};
+use crate::proto::id::{IdMap, IdSet as HashSet, NodeId};
 use crate::proto::message::{AdvertEntry, Message};
 use crate::proto::timers::Timer;
 use crate::proto::tree::CandidateView;
@@ -31,6 +31,9 @@ pub(super) struct Probing {
     /// taken under load after it stopped (see [`crate::proto::Input::BulkTransfer`]).
     bulk: bool,
     settle_until: Time,
+    /// When each peer was last sampled: a peer sampled lately (through its own probes,
+    /// answered with ours) is not probed again until its period has nearly passed.
+    pub(super) sampled_at: IdMap<NodeId, Time>,
 }
 
 impl Probing {
@@ -57,9 +60,109 @@ impl Probing {
     pub(super) fn loaded(&self, now: Time) -> bool {
         self.bulk || now < self.settle_until
     }
+
+    /// Forgets when `peer` was sampled (it went away; the sweep and the round skip
+    /// members not alive when their turn comes).
+    pub(super) fn forget(&mut self, peer: &NodeId) {
+        self.sampled_at.remove(peer);
+    }
+
+    /// Whether `peer` was sampled within `within` of `now`.
+    fn sampled_within(&self, peer: &NodeId, now: Time, within: Duration) -> bool {
+        (self.sampled_at.get(peer)).is_some_and(|&at| now.saturating_since(at) < within)
+    }
 }
 
 impl Core {
+    /// A probe from `from`: answer it, with our own probe of it riding along when one is
+    /// due about now (`may_merge`: unless the probe is itself the answer to ours).
+    pub(super) fn on_ping(
+        &mut self,
+        from: NodeId,
+        sent_us: u64,
+        rtt_hint_us: Option<u32>,
+        watch: bool,
+        may_merge: bool,
+    ) {
+        if watch
+            && self.nbrs.cands.note_inbound(from, self.now)
+            && self.nbrs.cands.role(&from).is_none()
+        {
+            // An explorer's trial, most likely: a sample, not our full state (a
+            // peer that wants it asks with a resync).
+            self.adverts.owe_sample(from);
+        }
+        let merge = may_merge && self.config.merge_probes;
+        let merged_watch = merge.then(|| self.merged_probe(from)).flatten();
+        match merged_watch {
+            Some(watch) => {
+                self.stats.merged_probes += 1;
+                let ping_sent_us = self.now.as_micros();
+                self.send(
+                    from,
+                    Message::PongPing {
+                        sent_us,
+                        ping_sent_us,
+                        watch,
+                    },
+                );
+            }
+            None => self.send(from, Message::Pong { sent_us }),
+        }
+        if let Some(h) = rtt_hint_us
+            && self.nbrs.take_hint(from, h)
+        {
+            self.on_rtt_changed(from);
+        }
+    }
+
+    /// Whether our own probe of `peer` should ride on our answer to its probe, and then
+    /// its `watch` flag: `peer` is watched, and half its probe period has passed since
+    /// we last sampled it. The probe it replaces leaves the round's queue. Never more
+    /// frames than two separate probes: the answer is sent anyway, and the pong to our
+    /// part replaces a probe of ours due soon.
+    fn merged_probe(&mut self, peer: NodeId) -> Option<bool> {
+        let role = self.nbrs.cands.role(&peer)?;
+        let parent = self.trees.iter().any(|t| t.parent == Some(peer));
+        let period = self.probe_period(&peer, parent);
+        if (self.probing).sampled_within(&peer, self.now, period.mul_f64(0.75)) {
+            return None;
+        }
+        self.probing.queue.retain(|(p, _)| *p != peer);
+        let hinted = matches!(role, crate::proto::candidates::Role::Hinted { .. });
+        Some(!hinted || parent)
+    }
+
+    /// How often `peer` is probed: every round if it is a parent or its estimate still
+    /// moves, else every `Config::probe_backoff` rounds.
+    fn probe_period(&self, peer: &NodeId, parent: bool) -> Duration {
+        let steady =
+            (self.nbrs.get(peer)).is_some_and(|e| e.steady() >= self.config.steady_samples);
+        let backoff = if parent || !steady {
+            1
+        } else {
+            self.config.probe_backoff.max(1)
+        };
+        self.config.probe_interval * backoff
+    }
+
+    /// The answer to our probe of `from`, sent at `sent_us` on our clock.
+    pub(super) fn on_pong(&mut self, from: NodeId, sent_us: u64) {
+        if sent_us > self.now.as_micros() {
+            return;
+        }
+        let rtt = (self.now.as_micros() - sent_us).min(u32::MAX as u64) as u32;
+        self.probing.sampled_at.insert(from, self.now);
+        self.add_rtt_sample(from, rtt);
+        // A hinted peer is measured at once, a few times back to back, so the verdict
+        // that made us measure it can be taken again soon.
+        if self.nbrs.is_hinted(&from)
+            && (self.nbrs.get(&from)).is_some_and(|e| e.samples() < MIN_SAMPLES_TO_MOVE)
+        {
+            self.ping(from, false);
+        }
+    }
+
     /// Adds one RTT sample of `peer` and reacts if its estimate changed.
     pub(super) fn add_rtt_sample(&mut self, peer: NodeId, rtt_us: u32) {
         let loaded = self.probing.loaded(self.now);
@@ -176,7 +279,14 @@ impl Core {
         let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().filter(|p| due(p)).collect();
         let parents = self.trees.parents();
         targets.extend(parents.iter().copied());
-        let mut targets: Vec<NodeId> = targets.into_iter().collect();
+        // A peer sampled lately, through its own probe that ours rode on, waits until
+        // most of its period has passed.
+        let mut targets: Vec<NodeId> = (targets.into_iter())
+            .filter(|p| {
+                let period = self.probe_period(p, parents.contains(p));
+                !(self.probing).sampled_within(p, self.now, period.mul_f64(0.75))
+            })
+            .collect();
         targets.sort_unstable();
         // Hinted peers are only measured: they need not send us their whole state.
         let mut round: Vec<(NodeId, bool)> = targets

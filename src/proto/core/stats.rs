@@ -42,6 +42,9 @@ pub struct CoreStats {
     pub watches: u64,
     /// Peers newly hinted (measured only).
     pub hinted: u64,
+    /// Probes of ours that rode on our answer to the peer's probe
+    /// ([`crate::proto::Message::PongPing`]).
+    pub merged_probes: u64,
     /// Reports from the transport that messages to a peer may have been lost.
     pub links_lost: u64,
     /// Peers sent our state again after such a report, once heard from (those that take

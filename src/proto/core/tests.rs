@@ -183,3 +183,70 @@ fn a_resync_from_our_parent_repeats_our_attach() {
         "the parent, which may have dropped us, hears our attach again"
     );
 }
+
+/// The probe-shaped messages `core` sent to `peer` among `sent`.
+fn probes_to(sent: &[Transmit], peer: NodeId) -> Vec<Message> {
+    sent.iter()
+        .filter(|t| t.to == peer)
+        .filter(|t| {
+            let m = &t.msg;
+            matches!(
+                m,
+                Message::Ping { .. } | Message::Pong { .. } | Message::PongPing { .. }
+            )
+        })
+        .map(|t| t.msg.clone())
+        .collect()
+}
+
+#[test]
+fn our_probe_rides_on_the_answer_to_a_watched_peers_probe_once_per_period() {
+    let b = id(1);
+    let mut core = core_with(&[b]);
+    // Rounds until b is watched (the candidate set is filled from the members).
+    core.handle(at(1_500), Input::Timeout);
+    drain(&mut core);
+    assert!(core.nbrs.cands.role(&b).is_some(), "b is watched");
+    let ping = |sent_us| Message::Ping {
+        sent_us,
+        rtt_hint_us: None,
+        watch: true,
+    };
+    receive(&mut core, 1_600, b, ping(7));
+    let sent = drain(&mut core);
+    let Some(Message::PongPing {
+        sent_us: 7,
+        ping_sent_us,
+        watch: true,
+    }) = probes_to(&sent, b).first().cloned()
+    else {
+        panic!("our probe rides on the answer: {:?}", probes_to(&sent, b));
+    };
+    // b answers our part: that is our sample, and b's next probe soon after gets a plain
+    // answer, and our own round skips b while the sample is fresh.
+    receive(
+        &mut core,
+        1_602,
+        b,
+        Message::Pong {
+            sent_us: ping_sent_us,
+        },
+    );
+    assert_eq!(core.probing.sampled_at.get(&b), Some(&at(1_602)));
+    receive(&mut core, 1_700, b, ping(8));
+    let sent = drain(&mut core);
+    assert_eq!(probes_to(&sent, b), vec![Message::Pong { sent_us: 8 }]);
+    // An answer to our probe never carries a probe back.
+    receive(
+        &mut core,
+        1_750,
+        b,
+        Message::PongPing {
+            sent_us: ping_sent_us,
+            ping_sent_us: 9,
+            watch: true,
+        },
+    );
+    let sent = drain(&mut core);
+    assert_eq!(probes_to(&sent, b), vec![Message::Pong { sent_us: 9 }]);
+}

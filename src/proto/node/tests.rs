@@ -248,6 +248,7 @@ fn transmits_carry_the_class_of_their_message() {
     for (class, packet) in classes {
         let expected = match packet {
             Packet::Overlay(Message::Ping { watch, .. }) => Class::Probe { urgent: *watch },
+            Packet::Overlay(Message::PongPing { .. }) => Class::Probe { urgent: true },
             Packet::Overlay(Message::Collective(_)) => continue,
             _ => Class::Control,
         };
@@ -271,6 +272,20 @@ fn a_probe_is_stamped_with_its_send_time_and_nothing_else_changes() {
             watch: true,
         })
     );
+    let merged = Packet::Overlay(Message::PongPing {
+        sent_us: 5,
+        ping_sent_us: 6,
+        watch: false,
+    });
+    let stamped = merged.stamped(1_234);
+    let Packet::Overlay(Message::PongPing {
+        sent_us: 5,
+        ping_sent_us: 1_234,
+        watch: false,
+    }) = stamped
+    else {
+        panic!("the probe part is stamped, the answer kept: {stamped:?}");
+    };
     let other = Packet::Overlay(Message::Resync);
     assert_eq!(other.clone().stamped(9), other);
 }

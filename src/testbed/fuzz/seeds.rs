@@ -45,6 +45,11 @@ pub fn packets() -> Vec<Packet> {
             watch: true,
         },
         Message::Pong { sent_us: u64::MAX },
+        Message::PongPing {
+            sent_us: 1,
+            ping_sent_us: u64::MAX,
+            watch: true,
+        },
         Message::Advert {
             entries: vec![entry, entry],
         },
