@@ -12,6 +12,8 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+mod nonce;
+
 /// Answers gathers and reduces naming a key: gets the request, returns this node's value
 /// (`None` declines). Runs on the node's driver task, so it must be quick.
 pub type Handler = Arc<dyn Fn(&[u8]) -> Option<Vec<u8>> + Send + Sync>;
@@ -65,27 +67,25 @@ pub struct Ops {
     handlers: HashMap<String, Handler>,
     subscribers: Vec<super::deliveries::DeliverySink>,
     barriers: HashMap<String, Vec<oneshot::Sender<BarrierOutcome>>>,
-    next_nonce: u64,
+    nonces: nonce::NonceSeq,
 }
 
 impl Ops {
-    /// Bookkeeping whose operation numbers start from `seed` (distinct per run, so a
-    /// restarted node's operations are not taken for duplicates of its previous run's).
+    /// Bookkeeping whose operation numbers are drawn from a sequence keyed by `seed` and
+    /// by fresh randomness (see `ops/nonce.rs`): distinct within a run, unlike a
+    /// restarted node's previous run's, and unpredictable to the members that see them.
     pub fn new(seed: u64) -> Ops {
         Ops {
             waiting: HashMap::new(),
             handlers: HashMap::new(),
             subscribers: Vec::new(),
             barriers: HashMap::new(),
-            // The top bit is left clear: composite operations use it for their second half;
-            // so are bits 48-62: the parts of a striped broadcast use them (`stripes`).
-            next_nonce: (seed & 0xffff) << 32,
+            nonces: nonce::NonceSeq::new(seed),
         }
     }
 
     fn nonce(&mut self) -> u64 {
-        self.next_nonce = (self.next_nonce + 1) & ((1 << 48) - 1);
-        self.next_nonce
+        self.nonces.next_nonce()
     }
 
     /// Numbers an operation the driver starts itself and keeps its report's channel.
