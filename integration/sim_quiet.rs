@@ -174,3 +174,41 @@ fn merged_probes_measure_both_ends_with_fewer_frames_and_the_trees_stay_put() {
         "merging saved too little: {frames:?} probe frames"
     );
 }
+
+#[test]
+fn forming_trees_send_fewer_advert_frames_with_throttled_flushes_and_converge_as_fast() {
+    // A cold start of phoenix-168 (every node joins at once), with the flush gap fixed at
+    // `advert_interval` and doubling while changes keep coming (the default).
+    let mut runs = Vec::new();
+    for throttle in [false, true] {
+        let mut cfg = SimConfig {
+            seed: 2,
+            ..SimConfig::default()
+        };
+        if !throttle {
+            cfg.core.advert_max_interval = cfg.core.advert_interval;
+        }
+        let mut sim = Sim::new(&topology("phoenix-168"), cfg);
+        let converged = sim
+            .run_until_converged(Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("throttle {throttle}: not converged\n{}", sim.explain(3)));
+        let adverts = sim.traffic().get("advert").map_or(0, |k| k.messages);
+        let nodes = sim.live_count() as f64;
+        let secs = converged.as_secs_f64();
+        eprintln!(
+            "phoenix-168 cold start, throttle {throttle}: converged at {secs:.1} s, {:.1} \
+             advert frames per node per second until then",
+            adverts as f64 / nodes / secs
+        );
+        runs.push((secs, adverts));
+    }
+    let ((slow_at, slow_adverts), (at, adverts)) = (runs[0], runs[1]);
+    assert!(
+        adverts * 10 < slow_adverts * 9,
+        "throttling saved too little: {slow_adverts} then {adverts} advert frames"
+    );
+    assert!(
+        at < slow_at * 1.25 + 1.0,
+        "throttled flushes slowed convergence: {slow_at:.1} s then {at:.1} s"
+    );
+}

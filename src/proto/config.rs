@@ -21,6 +21,14 @@ pub struct Config {
     pub serial_refresh: Duration,
     /// Adverts to candidates are batched: changed tree state is flushed at most this often.
     pub advert_interval: Duration,
+    /// While tree state keeps changing (each flush of changes within two gaps of the
+    /// last), the gap between flushes doubles, up to this; one quiet gap brings it back to
+    /// `advert_interval`. As OSPF throttles its LSAs: a lone change still goes out within
+    /// `advert_interval`, while forming trees, whose changes come without pause, send one
+    /// frame per candidate per gap instead of one per `advert_interval`. Every frame costs
+    /// a packet, and packets are what a node's CPU is spent on. Equal to
+    /// `advert_interval`: no throttling.
+    pub advert_max_interval: Duration,
     /// Drift (a connected tree whose dist moved by at most a twentieth plus 250 µs: a hop
     /// re-measured, a parent moved inside its cluster) is advertised at most this often,
     /// or with the next flush of a real change. A node has a few dozen candidates, so a
@@ -60,10 +68,11 @@ pub struct Config {
     /// See `probe_backoff`.
     pub steady_samples: u32,
     /// A node that gets a probe from a peer it watches answers with a
-    /// [`crate::proto::Message::PongPing`] when its own probe of that peer is due (half its
-    /// period has passed since the last sample), and skips its round's probe of a peer
-    /// sampled so within most of its period: one exchange of three frames measures both
-    /// ends where two took four. On by default; off only to measure the difference.
+    /// [`crate::proto::Message::PongPing`] when its own probe of that peer is due (three
+    /// quarters of its period have passed since the last sample): one exchange of three
+    /// frames measures both ends where two took four. With or without it, a round skips
+    /// a peer sampled within three quarters of its period. On by default; off only to
+    /// measure the difference.
     pub merge_probes: bool,
     /// The shortcut rule: a switch that shortens dist by more than this is taken even if the
     /// new parent is farther; and a switch under rules (1)-(4) may not lengthen dist by more.
@@ -139,6 +148,7 @@ impl Config {
             serial_period: Duration::from_secs(1),
             serial_refresh: Duration::from_secs(60),
             advert_interval: Duration::from_millis(50),
+            advert_max_interval: Duration::from_millis(400),
             advert_drift_interval: Duration::from_secs(2),
             advert_budget: 256 * 1024,
             full_advert_every: 60,
@@ -176,6 +186,7 @@ impl Config {
         Config {
             serial_period: Duration::from_millis(500),
             advert_interval: Duration::from_millis(20),
+            advert_max_interval: Duration::from_millis(160),
             probe_interval: Duration::from_millis(500),
             explore_rotate: Duration::from_secs(1),
             inbound_expiry: Duration::from_secs(6),
@@ -197,6 +208,7 @@ impl Config {
         self.serial_period *= k;
         self.serial_refresh *= k;
         self.advert_interval *= k;
+        self.advert_max_interval *= k;
         self.advert_drift_interval *= k;
         self.probe_interval *= k;
         self.explore_rotate *= k;

@@ -32,6 +32,11 @@ pub(super) struct Adverts {
     /// Peers owed our state in the trees of the roots nearest us (new inbound probers:
     /// explorers on trial), see `Config::explorer_sample`.
     owed_sample: BTreeSet<NodeId>,
+    /// The gap between flushes of changes while they keep coming (see
+    /// `Config::advert_max_interval`); zero: `advert_interval`.
+    gap: Duration,
+    /// When changes were last flushed.
+    changes_sent: Time,
     /// Advert bytes that may still be sent (negative: spent ahead).
     tokens: f64,
     /// When the tokens were last topped up.
@@ -48,6 +53,8 @@ impl Adverts {
             flush_for_drift: false,
             owed_full: BTreeSet::new(),
             owed_sample: BTreeSet::new(),
+            gap: Duration::ZERO,
+            changes_sent: now,
             tokens: budget,
             tokens_at: now,
         }
@@ -107,11 +114,39 @@ impl Adverts {
 }
 
 impl Core {
-    /// Arms the flush after an input: an `advert_interval` from now when batches wait
+    /// The gap to the next flush of changes: `advert_interval`, or longer while changes
+    /// keep coming (the last flush of changes within two gaps).
+    fn flush_gap(&self) -> Duration {
+        let base = self.config.advert_interval;
+        let gap = self.adverts.gap.max(base);
+        if self.now.saturating_since(self.adverts.changes_sent) > gap * 2 {
+            base
+        } else {
+            gap
+        }
+    }
+
+    /// After a flush that sent changes: the gap doubles if changes keep coming, up to
+    /// `advert_max_interval`, else starts again from `advert_interval`.
+    fn changes_flushed(&mut self) {
+        let base = self.config.advert_interval;
+        let recent =
+            self.now.saturating_since(self.adverts.changes_sent) <= self.adverts.gap.max(base) * 2;
+        let max = self.config.advert_max_interval.max(base);
+        self.adverts.gap = if recent {
+            (self.adverts.gap.max(base) * 2).min(max)
+        } else {
+            base
+        };
+        self.adverts.changes_sent = self.now;
+    }
+
+    /// Arms the flush after an input: a flush gap ([`Core::flush_gap`]) from now when
+    /// batches wait
     /// (sooner than a flush armed for drift alone, not sooner than one armed to wait for
     /// the advert budget), else when drift alone is due.
     pub(super) fn arm_flush(&mut self) {
-        let soon = self.now + self.config.advert_interval;
+        let soon = self.now + self.flush_gap();
         if self.adverts.pending() || self.asks.has_batched() || self.discovery.table.has_news() {
             if std::mem::take(&mut self.adverts.flush_for_drift) {
                 self.schedule.set(Timer::AdvertFlush, soon);
@@ -163,6 +198,9 @@ impl Core {
                 t.advertised = (t.dist_us, t.connected);
                 entries.push(entry_of(t));
             }
+        }
+        if !entries.is_empty() {
+            self.changes_flushed();
         }
         let targets = self.nbrs.cands.advert_targets();
         let owed = std::mem::take(&mut self.adverts.owed_full);

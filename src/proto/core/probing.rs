@@ -31,8 +31,8 @@ pub(super) struct Probing {
     /// taken under load after it stopped (see [`crate::proto::Input::BulkTransfer`]).
     bulk: bool,
     settle_until: Time,
-    /// When each peer was last sampled: a peer sampled lately (through its own probes,
-    /// answered with ours) is not probed again until its period has nearly passed.
+    /// When each peer was last sampled: our probe rides on an answer only when one is
+    /// due, and a round skips a peer sampled within most of its period.
     pub(super) sampled_at: IdMap<NodeId, Time>,
 }
 
@@ -279,8 +279,8 @@ impl Core {
         let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().filter(|p| due(p)).collect();
         let parents = self.trees.parents();
         targets.extend(parents.iter().copied());
-        // A peer sampled lately, through its own probe that ours rode on, waits until
-        // most of its period has passed.
+        // A peer sampled within most of its period (by a probe of ours that rode on the
+        // answer to its own, or one of our round that went out late) waits.
         let mut targets: Vec<NodeId> = (targets.into_iter())
             .filter(|p| {
                 let period = self.probe_period(p, parents.contains(p));
