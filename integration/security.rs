@@ -9,6 +9,7 @@
 //!   one that keeps doing so is closed and kept out for a while.
 
 mod frames;
+mod records;
 
 use overlay::api::{Node, NodeStatus};
 use overlay::net::auth::{
@@ -275,6 +276,7 @@ async fn unauthenticated_connections_get_nothing_processed() {
                 boot: 1,
                 state: Liveness::Alive,
                 groups: Vec::new(),
+                proof: Vec::new(),
             },
         });
         let mut send = conn.open_uni().await.expect("open_uni");

@@ -11,6 +11,7 @@ use crate::net::emulated::{EmulatedUdpSocket, LatencyMap};
 use crate::net::identity::Identity;
 use crate::net::link::{LinkContext, LinkStats};
 use crate::net::meter::{MeteredSocket, SendMeter};
+use crate::net::record_auth::Ed25519Records;
 use crate::net::stream::Forwarding;
 use crate::net::token::JoinToken;
 use crate::net::token_ring::TokenRing;
@@ -329,7 +330,8 @@ impl NodeBuilder {
             self.gossip,
             seed.rotate_left(17),
             Time::ZERO,
-        );
+        )
+        .with_auth(Box::new(Ed25519Records::new(&identity)?));
         let (to_driver, inbox) = mpsc::channel(crate::net::link::INBOX);
         let (cmd_tx, commands) = mpsc::channel(64);
         let (events, _) = broadcast::channel(1024);

@@ -125,6 +125,12 @@ impl Identity {
         &self.cert
     }
 
+    /// The private key in PKCS#8 DER (it signs membership records,
+    /// [`super::record_auth`]).
+    pub(crate) fn key_pkcs8(&self) -> &[u8] {
+        &self.key_der
+    }
+
     fn private_key(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
     }

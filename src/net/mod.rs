@@ -29,6 +29,7 @@ pub mod links;
 pub mod meter;
 pub mod ops;
 pub mod pace;
+pub mod record_auth;
 pub mod sockbuf;
 pub mod stream;
 pub mod stripes;

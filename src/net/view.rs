@@ -128,6 +128,10 @@ pub struct NodeStatus {
     /// Times a peer was kept out for too many malformed frames or protocol violations.
     #[serde(default)]
     pub peers_kept_out: u64,
+    /// Membership records refused because their owner's signature did not verify
+    /// (forged or altered by the member that sent them).
+    #[serde(default)]
+    pub forged_records: u64,
     /// Packets dropped (queues full, peer unreachable).
     pub packets_dropped: u64,
     /// Time since start.

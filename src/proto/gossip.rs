@@ -17,6 +17,8 @@
 //! - Leave: the leaving member tells every member directly.
 //! - Restart: a restarted node starts with a higher incarnation (the driver passes one
 //!   derived from the wall clock), which overrides its old `Dead` record.
+//! - Only the owner of a record vouches for it ([`auth`]): records carry its signature,
+//!   so nobody else can issue its incarnations, move it or make it leave.
 
 use super::id::{IdMap, NodeId};
 use super::message::{GossipMessage, Liveness, MemberRecord};
@@ -27,10 +29,13 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub mod auth;
+mod digest;
 mod disseminate;
 mod health;
 mod probe;
 
+pub use auth::{RecordAuth, TrustAll};
 pub use health::MAX_LOCAL_HEALTH;
 
 /// Timing and fan-out of the membership protocol.
@@ -177,12 +182,17 @@ pub struct Gossip {
     health: u32,
     transmits: VecDeque<GossipTransmit>,
     events: VecDeque<GossipEvent>,
+    /// Signs our record, checks everyone else's.
+    auth: Box<dyn RecordAuth>,
+    /// Records refused because their proof did not verify.
+    forged: u64,
 }
 
 impl Gossip {
     /// A node that knows only itself. `incarnation` must grow across restarts of the same
     /// node (e.g. milliseconds since the Unix epoch at start); it also serves as the
-    /// record's `boot` value.
+    /// record's `boot` value. Records are not signed nor checked ([`TrustAll`]) until
+    /// [`Gossip::with_auth`] gives a scheme: the network driver always does.
     pub fn new(
         id: NodeId,
         name: String,
@@ -202,6 +212,7 @@ impl Gossip {
                 boot: incarnation,
                 state: Liveness::Alive,
                 groups: Vec::new(),
+                proof: Vec::new(),
             },
             members: IdMap::default(),
             rng: SplitMix64::new(seed),
@@ -216,6 +227,8 @@ impl Gossip {
             health: 0,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
+            auth: Box::new(TrustAll),
+            forged: 0,
         };
         let first = now + g.jitter(g.config.probe_interval);
         g.arm(first, Timer::ProbeTick);
@@ -224,9 +237,29 @@ impl Gossip {
         g
     }
 
+    /// The same node, signing its record with `auth` and refusing every record whose
+    /// proof `auth` does not accept (see [`auth`]).
+    pub fn with_auth(mut self, auth: Box<dyn RecordAuth>) -> Self {
+        self.auth = auth;
+        self.sign_me();
+        self
+    }
+
+    /// How many records were refused because their proof did not verify (forged, or
+    /// altered on the way).
+    pub fn forged_records(&self) -> u64 {
+        self.forged
+    }
+
     /// This node's own record.
     pub fn me(&self) -> &MemberRecord {
         &self.me
+    }
+
+    /// Signs our record after a change of its fields or incarnation.
+    fn sign_me(&mut self) {
+        self.me.proof = Vec::new();
+        self.me.proof = self.auth.sign(&auth::statement(&self.me));
     }
 
     /// Every member this node knows, itself included, dead and departed ones too (until
@@ -285,8 +318,9 @@ impl Gossip {
         if self.left {
             return;
         }
-        self.me.incarnation += 1;
+        self.me.incarnation = self.me.incarnation.saturating_add(1);
         self.me.state = Liveness::Left;
+        self.sign_me();
         let targets: Vec<NodeId> = self.live_members().map(|r| r.id).collect();
         for to in targets {
             self.send(
@@ -427,29 +461,6 @@ impl Gossip {
         self.timers.peek().map(|Reverse((at, _))| *at)
     }
 
-    /// The anti-entropy digest of the live records (alive or suspect) and our own: an
-    /// order-free sum of one hash per record over everything a record's merge looks at.
-    /// Tombstones are left out (they expire at different times on different nodes).
-    fn digest(&self) -> GossipMessage {
-        let live = self
-            .members
-            .values()
-            .map(|e| &e.record)
-            .filter(|r| matches!(r.state, Liveness::Alive | Liveness::Suspect));
-        let (mut hash, mut count) = (record_hash(&self.me), 1u32);
-        for r in live {
-            hash = hash.wrapping_add(record_hash(r));
-            count += 1;
-        }
-        GossipMessage::Digest { hash, live: count }
-    }
-
-    /// Sends every record this node knows; `reply` asks for the peer's in return.
-    fn send_sync(&mut self, to: NodeId, reply: bool) {
-        let members = self.records();
-        self.send(to, GossipMessage::Sync { members, reply });
-    }
-
     fn send(&mut self, to: NodeId, msg: GossipMessage) {
         self.transmits.push_back(GossipTransmit { to, msg });
     }
@@ -467,30 +478,6 @@ impl Gossip {
     fn jitter(&mut self, base: Duration) -> Duration {
         base.mul_f64(0.75 + self.rng.below(500) as f64 / 1000.0)
     }
-}
-
-/// A record's hash for [`Gossip::digest`]: FNV-1a over its fields, then one step of
-/// [`SplitMix64`] (so that the sum over records mixes well). Deterministic across
-/// processes.
-fn record_hash(r: &MemberRecord) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= *b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
-    eat(&r.id.0);
-    eat(&r.incarnation.to_le_bytes());
-    eat(&r.boot.to_le_bytes());
-    eat(&[r.state as u8]);
-    eat(r.addr.to_string().as_bytes());
-    eat(r.name.as_bytes());
-    for g in &r.groups {
-        eat(&(g.len() as u32).to_le_bytes());
-        eat(g.as_bytes());
-    }
-    SplitMix64::new(h).next_u64()
 }
 
 #[cfg(test)]

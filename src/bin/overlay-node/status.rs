@@ -105,7 +105,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "\nconnections {}, tasks {}, frames in/out {}/{}, rejected frames {}, protocol errors {}, auth failures {}, refused connections {}, peers kept out {}, dropped {}",
+        "\nconnections {}, tasks {}, frames in/out {}/{}, rejected frames {}, protocol errors {}, auth failures {}, refused connections {}, peers kept out {}, forged records {}, dropped {}",
         s.connections,
         s.tasks,
         s.frames_in,
@@ -115,6 +115,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         s.auth_failures,
         s.refused_connections,
         s.peers_kept_out,
+        s.forged_records,
         s.packets_dropped
     );
     if !s.traffic.is_empty() {

@@ -57,9 +57,13 @@ impl Gossip {
         if r.id == self.me.id {
             // Gossip says we are suspect or dead: refute with a higher incarnation.
             if r.state != Liveness::Alive && r.incarnation >= self.me.incarnation && !self.left {
+                if !self.vouched(&r) {
+                    return false; // we never issued that incarnation: nothing to refute
+                }
                 // Others could not hear from us in time: we may be the slow one.
                 self.health_worse();
                 self.me.incarnation = r.incarnation + 1; // below u64::MAX: checked above
+                self.sign_me();
                 self.announce_me();
             }
             return false;
@@ -76,7 +80,7 @@ impl Gossip {
                         && r.state == Liveness::Alive)
             }
         };
-        if !newer {
+        if !newer || !self.vouched(&r) {
             return false;
         }
         let before = self.members.get(&r.id).map(|e| e.record.state);
@@ -133,6 +137,7 @@ impl Gossip {
         };
         self.me.incarnation = next;
         self.me.groups = groups;
+        self.sign_me();
         self.announce_me();
         true
     }
@@ -150,6 +155,16 @@ impl Gossip {
                 },
             );
         }
+    }
+
+    /// Whether `r` carries its owner's proof; counts those that do not. Checked only for
+    /// records that would change our table, so each costs one verification at most.
+    fn vouched(&mut self, r: &MemberRecord) -> bool {
+        let ok = super::auth::vouched(&*self.auth, r);
+        if !ok {
+            self.forged += 1;
+        }
+        ok
     }
 
     pub(super) fn enqueue(&mut self, r: MemberRecord) {

@@ -435,3 +435,5 @@ fn a_members_groups_spread_to_everyone_and_only_valid_lists_are_taken() {
         assert!(r.groups.is_empty(), "a bad list was taken: {:?}", r.groups);
     }
 }
+
+mod signed;

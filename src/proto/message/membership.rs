@@ -39,6 +39,10 @@ pub struct MemberRecord {
     /// The groups it is a member of (sorted, at most [`MAX_GROUPS`] names of at most
     /// [`MAX_GROUP_NAME`] bytes); changed only by the member itself, with a new incarnation.
     pub groups: Vec<String>,
+    /// The member's own proof of this record (its signature of everything in it but a
+    /// suspicion or death, which others declare; see [`crate::proto::gossip::auth`]).
+    /// Records whose proof does not verify are refused. Empty in the simulator.
+    pub proof: Vec<u8>,
 }
 
 /// Most groups one member may be in.

@@ -148,6 +148,8 @@ pub fn packets() -> Vec<Packet> {
         boot: 1_700_000_000_000,
         state,
         groups: vec!["workers".into()],
+        // The size of an Ed25519 proof: public key and signature.
+        proof: vec![0x5a; 96],
     };
     let mut v6 = record(b, 7400, Liveness::Suspect);
     v6.addr = "[::1]:7401".parse().expect("an address");

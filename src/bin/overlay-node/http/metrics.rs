@@ -240,6 +240,11 @@ fn traffic(o: &mut Out, s: &NodeStatus) {
             s.protocol_errors,
         ),
         (
+            "overlay_forged_records_total",
+            "Membership records refused: their owner's signature did not verify.",
+            s.forged_records,
+        ),
+        (
             "overlay_auth_failures_total",
             "Connections refused for a bad join-token proof.",
             s.auth_failures,

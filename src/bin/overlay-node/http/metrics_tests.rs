@@ -174,6 +174,7 @@ fn status() -> NodeStatus {
         auth_failures: 2,
         refused_connections: 7,
         peers_kept_out: 1,
+        forged_records: 3,
         packets_dropped: 0,
         uptime_ms: 1500,
         clusters: vec![ClusterLevel {
