@@ -151,6 +151,9 @@ pub struct LinkStats {
     pub bytes_out: AtomicU64,
     /// Frames and bytes by kind, received and handed to connections.
     pub by_kind: KindCounters,
+    /// Admitted connections installed, dialed or accepted (each a QUIC and TLS handshake
+    /// and a token proof).
+    pub links_opened: AtomicU64,
 }
 
 /// Frames and bytes per [`PacketKind`], each way. Received frames are counted when they

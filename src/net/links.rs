@@ -357,6 +357,7 @@ impl Links {
     ) {
         let opened_by = if dialed { self.me } else { peer };
         let preferred = self.me.min(peer);
+        (self.ctx.stats.links_opened).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(existing) = self.links.get(&peer) {
             let existing_alive = existing.conn.close_reason().is_none();
             // The same side opening a second connection has given up the first (e.g. it

@@ -128,6 +128,10 @@ pub struct NodeStatus {
     /// Times a peer was kept out for too many malformed frames or protocol violations.
     #[serde(default)]
     pub peers_kept_out: u64,
+    /// Admitted connections opened since start, dialed or accepted (each cost a
+    /// handshake and a token proof).
+    #[serde(default)]
+    pub links_opened: u64,
     /// Membership records refused because their owner's signature did not verify
     /// (forged or altered by the member that sent them).
     #[serde(default)]

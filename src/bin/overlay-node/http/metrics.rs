@@ -240,6 +240,11 @@ fn traffic(o: &mut Out, s: &NodeStatus) {
             s.protocol_errors,
         ),
         (
+            "overlay_links_opened_total",
+            "Admitted connections opened, dialed or accepted.",
+            s.links_opened,
+        ),
+        (
             "overlay_forged_records_total",
             "Membership records refused: their owner's signature did not verify.",
             s.forged_records,

@@ -175,6 +175,7 @@ fn status() -> NodeStatus {
         refused_connections: 7,
         peers_kept_out: 1,
         forged_records: 3,
+        links_opened: 4,
         packets_dropped: 0,
         uptime_ms: 1500,
         clusters: vec![ClusterLevel {
