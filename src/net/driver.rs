@@ -16,7 +16,7 @@ use super::ops::{OpCommand, Ops};
 use super::stream::{Forwarding, Streams};
 use super::stripes::{Spread, Stripes};
 use super::view::{BroadcastPlan, MemberView, NodeEvent, NodeStatus, TreeSnapshot};
-use crate::proto::{Class, Command, DownReason, Node, NodeId, NodeInput, NodeOutput, Packet, Time};
+use crate::proto::{Class, Command, Node, NodeId, NodeInput, NodeOutput, Packet, Time};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -329,10 +329,7 @@ impl Driver {
             }
             NodeOutput::MemberDown { id, reason } => {
                 info!(peer = %id, ?reason, "member down");
-                match reason {
-                    DownReason::Left => self.links.forget(id, Some(b"member down")),
-                    DownReason::Dead => self.links.forget_dead(id),
-                }
+                self.links.forget(id, Some(b"member down"));
                 self.waiting_streams.remove(&id);
                 self.refresh_member(id);
                 let _ = self.events.send(NodeEvent::MemberDown { id, reason });

@@ -15,9 +15,7 @@
 //!   (candidates probed every period, tree neighbours receiving serials) never idle: the
 //!   limits grow with the protocol's periods, so a slowed or dilated clock does not close
 //!   tree links between two serials. A connection opened only for a measurement is closed
-//!   after [`MEASURE_IDLE`];
-//! - a member declared dead keeps its connection until it idles out
-//!   ([`Links::forget_dead`]): one declared dead by mistake comes back over it.
+//!   after [`MEASURE_IDLE`].
 //!
 //! An RTT probe that waited for a dial is re-stamped when it finally goes out: the wait is
 //! not round-trip time, and a measurement that included the handshake would make a near
@@ -313,15 +311,6 @@ impl Links {
         {
             link.conn.close(super::auth::CLOSE_LEAVING.into(), why);
         }
-        self.pending.remove(&peer);
-        self.lost.remove(&peer);
-    }
-
-    /// The member was declared dead: drop what waited for it, but leave an open connection
-    /// to idle out ([`IdleLimits`]) or time out. A member declared dead by mistake (a slow
-    /// process on a loaded machine) comes back over it, where closing cost a handshake and
-    /// a full resync on both sides each time.
-    pub fn forget_dead(&mut self, peer: NodeId) {
         self.pending.remove(&peer);
         self.lost.remove(&peer);
     }
