@@ -258,7 +258,6 @@ impl Gossip {
 
     /// Signs our record after a change of its fields or incarnation.
     fn sign_me(&mut self) {
-        self.me.proof = Vec::new();
         self.me.proof = self.auth.sign(&auth::statement(&self.me));
     }
 
