@@ -193,12 +193,50 @@ start_bg() {
     # shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
     setsid -f ip netns exec "$ns" sh -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$@" \
         </dev/null >>"$log" 2>&1
+    # Up to 30 s: on a host saturated by the nodes already started (a join storm of a
+    # hundred processes on two cores) a fork and exec can take seconds.
     local i
-    for ((i = 0; i < 100; i++)); do
+    for ((i = 0; i < 600; i++)); do
         [[ -s $pidfile ]] && return 0
         sleep 0.05
     done
-    die "could not start $1 in namespace $ns (see $log)"
+    die "could not start $1 in namespace $ns within 30 s (see $log)"
+}
+
+# The CPU cgroup `run --cpus` puts the nodes in (v2 or v1 layout), named after the testbed.
+cpu_cgroup_dir() {
+    if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+        echo "/sys/fs/cgroup/overlay-netns-$PREFIX"
+    else
+        echo "/sys/fs/cgroup/cpu/overlay-netns-$PREFIX"
+    fi
+}
+
+# limit_cpus CORES: moves this shell into the testbed's CPU cgroup, capped at CORES cores
+# (cgroup v2 cpu.max, or v1 CFS quota), so every node started after it shares that much
+# CPU: a host with fewer cores than its nodes need, on demand.
+limit_cpus() {
+    local cores=$1 quota dir
+    [[ $cores =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--cpus takes a number of cores (e.g. 0.5), got '$cores'"
+    quota=$(awk -v c="$cores" 'BEGIN { printf "%d", c * 100000 }')
+    ((quota >= 1000)) || die "--cpus must be at least 0.01 cores, got '$cores'"
+    dir=$(cpu_cgroup_dir)
+    if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+        grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
+            echo +cpu >/sys/fs/cgroup/cgroup.subtree_control ||
+            die "cannot enable the cpu controller of cgroup v2"
+        mkdir -p "$dir" || die "cannot create the cgroup $dir"
+        echo "$quota 100000" >"$dir/cpu.max" || die "cannot set $dir/cpu.max"
+    elif [[ -d /sys/fs/cgroup/cpu ]]; then
+        mkdir -p "$dir" || die "cannot create the cgroup $dir"
+        if ! echo 100000 >"$dir/cpu.cfs_period_us" || ! echo "$quota" >"$dir/cpu.cfs_quota_us"; then
+            die "cannot set the CFS quota of $dir"
+        fi
+    else
+        die "no CPU cgroup controller under /sys/fs/cgroup (neither v2 nor v1)"
+    fi
+    echo $$ >"$dir/cgroup.procs" || die "cannot move into the cgroup $dir"
+    info "nodes started now share at most $cores cores (cgroup $dir)"
 }
 
 # wait_for_line FILE PATTERN SECONDS: waits until FILE has a line matching PATTERN (ERE).

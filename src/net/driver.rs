@@ -239,6 +239,10 @@ impl Driver {
                 }
                 _ = sleep_until(wake) => {
                     let now = self.now();
+                    if let Some(due) = wake {
+                        let by = Instant::now().saturating_duration_since(due);
+                        self.node.handle(now, NodeInput::RanLate { by });
+                    }
                     self.node.handle(now, NodeInput::Timeout);
                     let gossip = self.node.gossip();
                     self.links.retry_due(|p| gossip.record(&p).map(|r| r.addr));

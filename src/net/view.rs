@@ -136,6 +136,12 @@ pub struct NodeStatus {
     /// (forged or altered by the member that sent them).
     #[serde(default)]
     pub forged_records: u64,
+    /// How starved of CPU the node believes itself to be, 0 (healthy) to 8: its membership
+    /// protocol's probe periods, probe timeouts and suspicion timeouts are stretched by
+    /// one plus this (Lifeguard's local health; it rises when the node's event loop runs
+    /// late or it must refute a suspicion of itself).
+    #[serde(default)]
+    pub local_health: u32,
     /// Packets dropped (queues full, peer unreachable).
     pub packets_dropped: u64,
     /// Time since start.

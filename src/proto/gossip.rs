@@ -180,6 +180,8 @@ pub struct Gossip {
     left: bool,
     /// Local health score (see `health`): 0 healthy, up to [`MAX_LOCAL_HEALTH`].
     health: u32,
+    /// How late the node's event loop ran at worst in the current probe period.
+    late_max: Duration,
     transmits: VecDeque<GossipTransmit>,
     events: VecDeque<GossipEvent>,
     /// Signs our record, checks everyone else's.
@@ -225,6 +227,7 @@ impl Gossip {
             joining: None,
             left: false,
             health: 0,
+            late_max: Duration::ZERO,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             auth: Box::new(TrustAll),
@@ -335,17 +338,12 @@ impl Gossip {
     }
 
     /// The driver could not reach `peer` (connection failed or was lost with an error):
-    /// treated like an unanswered probe period, so it becomes suspect, not dead.
+    /// treated like an unanswered probe period, so it becomes suspect, not dead. Not
+    /// while this node is starved (local health above 0): its own handshakes then time
+    /// out, and the probes, whose timeouts it stretches, decide.
     pub fn handle_unreachable(&mut self, now: Time, peer: NodeId) {
-        if self.left {
-            return;
-        }
-        if let Some(e) = self.members.get(&peer)
-            && e.record.state == Liveness::Alive
-        {
-            let mut r = e.record.clone();
-            r.state = Liveness::Suspect;
-            self.spread(now, vec![r], None);
+        if self.health == 0 {
+            self.suspect(now, peer);
         }
     }
 

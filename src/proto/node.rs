@@ -43,6 +43,10 @@ pub enum NodeInput {
     LinkLost { peer: NodeId },
     /// What one send of an operation cost to leave this node (see [`Input::SendCost`]).
     SendCost { per_send: Duration },
+    /// The driver's event loop woke `by` after a deadline it slept until: the host is short
+    /// of CPU, so the membership protocol stretches its timings (see
+    /// [`crate::proto::gossip::Gossip::handle_lateness`]).
+    RanLate { by: Duration },
     /// An RTT sample measured by the driver.
     RttSample { peer: NodeId, rtt: Duration },
     /// This node started or stopped moving bulk data (see [`Input::BulkTransfer`]).
@@ -177,6 +181,7 @@ impl Node {
             NodeInput::Unreachable { peer } => self.gossip.handle_unreachable(now, peer),
             NodeInput::LinkLost { peer } => self.core.handle(now, Input::LinkLost { peer }),
             NodeInput::SendCost { per_send } => self.core.handle(now, Input::SendCost { per_send }),
+            NodeInput::RanLate { by } => self.gossip.handle_lateness(by),
             NodeInput::RttSample { peer, rtt } => {
                 self.core.handle(now, Input::RttSample { peer, rtt })
             }

@@ -104,10 +104,7 @@ impl Gossip {
                     self.events.push_back(GossipEvent::Up(alive));
                 }
                 self.events.push_back(GossipEvent::Suspect(r.id));
-                let n = self.members.len() as f64 + 1.0;
-                let factor = (n.log10()).max(1.0);
-                // A slow observer gives the suspect longer: the missing ack may be ours.
-                let timeout = self.stretched(self.config.suspicion_timeout.mul_f64(factor));
+                let timeout = self.suspicion_timeout();
                 self.arm(now + timeout, Timer::Suspicion(r.id, r.incarnation));
             }
             Liveness::Dead | Liveness::Left => {

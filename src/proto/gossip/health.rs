@@ -10,6 +10,14 @@
 //! may be dead or cut off, and a side of a partition would count every probe across it
 //! (Lifeguard tells the cases apart with nacks from the indirect probers; not built).
 //!
+//! It also rises at the end of a probe period in which the node's event loop ran late
+//! (the driver reports how far behind a timer fired, [`Gossip::handle_lateness`]) by a
+//! tenth of the probe timeout or more: the host is short of CPU, so the acks we wait for
+//! and the refutations we give others time for are late on our side too. When every node
+//! of a host is starved at once (a hundred processes on two cores) no node refutes
+//! suspicions in time, so the first rule alone never fires, and each false death (a
+//! closed connection, trees re-planned, a new handshake) starved the host further.
+//!
 //! Probe timeouts, probe periods and the time a suspect is given to refute are all
 //! stretched by `1 + score`, so a struggling node probes less, waits longer, and accuses
 //! nobody on the strength of its own slowness. A healthy node (score 0) keeps the
@@ -26,6 +34,29 @@ impl Gossip {
     /// [`MAX_LOCAL_HEALTH`].
     pub fn local_health(&self) -> u32 {
         self.health
+    }
+
+    /// The node's event loop ran `late` behind one of its deadlines (a timer that fired
+    /// that long after it was due). A period with lateness of a tenth of the probe timeout
+    /// or more counts as evidence that this node is slow.
+    ///
+    /// ```
+    /// # use overlay::proto::gossip::{Gossip, GossipConfig};
+    /// # use overlay::proto::{NodeId, Time};
+    /// # use std::time::Duration;
+    /// let mut g = Gossip::new(NodeId::from_seed(1, 1), "a".into(),
+    ///     "127.0.0.1:7000".parse().unwrap(), 1, GossipConfig::default(), 1, Time::ZERO);
+    /// g.handle_lateness(Duration::from_millis(300));
+    /// assert_eq!(g.local_health(), 0, "judged when the probe period ends");
+    /// ```
+    pub fn handle_lateness(&mut self, late: Duration) {
+        self.late_max = self.late_max.max(late);
+    }
+
+    /// Whether the node ran late in the probe period now ending (and a fresh start for the
+    /// next).
+    pub(super) fn take_ran_late(&mut self) -> bool {
+        std::mem::take(&mut self.late_max) >= self.config.probe_timeout / 10
     }
 
     /// Evidence that this node is slow.

@@ -36,13 +36,16 @@ impl Gossip {
                     return;
                 };
                 self.probe = None;
-                if p.acked {
+                if self.take_ran_late() {
+                    self.health_worse();
+                } else if p.acked {
                     self.health_better();
-                } else {
-                    // Not evidence against us: the member may be dead or cut off (a side
+                }
+                if !p.acked {
+                    // Not evidence against us either: the member may be dead or cut off (a side
                     // of a partition misses every probe across it). Lifeguard tells the
                     // two apart by nacks from the helpers, which this protocol lacks.
-                    self.handle_unreachable(now, p.target);
+                    self.suspect(now, p.target);
                 }
             }
             Timer::Suspicion(id, incarnation) => {
@@ -50,6 +53,13 @@ impl Gossip {
                     && e.record.state == Liveness::Suspect
                     && e.record.incarnation == incarnation
                 {
+                    // Stretched by our health now, not when we heard it: a node that grew
+                    // starved meanwhile gives the suspect the longer time.
+                    let due = e.changed + self.suspicion_timeout();
+                    if due > now {
+                        self.arm(due, Timer::Suspicion(id, incarnation));
+                        return;
+                    }
                     let mut r = e.record.clone();
                     r.state = Liveness::Dead;
                     self.spread(now, vec![r], None);
@@ -84,6 +94,29 @@ impl Gossip {
                 });
                 self.arm(now + ttl, Timer::Prune);
             }
+        }
+    }
+
+    /// How long a suspect is given to refute: the configured minimum, growing with the
+    /// logarithm of the member count, stretched by our local health (the missing ack may
+    /// be ours).
+    pub(super) fn suspicion_timeout(&self) -> std::time::Duration {
+        let n = self.members.len() as f64 + 1.0;
+        let factor = (n.log10()).max(1.0);
+        self.stretched(self.config.suspicion_timeout.mul_f64(factor))
+    }
+
+    /// `peer` did not answer a probe period (or could not be reached): suspect, if alive.
+    pub(super) fn suspect(&mut self, now: Time, peer: NodeId) {
+        if self.left {
+            return;
+        }
+        if let Some(e) = self.members.get(&peer)
+            && e.record.state == Liveness::Alive
+        {
+            let mut r = e.record.clone();
+            r.state = Liveness::Suspect;
+            self.spread(now, vec![r], None);
         }
     }
 

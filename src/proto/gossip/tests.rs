@@ -17,6 +17,9 @@ struct Net {
     cut: Option<usize>,
     /// Messages to this node arrive this much later (a starved node reads its inbox late).
     slow: Option<(usize, Duration)>,
+    /// Every node is starved: its messages are read and its timers fire this much late,
+    /// and its driver says so ([`Gossip::handle_lateness`]).
+    starved: Option<Duration>,
     /// Sends so far of full record sets (`Sync`) and of digests.
     syncs: usize,
     digests: usize,
@@ -51,6 +54,7 @@ impl Net {
             drop_direct_probes_to: None,
             cut: None,
             slow: None,
+            starved: None,
             syncs: 0,
             digests: 0,
         }
@@ -83,7 +87,8 @@ impl Net {
             }
             let late = (self.slow)
                 .filter(|&(k, _)| k == to)
-                .map_or(Duration::ZERO, |(_, d)| d);
+                .map_or(Duration::ZERO, |(_, d)| d)
+                + self.starved.unwrap_or_default();
             self.in_flight
                 .push((self.now + self.delay + late, i, to, t.msg));
         }
@@ -101,10 +106,12 @@ impl Net {
         let end = self.now + d;
         loop {
             let next_msg = self.in_flight.iter().map(|m| m.0).min();
+            let late = self.starved.unwrap_or_default();
             let next_timer = (0..self.nodes.len())
                 .filter(|&i| !self.down[i])
                 .filter_map(|i| self.nodes[i].poll_timeout())
-                .min();
+                .min()
+                .map(|t| t + late);
             let Some(next) = [next_msg, next_timer].into_iter().flatten().min() else {
                 break;
             };
@@ -122,7 +129,12 @@ impl Net {
                 continue;
             }
             for i in 0..self.nodes.len() {
-                if !self.down[i] && self.nodes[i].poll_timeout().is_some_and(|t| t <= self.now) {
+                if !self.down[i]
+                    && (self.nodes[i].poll_timeout()).is_some_and(|t| t + late <= self.now)
+                {
+                    if !late.is_zero() {
+                        self.nodes[i].handle_lateness(late);
+                    }
                     self.nodes[i].handle_timeout(self.now);
                     self.drain(i);
                 }
@@ -214,6 +226,69 @@ fn a_starved_node_slows_its_own_probing_instead_of_accusing_healthy_members() {
     net.run_for(Duration::from_secs(60));
     assert_eq!(net.nodes[4].local_health(), 0, "recovered");
     assert!(MAX_LOCAL_HEALTH >= net.nodes[4].local_health());
+}
+
+#[test]
+fn a_host_short_of_cpu_for_every_node_declares_nobody_dead_by_mistake() {
+    let mut net = Net::new(8);
+    net.join_all();
+    let deaths = |net: &Net| {
+        (net.events.iter().flatten())
+            .filter(|e| matches!(e, GossipEvent::Down { .. }))
+            .count()
+    };
+    // Every node reads its messages and wakes 1.2 s late: an exchange takes 2.4 s and a
+    // refutation longer than the 3 s a suspect is given, unless the nodes see their own
+    // lateness.
+    net.starved = Some(Duration::from_millis(1200));
+    net.run_for(Duration::from_secs(120));
+    assert_eq!(deaths(&net), 0, "false deaths while every node was starved");
+    assert!((0..8).all(|i| net.nodes[i].local_health() >= MAX_LOCAL_HEALTH / 2));
+    // A real crash is still found, later.
+    net.down[5] = true;
+    net.run_for(Duration::from_secs(240));
+    for i in (0..8).filter(|&i| i != 5) {
+        assert_eq!(net.state_of(i, 5), Some(Liveness::Dead), "node {i}");
+    }
+    net.starved = None;
+    net.run_for(Duration::from_secs(120));
+    assert!(
+        (0..8)
+            .filter(|&i| i != 5)
+            .all(|i| net.nodes[i].local_health() == 0)
+    );
+    assert_eq!(
+        deaths(&net),
+        7,
+        "only the crashed member died, once at each node"
+    );
+}
+
+#[test]
+fn a_starved_node_does_not_suspect_on_a_failed_dial_and_waits_longer_on_a_suspect() {
+    let mut net = Net::new(4);
+    net.join_all();
+    let (x, now) = (net.id(3), net.now);
+    // Healthy, a failed dial is an unanswered period; starved, its own handshakes time out.
+    net.nodes[0].health = 2;
+    net.nodes[0].handle_unreachable(now, x);
+    assert_eq!(net.state_of(0, 3), Some(Liveness::Alive));
+    net.nodes[0].health = 0;
+    net.nodes[0].handle_unreachable(now, x);
+    assert_eq!(net.state_of(0, 3), Some(Liveness::Suspect));
+    let base = net.nodes[0].suspicion_timeout();
+    // It grew starved after hearing it: the suspect gets the longer time (the score may
+    // fall by one with an ack still due from before).
+    net.nodes[0].health = 4;
+    let mut t = now;
+    while net.state_of(0, 3) == Some(Liveness::Suspect) {
+        t = net.nodes[0].poll_timeout().expect("a timer");
+        net.nodes[0].handle_timeout(t);
+        while net.nodes[0].poll_transmit().is_some() {}
+    }
+    assert!(t - now >= base * 4, "dead after {:?}", t - now);
+    assert!(t - now <= base * 5, "dead after {:?}", t - now);
+    assert_eq!(net.state_of(0, 3), Some(Liveness::Dead));
 }
 
 #[test]

@@ -82,6 +82,12 @@ pub fn render(s: &NodeStatus, extra: &Extra) -> String {
     o.family("overlay_connections", "gauge", "Open peer connections.");
     o.sample("overlay_connections", &[], &s.connections.to_string());
     o.family(
+        "overlay_local_health",
+        "gauge",
+        "How starved of CPU the node believes itself to be, 0 to 8 (membership timings x 1+this).",
+    );
+    o.sample("overlay_local_health", &[], &s.local_health.to_string());
+    o.family(
         "overlay_tokio_tasks",
         "gauge",
         "Tokio tasks alive in the node's runtime.",

@@ -175,6 +175,7 @@ fn status() -> NodeStatus {
         refused_connections: 7,
         peers_kept_out: 1,
         forged_records: 3,
+        local_health: 2,
         links_opened: 4,
         packets_dropped: 0,
         uptime_ms: 1500,
@@ -264,6 +265,7 @@ fn every_line_parses_and_the_values_are_the_status() {
     assert_eq!(one("overlay_refused_connections_total", &[]), 7.0);
     assert_eq!(one("overlay_peers_kept_out_total", &[]), 1.0);
     assert_eq!(one("overlay_tokio_tasks", &[]), 42.0);
+    assert_eq!(one("overlay_local_health", &[]), 2.0);
     let advert = |d| [("kind", "advert"), ("direction", d)];
     assert_eq!(one("overlay_messages_total", &advert("in")), 3.0);
     assert_eq!(one("overlay_message_bytes_total", &advert("out")), 700.0);
