@@ -306,14 +306,11 @@ impl Core {
             if suspect.is_none() && (!routine || spaced) {
                 continue;
             }
-            // A suspect cluster: the next member not measured since the surprise.
             let target = match suspect {
                 Some(r) => {
                     r.rounds += 1;
-                    let measured = &r.measured;
-                    g.iter()
-                        .copied()
-                        .find(|m| !measured.contains(m) && self.members.is_alive(m))
+                    let members = &self.members;
+                    r.target(&g, |m| members.is_alive(m))
                         .unwrap_or(g[self.bw.rounds as usize % g.len()])
                 }
                 None => g[self.bw.rounds as usize % g.len()],

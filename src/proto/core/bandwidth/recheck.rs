@@ -22,13 +22,38 @@ pub(super) struct Recheck {
     pub(super) rounds: u32,
 }
 
+impl Recheck {
+    /// The member to ask next: the one whose train surprised, until a train confirms or
+    /// cancels it (its own estimate is what the surprise was judged against, so only a
+    /// train of its own can say whether it was a passing burst); then each member not
+    /// measured since.
+    pub(super) fn target(
+        &self,
+        group: &[NodeId],
+        alive: impl Fn(&NodeId) -> bool,
+    ) -> Option<NodeId> {
+        let first = self.first.0;
+        if !self.confirmed && group.contains(&first) && alive(&first) {
+            return Some(first);
+        }
+        group
+            .iter()
+            .copied()
+            .find(|m| !self.measured.contains(m) && alive(m))
+    }
+}
+
 impl Bandwidth {
     /// What a train from `from` (of the cluster named `name`) at `bps` records: the
     /// (peer, rate, replace) samples to keep. A train outside [`SURPRISE`] of the peer's
-    /// estimate is held back and its cluster rechecked; a second surprising train the same
-    /// way confirms the change (both replace their peers' histories, and so does the first
-    /// train from every other member), an unsurprising one cancels it (the first is
-    /// dropped: a train taken while a queue drained, or a burst of someone else's traffic).
+    /// estimate is held back and its cluster rechecked. While it waits, a train surprising
+    /// the same way confirms the change (both replace their peers' histories, and so does
+    /// the first train from every other member); an unsurprising train from the same
+    /// member cancels it (the first is dropped: a train taken while a queue drained, or a
+    /// burst of someone else's traffic). An unsurprising train from another member is
+    /// only recorded: that member may already be known at the new rate (a change
+    /// confirmed earlier replaced its history, and not yet this one's), and once
+    /// cancelling there left a cluster half re-measured for good.
     pub(super) fn judge(
         &mut self,
         now: Time,
@@ -57,10 +82,11 @@ impl Bandwidth {
                 r.measured = vec![peer, from];
                 vec![(peer, first, true), (from, bps, true)]
             }
-            (Some(_), _) => {
+            (Some(r), _) if r.first.0 == from => {
                 self.suspect.remove(&name);
                 vec![(from, bps, false)]
             }
+            (Some(_), _) => vec![(from, bps, false)],
             (None, Some(low)) => {
                 // At most one recheck per cluster per probe interval.
                 let recent = (self.suspected_at.get(&name))
@@ -128,12 +154,19 @@ mod tests {
         let got = bw.judge(now, Some(name), b, 3.1e6, every);
         assert_eq!(got, vec![(a, 3e6, true), (b, 3.1e6, true)]);
 
-        // A train right after a transfer that the next one contradicts: dropped.
+        // A train right after a transfer that the same member's next one contradicts:
+        // dropped. Another member's ordinary train in between is recorded and decides
+        // nothing.
         let mut bw = known(&[a, b], 7e6);
         assert!(bw.judge(now, Some(name), a, 2e6, every).is_empty());
         assert_eq!(
-            bw.judge(now, Some(name), b, 6.9e6, every),
-            vec![(b, 6.9e6, false)]
+            bw.judge(now, Some(name), b, 6.8e6, every),
+            vec![(b, 6.8e6, false)]
+        );
+        assert!(!bw.suspect.is_empty());
+        assert_eq!(
+            bw.judge(now, Some(name), a, 6.9e6, every),
+            vec![(a, 6.9e6, false)]
         );
         assert!(bw.suspect.is_empty());
         assert_eq!(bw.estimate(&a), Some(7e6));
@@ -143,5 +176,42 @@ mod tests {
             bw.judge(soon, Some(name), a, 2e6, every),
             vec![(a, 2e6, false)]
         );
+    }
+
+    /// A cluster re-measured for one member only (the other refused its trains while the
+    /// recheck lasted): the other's next surprising train is rechecked from that same
+    /// member, and the member already known at the new rate neither confirms nor cancels
+    /// it. Before, its ordinary train cancelled the recheck every time, and the root of a
+    /// real-QUIC test held the old rate of a slowed link for over four minutes.
+    #[test]
+    fn a_half_re_measured_cluster_finishes_from_the_member_left_behind() {
+        let (a, b, name) = (NodeId([1; 16]), NodeId([2; 16]), NodeId([1; 16]));
+        let now = Time::from_micros(60_000_000);
+        let every = Duration::from_secs(30);
+        let mut bw = known(&[a, b], 26e6);
+        for _ in 0..KEEP_SAMPLES {
+            bw.train(now, a, 3e6, true);
+        }
+        assert!(bw.judge(now, Some(name), b, 3e6, every).is_empty());
+        let r = bw
+            .suspect
+            .get(&name)
+            .expect("b's train made the cluster suspect");
+        assert_eq!(r.target(&[a, b], |_| true), Some(b));
+        assert_eq!(
+            bw.judge(now, Some(name), a, 3.1e6, every),
+            vec![(a, 3.1e6, false)]
+        );
+        assert_eq!(
+            bw.judge(now, Some(name), b, 3.2e6, every),
+            vec![(b, 3e6, true), (b, 3.2e6, true)]
+        );
+        let r = bw.suspect.get(&name).expect("confirmed");
+        assert_eq!(r.target(&[a, b], |_| true), Some(a));
+        // The member that surprised is gone: the others are asked.
+        let mut bw = known(&[a, b], 26e6);
+        assert!(bw.judge(now, Some(name), b, 3e6, every).is_empty());
+        let r = bw.suspect.get(&name).expect("suspect");
+        assert_eq!(r.target(&[a, b], |m| *m != b), Some(a));
     }
 }
