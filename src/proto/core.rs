@@ -210,6 +210,7 @@ impl Core {
             }
             Input::SendCost { per_send } => self.coll.sample_send_cost(per_send),
             Input::BulkTransfer { active } => self.probing.set_bulk(self.now, active),
+            Input::LocalHealth { score } => self.probing.set_starved(score),
             Input::TrainArrived {
                 from,
                 id,

@@ -122,6 +122,13 @@ pub enum Input {
         bytes: u64,
         span: Duration,
     },
+    /// This node's local health score changed (the membership's, see
+    /// [`crate::proto::gossip::Gossip::local_health`]; 0 when the node keeps up). While it
+    /// is above 0 the host is short of CPU: RTT samples, read late, may lower an estimate
+    /// but never raise it (as during [`Input::BulkTransfer`]), and probe rounds and the
+    /// gaps between advert flushes are stretched by `1 + score`, so a starved node moves
+    /// fewer trees on the strength of its own slowness and spends less of the CPU it lacks.
+    LocalHealth { score: u32 },
     /// A request from the application.
     Command(Command),
 }

@@ -132,6 +132,8 @@ pub struct Node {
     pending: VecDeque<NodeOutput>,
     /// The time of the last input: gossip's events are handled at it.
     now: Time,
+    /// The local health score the core was last told of.
+    health: u32,
 }
 
 impl Node {
@@ -145,6 +147,7 @@ impl Node {
             groups: HashMap::new(),
             pending: VecDeque::new(),
             now: Time::ZERO,
+            health: 0,
         }
     }
 
@@ -213,6 +216,13 @@ impl Node {
                     });
                 }
             }
+        }
+        // The membership judges the local health (timers late, suspicions refuted); the
+        // core slows down with it.
+        let score = self.gossip.local_health();
+        if score != self.health {
+            self.health = score;
+            self.core.handle(now, Input::LocalHealth { score });
         }
     }
 

@@ -89,8 +89,11 @@ impl SimNode for MemberNode {
             Input::RttSample { peer, rtt } => NodeInput::RttSample { peer, rtt },
             Input::BulkTransfer { active } => NodeInput::BulkTransfer { active },
             m @ (Input::TrainArrived { .. } | Input::TransferRate { .. }) => NodeInput::Measured(m),
-            // Its own membership tells it of members.
-            Input::MemberUp { .. } | Input::MemberDown { .. } | Input::MemberGroups { .. } => {
+            // Its own membership tells it of members, and judges its health.
+            Input::MemberUp { .. }
+            | Input::MemberDown { .. }
+            | Input::MemberGroups { .. }
+            | Input::LocalHealth { .. } => {
                 return;
             }
         };

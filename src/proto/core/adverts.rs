@@ -117,7 +117,7 @@ impl Core {
     /// The gap to the next flush of changes: `advert_interval`, or longer while changes
     /// keep coming (the last flush of changes within two gaps).
     fn flush_gap(&self) -> Duration {
-        let base = self.config.advert_interval;
+        let base = self.config.advert_interval * self.probing.stretch();
         let gap = self.adverts.gap.max(base);
         if self.now.saturating_since(self.adverts.changes_sent) > gap * 2 {
             base
@@ -129,10 +129,11 @@ impl Core {
     /// After a flush that sent changes: the gap doubles if changes keep coming, up to
     /// `advert_max_interval`, else starts again from `advert_interval`.
     fn changes_flushed(&mut self) {
-        let base = self.config.advert_interval;
+        let stretch = self.probing.stretch();
+        let base = self.config.advert_interval * stretch;
         let recent =
             self.now.saturating_since(self.adverts.changes_sent) <= self.adverts.gap.max(base) * 2;
-        let max = self.config.advert_max_interval.max(base);
+        let max = (self.config.advert_max_interval * stretch).max(base);
         self.adverts.gap = if recent {
             (self.adverts.gap.max(base) * 2).min(max)
         } else {

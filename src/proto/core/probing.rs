@@ -31,6 +31,9 @@ pub(super) struct Probing {
     /// taken under load after it stopped (see [`crate::proto::Input::BulkTransfer`]).
     bulk: bool,
     settle_until: Time,
+    /// The node's local health score (see [`crate::proto::Input::LocalHealth`]): 0 when
+    /// it keeps up.
+    starved: u32,
     /// When each peer was last sampled: our probe rides on an answer only when one is
     /// due, and a round skips a peer sampled within most of its period.
     pub(super) sampled_at: IdMap<NodeId, Time>,
@@ -59,6 +62,23 @@ impl Probing {
     /// Whether a sample taken now measures queues the node's own transfers filled.
     pub(super) fn loaded(&self, now: Time) -> bool {
         self.bulk || now < self.settle_until
+    }
+
+    /// The local health score changed.
+    pub(super) fn set_starved(&mut self, score: u32) {
+        self.starved = score;
+    }
+
+    /// How many times the configured timings probe rounds and advert gaps take: `1 +` the
+    /// local health score.
+    pub(super) fn stretch(&self) -> u32 {
+        1 + self.starved
+    }
+
+    /// Whether an RTT sample taken now may be inflated by this node: its own transfers
+    /// filled the queues, or it is short of CPU and read the answer late.
+    fn sample_loaded(&self, now: Time) -> bool {
+        self.loaded(now) || self.starved > 0
     }
 
     /// Forgets when `peer` was sampled (it went away; the sweep and the round skip
@@ -143,7 +163,7 @@ impl Core {
         } else {
             self.config.probe_backoff.max(1)
         };
-        self.config.probe_interval * backoff
+        self.config.probe_interval * backoff * self.probing.stretch()
     }
 
     /// The answer to our probe of `from`, sent at `sent_us` on our clock.
@@ -165,7 +185,7 @@ impl Core {
 
     /// Adds one RTT sample of `peer` and reacts if its estimate changed.
     pub(super) fn add_rtt_sample(&mut self, peer: NodeId, rtt_us: u32) {
-        let loaded = self.probing.loaded(self.now);
+        let loaded = self.probing.sample_loaded(self.now);
         let (changed, samples) = self.nbrs.push_sample(
             peer,
             rtt_us,
@@ -313,7 +333,7 @@ impl Core {
             round.swap(i, j);
         }
         let jitter = 0.75 + 0.5 * self.rng.unit();
-        let interval = self.config.probe_interval.mul_f64(jitter);
+        let interval = (self.config.probe_interval * self.probing.stretch()).mul_f64(jitter);
         self.probing.gap = interval.mul_f64(0.8) / (round.len() as u32 + 1);
         self.probing.queue = round.into();
         self.schedule.set(Timer::ProbeNext, self.now);

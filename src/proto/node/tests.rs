@@ -325,3 +325,66 @@ fn rtt_samples_taken_during_a_bulk_transfer_do_not_raise_estimates() {
         Some(before + Duration::from_millis(50))
     );
 }
+
+/// Probes (`Ping`, or a probe riding on an answer) node `i` sent among `outputs`.
+fn probes_sent(outputs: &[(usize, NodeOutput)], i: usize) -> usize {
+    (outputs.iter())
+        .filter(|(j, o)| {
+            *j == i
+                && matches!(
+                    o,
+                    NodeOutput::Transmit {
+                        packet: Packet::Overlay(Message::Ping { .. } | Message::PongPing { .. }),
+                        ..
+                    }
+                )
+        })
+        .count()
+}
+
+#[test]
+fn a_starved_node_probes_less_and_its_late_samples_do_not_raise_estimates() {
+    let mut net = joined();
+    let peer = net.nodes[1].id();
+    let before = net.nodes[0]
+        .core()
+        .rtt(peer)
+        .expect("measured while joining");
+    // Node 0's event loop runs 300 ms late all along, the others keep up.
+    let late_for = |net: &mut Net, from: u64, to: u64| {
+        let start = net.outputs.len();
+        for s in from..to {
+            let by = Duration::from_millis(300);
+            net.input(0, NodeInput::RanLate { by });
+            net.run_until(at(s + 1));
+        }
+        start
+    };
+    late_for(&mut net, 20, 40);
+    let health = net.nodes[0].gossip().local_health();
+    assert!(health > 0, "a loop late by 300 ms is a starved node");
+    let start = late_for(&mut net, 40, 70);
+    let window = &net.outputs[start..];
+    let (starved, healthy) = (probes_sent(window, 0), probes_sent(window, 1));
+    assert!(
+        starved * 2 <= healthy,
+        "at health {health} node 0 sent {starved} probes in 30 s, node 1 {healthy}"
+    );
+    // Samples it reads late never raise an estimate; they may lower it.
+    for _ in 0..200 {
+        let rtt = before + Duration::from_millis(50);
+        net.input(0, NodeInput::RttSample { peer, rtt });
+    }
+    assert_eq!(net.nodes[0].core().rtt(peer), Some(before));
+    // Once it keeps up again, the score falls and samples count in full.
+    net.run_until(at(160));
+    assert_eq!(net.nodes[0].gossip().local_health(), 0, "recovered");
+    for _ in 0..200 {
+        let rtt = before + Duration::from_millis(50);
+        net.input(0, NodeInput::RttSample { peer, rtt });
+    }
+    assert_eq!(
+        net.nodes[0].core().rtt(peer),
+        Some(before + Duration::from_millis(50))
+    );
+}
