@@ -344,6 +344,12 @@ impl Core {
         self.trees.iter().map(|t| t.root).collect()
     }
 
+    /// The local health score this core was last told of ([`Input::LocalHealth`]): 0
+    /// when the node keeps up.
+    pub fn local_health(&self) -> u32 {
+        self.probing.starved()
+    }
+
     /// Filtered RTT estimate to `peer`.
     pub fn rtt(&self, peer: NodeId) -> Option<Duration> {
         self.nbrs

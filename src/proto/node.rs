@@ -132,8 +132,6 @@ pub struct Node {
     pending: VecDeque<NodeOutput>,
     /// The time of the last input: gossip's events are handled at it.
     now: Time,
-    /// The local health score the core was last told of.
-    health: u32,
 }
 
 impl Node {
@@ -147,7 +145,6 @@ impl Node {
             groups: HashMap::new(),
             pending: VecDeque::new(),
             now: Time::ZERO,
-            health: 0,
         }
     }
 
@@ -220,8 +217,7 @@ impl Node {
         // The membership judges the local health (timers late, suspicions refuted); the
         // core slows down with it.
         let score = self.gossip.local_health();
-        if score != self.health {
-            self.health = score;
+        if score != self.core.local_health() {
             self.core.handle(now, Input::LocalHealth { score });
         }
     }

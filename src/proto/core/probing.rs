@@ -69,6 +69,11 @@ impl Probing {
         self.starved = score;
     }
 
+    /// The local health score the core was last told of.
+    pub(super) fn starved(&self) -> u32 {
+        self.starved
+    }
+
     /// How many times the configured timings probe rounds and advert gaps take: `1 +` the
     /// local health score.
     pub(super) fn stretch(&self) -> u32 {

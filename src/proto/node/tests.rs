@@ -129,6 +129,22 @@ fn joined() -> Net {
     net
 }
 
+/// Node 0 measures `peer` at `rtt` `count` times, 100 ms apart (no timer runs).
+fn samples_of(net: &mut Net, peer: NodeId, rtt: Duration, count: usize) {
+    for _ in 0..count {
+        net.now = net.now + Duration::from_millis(100);
+        net.input(0, NodeInput::RttSample { peer, rtt });
+    }
+}
+
+/// [`joined`], with node 1 and node 0's RTT estimate of it.
+fn joined_with_rtt() -> (Net, NodeId, Duration) {
+    let net = joined();
+    let peer = net.nodes[1].id();
+    let rtt = (net.nodes[0].core().rtt(peer)).expect("measured while joining");
+    (net, peer, rtt)
+}
+
 #[test]
 fn joins_go_through_membership_and_trees_form() {
     let net = joined();
@@ -292,34 +308,24 @@ fn a_probe_is_stamped_with_its_send_time_and_nothing_else_changes() {
 
 #[test]
 fn rtt_samples_taken_during_a_bulk_transfer_do_not_raise_estimates() {
-    let mut net = joined();
-    let peer = net.nodes[1].id();
-    let before = net.nodes[0]
-        .core()
-        .rtt(peer)
-        .expect("measured while joining");
-    let mut now = net.now;
-    let samples = |net: &mut Net, now: &mut Time, count: usize| {
-        for _ in 0..count {
-            *now = *now + Duration::from_millis(100);
-            let rtt = before + Duration::from_millis(50);
-            net.nodes[0].handle(*now, NodeInput::RttSample { peer, rtt });
-        }
+    let (mut net, peer, before) = joined_with_rtt();
+    let samples = |net: &mut Net, count: usize| {
+        samples_of(net, peer, before + Duration::from_millis(50), count);
     };
-    net.nodes[0].handle(now, NodeInput::BulkTransfer { active: true });
-    samples(&mut net, &mut now, 200);
+    net.input(0, NodeInput::BulkTransfer { active: true });
+    samples(&mut net, 200);
     assert_eq!(
         net.nodes[0].core().rtt(peer),
         Some(before),
         "the path, not the queue"
     );
-    net.nodes[0].handle(now, NodeInput::BulkTransfer { active: false });
+    net.input(0, NodeInput::BulkTransfer { active: false });
     // Right after, the queues still drain: still taken under load.
-    samples(&mut net, &mut now, 5);
+    samples(&mut net, 5);
     assert_eq!(net.nodes[0].core().rtt(peer), Some(before));
     // Once they have drained, samples count in full again (a real route change shows).
-    now = now + crate::proto::BULK_SETTLE;
-    samples(&mut net, &mut now, 200);
+    net.now = net.now + crate::proto::BULK_SETTLE;
+    samples(&mut net, 200);
     assert_eq!(
         net.nodes[0].core().rtt(peer),
         Some(before + Duration::from_millis(50))
@@ -344,12 +350,7 @@ fn probes_sent(outputs: &[(usize, NodeOutput)], i: usize) -> usize {
 
 #[test]
 fn a_starved_node_probes_less_and_its_late_samples_do_not_raise_estimates() {
-    let mut net = joined();
-    let peer = net.nodes[1].id();
-    let before = net.nodes[0]
-        .core()
-        .rtt(peer)
-        .expect("measured while joining");
+    let (mut net, peer, before) = joined_with_rtt();
     // Node 0's event loop runs 300 ms late all along, the others keep up.
     let late_for = |net: &mut Net, from: u64, to: u64| {
         let start = net.outputs.len();
@@ -371,18 +372,12 @@ fn a_starved_node_probes_less_and_its_late_samples_do_not_raise_estimates() {
         "at health {health} node 0 sent {starved} probes in 30 s, node 1 {healthy}"
     );
     // Samples it reads late never raise an estimate; they may lower it.
-    for _ in 0..200 {
-        let rtt = before + Duration::from_millis(50);
-        net.input(0, NodeInput::RttSample { peer, rtt });
-    }
+    samples_of(&mut net, peer, before + Duration::from_millis(50), 200);
     assert_eq!(net.nodes[0].core().rtt(peer), Some(before));
     // Once it keeps up again, the score falls and samples count in full.
     net.run_until(at(160));
     assert_eq!(net.nodes[0].gossip().local_health(), 0, "recovered");
-    for _ in 0..200 {
-        let rtt = before + Duration::from_millis(50);
-        net.input(0, NodeInput::RttSample { peer, rtt });
-    }
+    samples_of(&mut net, peer, before + Duration::from_millis(50), 200);
     assert_eq!(
         net.nodes[0].core().rtt(peer),
         Some(before + Duration::from_millis(50))
