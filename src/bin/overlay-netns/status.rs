@@ -134,6 +134,13 @@ fn report(
 ) -> Report {
     let mut statuses = Vec::new();
     let mut nodes = Vec::new();
+    // Nodes `run --max` has not started yet (no pid file) are not judged; one started and
+    // gone since is.
+    let started: Vec<String> = (plan.nodes.iter().zip(&answers))
+        .filter(|(_, (_, pid))| pid.is_some())
+        .map(|(n, _)| n.name.clone())
+        .collect();
+    let group = (started.len() < plan.nodes.len()).then_some(started.as_slice());
     for (n, (answer, pid)) in plan.nodes.iter().zip(answers) {
         let mut row = NodeRow {
             name: n.name.clone(),
@@ -166,7 +173,7 @@ fn report(
         }
         nodes.push(row);
     }
-    let check = check_group(plan, &statuses, None);
+    let check = check_group(plan, &statuses, group);
     let rtt = rtt_report(plan, &statuses, args.margin_ms, args.margin_rel);
     let partitions = read(dir, "partitions")
         .lines()
@@ -267,6 +274,8 @@ fn print_text(r: &Report) {
                 format!("{}/{}", n.members_alive, n.members_known),
                 format!("{}/{}", n.trees_connected, n.trees)
             );
+        } else if n.pid.is_none() {
+            println!("  {:<14} {:<17} {:>8} not started", n.name, n.addr, pid);
         } else {
             println!(
                 "  {:<14} {:<17} {:>8} {:<8} no answer: {}",
