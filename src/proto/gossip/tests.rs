@@ -421,6 +421,6 @@ fn a_members_groups_spread_to_everyone_and_only_valid_lists_are_taken() {
     }
 }
 
+mod revive;
 mod signed;
 mod starved;
-mod revive;

@@ -26,7 +26,11 @@ fn a_member_cut_off_alone_is_alive_everywhere_soon_after_the_cut_heals() {
     net.run_for(Duration::from_secs(20));
     net.cut = Some(1); // node 0 alone
     net.run_for(Duration::from_secs(40));
-    assert_eq!(seen_alive_by(&net, 0), 0, "everyone declared the lone node dead");
+    assert_eq!(
+        seen_alive_by(&net, 0),
+        0,
+        "everyone declared the lone node dead"
+    );
     net.cut = None;
     let back = seconds_until(&mut net, 60, |net| {
         seen_alive_by(net, 0) == n - 1 && net.nodes[0].live_members().count() == n - 1
