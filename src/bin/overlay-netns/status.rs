@@ -135,12 +135,13 @@ fn report(
     let mut statuses = Vec::new();
     let mut nodes = Vec::new();
     // Nodes `run --max` has not started yet (no pid file) are not judged; one started and
-    // gone since is.
+    // gone since is. Before any `run`, every node is (so nothing is called converged).
     let started: Vec<String> = (plan.nodes.iter().zip(&answers))
         .filter(|(_, (_, pid))| pid.is_some())
         .map(|(n, _)| n.name.clone())
         .collect();
-    let group = (started.len() < plan.nodes.len()).then_some(started.as_slice());
+    let partial = !started.is_empty() && started.len() < plan.nodes.len();
+    let group = partial.then_some(started.as_slice());
     for (n, (answer, pid)) in plan.nodes.iter().zip(answers) {
         let mut row = NodeRow {
             name: n.name.clone(),
