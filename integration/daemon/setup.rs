@@ -165,6 +165,26 @@ fn config_file_env_and_flags_merge_with_flags_winning() {
     assert_eq!(printed["listen"].as_str(), Some("127.0.0.1:7602"));
     assert_eq!(printed["log_format"].as_str(), Some("json"));
     assert_eq!(printed["join"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        printed["threads"].as_integer(),
+        Some(1),
+        "one thread by default"
+    );
+    // A node needs a thread: zero from a flag or from the file is refused, clearly.
+    let mut cmd = node_cmd();
+    cmd.args(["config", "print", "--threads", "0"]);
+    let out = run_with_timeout(cmd, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--threads"), "{}", out.stderr);
+    std::fs::write(&config, "threads = 0\n").expect("config file");
+    let mut cmd = node_cmd();
+    cmd.args(["config", "print", "--config", config.to_str().unwrap()]);
+    let out = run_with_timeout(cmd, Duration::from_secs(20));
+    assert!(
+        !out.status.success() && out.stderr.contains("at least one thread"),
+        "{}",
+        out.stderr
+    );
     // An unknown key is an error naming the file, not silently ignored.
     std::fs::write(&config, "listne = \"127.0.0.1:1\"\n").expect("config file");
     let mut cmd = node_cmd();

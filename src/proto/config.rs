@@ -59,9 +59,8 @@ pub struct Config {
     /// How often each watched peer is probed for RTT (jittered by up to a quarter).
     pub probe_interval: Duration,
     /// A watched peer whose RTT estimate has held still for `steady_samples` samples (it
-    /// moved by at most a twentieth plus 50 µs) is probed only every this many rounds;
-    /// parents are probed every round, and a peer whose estimate moves is probed every
-    /// round again at once. 1 probes everyone every round; 3 by default. Probes and their
+    /// moved by at most a twentieth plus 50 µs) is probed only every this many rounds,
+    /// parents included; a peer whose estimate moves is probed every round again at once. 1 probes everyone every round; 3 by default. Probes and their
     /// answers are most of what an idle node sends, and every packet costs a wake-up.
     /// Raise `inbound_expiry` with it (see there).
     pub probe_backoff: u32,

@@ -67,12 +67,17 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let format = match &cli.command {
+    // A node runs on as many threads as its settings say; the commands and the demo (many
+    // nodes in one process) on the default multi-threaded runtime.
+    let (format, threads) = match &cli.command {
         None => match cli.run.resolve() {
-            Ok(r) => r.settings.log_format.unwrap_or_default(),
+            Ok(r) => (
+                r.settings.log_format.unwrap_or_default(),
+                Some(r.settings.threads.unwrap_or(settings::DEFAULT_THREADS)),
+            ),
             Err(e) => return fail(&e),
         },
-        Some(_) => settings::LogFormat::Text,
+        Some(_) => (settings::LogFormat::Text, None),
     };
     if cli.command.is_some() {
         // A command's output piped into `head` ends it quietly, as for any Unix tool,
@@ -84,7 +89,18 @@ fn main() -> std::process::ExitCode {
     // The demo runs many nodes in one process: their routine lines would bury its result.
     let quiet = matches!(cli.command, Some(Cmd::Demo(_)));
     logging::init(format, if quiet { "warn" } else { "info" });
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match threads {
+        // One thread: every task on this one, so a packet wakes no other thread.
+        Some(1) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(usize::from(n))
+            .enable_all()
+            .build(),
+        None => tokio::runtime::Runtime::new(),
+    };
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the runtime")),
     };

@@ -149,7 +149,7 @@ impl Core {
     fn merged_probe(&mut self, peer: NodeId) -> Option<bool> {
         let role = self.nbrs.cands.role(&peer)?;
         let parent = self.trees.iter().any(|t| t.parent == Some(peer));
-        let period = self.probe_period(&peer, parent);
+        let period = self.probe_period(&peer);
         if (self.probing).sampled_within(&peer, self.now, period.mul_f64(0.75)) {
             return None;
         }
@@ -158,12 +158,14 @@ impl Core {
         Some(!hinted || parent)
     }
 
-    /// How often `peer` is probed: every round if it is a parent or its estimate still
-    /// moves, else every `Config::probe_backoff` rounds.
-    fn probe_period(&self, peer: &NodeId, parent: bool) -> Duration {
+    /// How often `peer` is probed: every round while its estimate still moves, else every
+    /// `Config::probe_backoff` rounds, parents too: a node has a parent per root, so
+    /// probing parents every round grew a settled node's traffic with the overlay, and a
+    /// parent that goes is seen by its link and membership, not by a probe.
+    fn probe_period(&self, peer: &NodeId) -> Duration {
         let steady =
             (self.nbrs.get(peer)).is_some_and(|e| e.steady() >= self.config.steady_samples);
-        let backoff = if parent || !steady {
+        let backoff = if !steady {
             1
         } else {
             self.config.probe_backoff.max(1)
@@ -293,23 +295,23 @@ impl Core {
         let round = self.probing.round;
         let steady = self.config.steady_samples;
         let nbrs = &self.nbrs;
-        // Watched peers whose estimate has held still are probed every `backoff` rounds,
-        // each in a phase of its own so the probes stay spread over the rounds. Parents
-        // (added below) are probed every round: their latency is in our every distance.
+        // Watched peers and parents whose estimate has held still are probed every
+        // `backoff` rounds, each in a phase of its own so the probes stay spread over the
+        // rounds.
         let due = |p: &NodeId| {
             let phase = u64::from(p.0[15]);
             (round + phase).is_multiple_of(backoff)
                 || nbrs.get(p).is_none_or(|e| e.steady() < steady)
         };
-        let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().filter(|p| due(p)).collect();
+        let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().collect();
         let parents = self.trees.parents();
         targets.extend(parents.iter().copied());
         // A peer sampled within most of its period (by a probe of ours that rode on the
         // answer to its own, or one of our round that went out late) waits.
         let mut targets: Vec<NodeId> = (targets.into_iter())
             .filter(|p| {
-                let period = self.probe_period(p, parents.contains(p));
-                !(self.probing).sampled_within(p, self.now, period.mul_f64(0.75))
+                let period = self.probe_period(p);
+                due(p) && !(self.probing).sampled_within(p, self.now, period.mul_f64(0.75))
             })
             .collect();
         targets.sort_unstable();

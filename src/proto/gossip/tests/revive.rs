@@ -3,6 +3,23 @@
 
 use super::*;
 
+/// The size of the join storm on the netns testbed.
+const MEMBERS: usize = 120;
+
+/// `MEMBERS` members joined and gossiping for 20 s.
+fn settled() -> Net {
+    let mut net = Net::new(MEMBERS);
+    net.join_all();
+    net.run_for(Duration::from_secs(20));
+    net
+}
+
+/// Two anti-entropy periods, in seconds: a digest to a member declared dead goes out every
+/// period.
+fn two_periods() -> u64 {
+    2 * GossipConfig::default().anti_entropy_interval.as_secs()
+}
+
 /// How many members other than `m` hold `m` alive.
 fn seen_alive_by(net: &Net, m: usize) -> usize {
     (0..net.nodes.len())
@@ -20,10 +37,8 @@ fn seconds_until(net: &mut Net, limit: u64, done: impl Fn(&Net) -> bool) -> Opti
 
 #[test]
 fn a_member_cut_off_alone_is_alive_everywhere_soon_after_the_cut_heals() {
-    let n = 120;
-    let mut net = Net::new(n);
-    net.join_all();
-    net.run_for(Duration::from_secs(20));
+    let n = MEMBERS;
+    let mut net = settled();
     net.cut = Some(1); // node 0 alone
     net.run_for(Duration::from_secs(40));
     assert_eq!(
@@ -35,9 +50,10 @@ fn a_member_cut_off_alone_is_alive_everywhere_soon_after_the_cut_heals() {
     let back = seconds_until(&mut net, 60, |net| {
         seen_alive_by(net, 0) == n - 1 && net.nodes[0].live_members().count() == n - 1
     });
-    // Two anti-entropy periods: a digest to a member declared dead goes out every period.
-    let bound = 2 * GossipConfig::default().anti_entropy_interval.as_secs();
-    assert!(back.is_some_and(|s| s <= bound), "healed after {back:?} s");
+    assert!(
+        back.is_some_and(|s| s <= two_periods()),
+        "healed after {back:?} s"
+    );
 }
 
 #[test]
@@ -45,10 +61,8 @@ fn a_member_dead_at_an_incarnation_it_already_refuted_comes_back_everywhere() {
     // Its refutation reached nobody (the connections it went out on were closed when the
     // others declared it dead), so it never sees itself dead at its own incarnation and
     // has nothing to refute: the others must take its newer record from a push-pull.
-    let n = 120;
-    let mut net = Net::new(n);
-    net.join_all();
-    net.run_for(Duration::from_secs(20));
+    let n = MEMBERS;
+    let mut net = settled();
     let m = 7;
     let mut dead = net.nodes[m].me().clone();
     dead.state = Liveness::Dead;
@@ -61,6 +75,8 @@ fn a_member_dead_at_an_incarnation_it_already_refuted_comes_back_everywhere() {
     net.nodes[m].sign_me();
     assert_eq!(seen_alive_by(&net, m), 0);
     let back = seconds_until(&mut net, 60, |net| seen_alive_by(net, m) == n - 1);
-    let bound = 2 * GossipConfig::default().anti_entropy_interval.as_secs();
-    assert!(back.is_some_and(|s| s <= bound), "back after {back:?} s");
+    assert!(
+        back.is_some_and(|s| s <= two_periods()),
+        "back after {back:?} s"
+    );
 }
