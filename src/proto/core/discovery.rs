@@ -11,17 +11,37 @@ use crate::proto::id::NodeId;
 use crate::proto::message::{ClusterMessage, Message};
 use crate::proto::rng::SplitMix64;
 use crate::proto::time::Time;
+use std::time::Duration;
 
 /// How many random members each new summary is pushed to by each node that learns it:
 /// two reach about 80 % of the members, and anti-entropy the rest (three cost half as much
 /// again for a second or so less).
 const NEWS_FANOUT: usize = 2;
 
+/// Republishes a node may make in a burst (its first summaries refine as samples come in).
+const REPUBLISH_BURST: f64 = 3.0;
+
+/// Every republish of a summary is spread to every member, so what a node receives is the
+/// whole overlay's rate of republishes times the fan-out. A node earns one republish per
+/// this many seconds per alive member (at least [`REPUBLISH_MIN_GAP`]): the overlay as a
+/// whole republishes about once a second at most, whatever its size. Without a bound, on
+/// the netns testbed, queueing on a thin WAN link moved RTT rows and bandwidth figures,
+/// every move was republished to everyone, and the summaries (9.8 KB/s per node at 60)
+/// filled the link further.
+const REPUBLISH_GAP_PER_MEMBER: Duration = Duration::from_secs(1);
+
+/// See [`REPUBLISH_GAP_PER_MEMBER`].
+const REPUBLISH_MIN_GAP: Duration = Duration::from_secs(10);
+
 /// Cluster discovery state of one core.
 pub(super) struct Discovery {
     pub(super) table: ClusterTable,
     rng: SplitMix64,
     next_sync: Time,
+    /// Republishes this node may still make (see [`REPUBLISH_GAP_PER_MEMBER`]).
+    republish_tokens: f64,
+    /// When the tokens were last topped up.
+    tokens_at: Time,
 }
 
 impl Discovery {
@@ -31,7 +51,23 @@ impl Discovery {
             table: ClusterTable::new(me),
             rng: SplitMix64::new(seed ^ 0xC1A5_7E55_D15C_0FE7),
             next_sync: now + sync,
+            republish_tokens: REPUBLISH_BURST,
+            tokens_at: now,
         }
+    }
+
+    /// Whether this node may republish its summary now, among `alive` members; spends a
+    /// token if so.
+    fn may_republish(&mut self, now: Time, alive: usize) -> bool {
+        let gap = (REPUBLISH_GAP_PER_MEMBER * alive as u32).max(REPUBLISH_MIN_GAP);
+        let earned = now.saturating_since(self.tokens_at).as_secs_f64() / gap.as_secs_f64();
+        self.republish_tokens = (self.republish_tokens + earned).min(REPUBLISH_BURST);
+        self.tokens_at = now;
+        if self.republish_tokens < 1.0 {
+            return false;
+        }
+        self.republish_tokens -= 1.0;
+        true
     }
 
     /// Up to `count` distinct random elements of `pool`.
@@ -86,7 +122,10 @@ impl Core {
             let bandwidth = self.bw.edges();
             let bw_moved =
                 super::bandwidth::differs(self.discovery.table.own_bandwidth(), &bandwidth);
-            if summary::differs(own, &edges, &params) || bw_moved {
+            let alive = self.members.alive().len();
+            if (summary::differs(own, &edges, &params) || bw_moved)
+                && self.discovery.may_republish(self.now, alive)
+            {
                 tracing::debug!(
                     edges = edges.len(),
                     bandwidth = bandwidth.len(),
@@ -143,5 +182,27 @@ impl Core {
         self.stats.cluster_messages += 1;
         self.stats.cluster_bytes += msg.encoded_len() as u64;
         self.send(to, msg);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn republishes_come_in_a_short_burst_then_one_per_member_second() {
+        let at = |s: u64| Time::from_micros(s * 1_000_000);
+        let mut d = Discovery::new(NodeId([7; 16]), 1, at(0), Duration::from_secs(2));
+        let members = 60; // a republish per 60 s
+        let burst = (0..10).filter(|_| d.may_republish(at(0), members)).count();
+        assert_eq!(burst, REPUBLISH_BURST as usize);
+        assert!(!d.may_republish(at(59), members), "nothing earned yet");
+        assert!(d.may_republish(at(61), members), "one earned in 60 s");
+        assert!(!d.may_republish(at(62), members));
+        // A small overlay is held to the minimum gap, not to its size.
+        let mut small = Discovery::new(NodeId([8; 16]), 1, at(0), Duration::from_secs(2));
+        while small.may_republish(at(0), 4) {}
+        assert!(!small.may_republish(at(9), 4));
+        assert!(small.may_republish(at(11), 4));
     }
 }
