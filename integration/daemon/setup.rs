@@ -2,7 +2,7 @@
 //! address (advertised, IPv6), its config, and joins that fail fast.
 
 use super::{Daemon, free_port};
-use crate::common::{Proc, TempDir, node_cmd, real_network, run_with_timeout};
+use crate::common::{Output, Proc, TempDir, node_cmd, real_network, run_with_timeout};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -137,6 +137,13 @@ fn joining_a_closed_port_fails_within_seconds_naming_the_address() {
     println!("a join to a closed port failed after {took:?}: {last}");
 }
 
+/// `overlay-node config print ARGS`, within 20 s.
+fn config_print(args: &[&str]) -> Output {
+    let mut cmd = node_cmd();
+    cmd.args(["config", "print"]).args(args);
+    run_with_timeout(cmd, Duration::from_secs(20))
+}
+
 #[test]
 fn config_file_env_and_flags_merge_with_flags_winning() {
     let base = TempDir::new("config");
@@ -171,15 +178,11 @@ fn config_file_env_and_flags_merge_with_flags_winning() {
         "one thread by default"
     );
     // A node needs a thread: zero from a flag or from the file is refused, clearly.
-    let mut cmd = node_cmd();
-    cmd.args(["config", "print", "--threads", "0"]);
-    let out = run_with_timeout(cmd, Duration::from_secs(20));
+    let out = config_print(&["--threads", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--threads"), "{}", out.stderr);
     std::fs::write(&config, "threads = 0\n").expect("config file");
-    let mut cmd = node_cmd();
-    cmd.args(["config", "print", "--config", config.to_str().unwrap()]);
-    let out = run_with_timeout(cmd, Duration::from_secs(20));
+    let out = config_print(&["--config", config.to_str().unwrap()]);
     assert!(
         !out.status.success() && out.stderr.contains("at least one thread"),
         "{}",
@@ -187,9 +190,7 @@ fn config_file_env_and_flags_merge_with_flags_winning() {
     );
     // An unknown key is an error naming the file, not silently ignored.
     std::fs::write(&config, "listne = \"127.0.0.1:1\"\n").expect("config file");
-    let mut cmd = node_cmd();
-    cmd.args(["config", "print", "--config", config.to_str().unwrap()]);
-    let out = run_with_timeout(cmd, Duration::from_secs(20));
+    let out = config_print(&["--config", config.to_str().unwrap()]);
     assert!(
         !out.status.success() && out.stderr.contains("node.toml"),
         "{}",
