@@ -18,6 +18,18 @@ use std::time::Duration;
 /// this long.
 const REQUERY_AFTER: Duration = Duration::from_secs(60);
 
+/// A parent query sent: when, and what would make asking again worth it.
+#[derive(Clone, Copy)]
+struct Query {
+    at: Time,
+    /// Our parent at the time.
+    parent: Option<NodeId>,
+    /// The candidate's dist at the time.
+    dist_us: u32,
+    /// How many times in a row it was asked with both unchanged.
+    repeats: u8,
+}
+
 /// Advert requests, parent queries and serial requests, in and out.
 #[derive(Default)]
 pub(super) struct Asks {
@@ -25,8 +37,8 @@ pub(super) struct Asks {
     waiting: HashMap<RootIdx, Vec<(NodeId, u32, Time)>>,
     /// Advert requests and parent queries sent, for rate limiting.
     asked: HashMap<(NodeId, RootIdx), (u32, Time)>,
-    /// Parent queries sent: when, and our parent and the candidate's dist at the time.
-    queried: HashMap<(NodeId, RootIdx), (Time, Option<NodeId>, u32)>,
+    /// Parent queries sent, per (candidate, tree).
+    queried: HashMap<(NodeId, RootIdx), Query>,
     /// Serial requests sent, per tree.
     serial_requested: HashMap<RootIdx, Time>,
     /// Advert requests batched until the next flush.
@@ -97,7 +109,7 @@ impl Asks {
         self.asked
             .retain(|_, (_, at)| now.saturating_since(*at) < period);
         self.queried
-            .retain(|_, (at, ..)| now.saturating_since(*at) < REQUERY_AFTER);
+            .retain(|_, q| now.saturating_since(q.at) < REQUERY_AFTER * 2);
     }
 }
 
@@ -172,28 +184,66 @@ impl Core {
     /// Asks `view.id` for its parent in this tree, at most once per serial period; and
     /// while neither our parent nor its dist changed, only once per `REQUERY_AFTER`: the
     /// same question would get the same answer (in a settled tree the candidate is often
-    /// in our own subtree, and the walk up its ancestry only leads back to us). Returns
-    /// whether the query goes out.
+    /// in our own subtree, and the walk up its ancestry only leads back to us).
+    ///
+    /// A leaf that entered its cluster over a long link, asking a cluster neighbour, backs
+    /// off instead (see [`Core::entered_twice`]): it asks again after one serial period,
+    /// then two, four and so on up to `REQUERY_AFTER`. The neighbour's ancestry may change
+    /// under the same dist (two entries at the same dist, as exact latencies make them),
+    /// and the first walks of a forming tree see subtrees still moving; a minute's wait
+    /// then left a cluster entered twice for that minute. Entries with children do not:
+    /// their walks often lead back into their own subtree, and asking every neighbour
+    /// again each time the tree changed cost more than the queries of a settled overlay.
     pub(super) fn query_parent(&mut self, ri: RootIdx, view: &CandidateView) -> bool {
         let key = (view.id, ri);
+        let walk = self.entered_twice(ri, view);
         let t = self.trees.live(ri);
         let (parent, root) = (t.parent, t.root);
-        if let Some(&(at, p, d)) = self.asks.queried.get(&key) {
-            let age = self.now.saturating_since(at);
+        let mut repeats = 0;
+        if let Some(q) = self.asks.queried.get(&key) {
+            let age = self.now.saturating_since(q.at);
             // Dists as heard jitter a little (an answer carries the exact figure, adverts
             // only changes above 0.1%): the same bound as for adverts.
-            let delta = d.abs_diff(view.dist_us);
-            let same = p == parent && (delta <= 20 || delta as u64 * 1000 <= d as u64);
-            if age < self.config.serial_period || (same && age < REQUERY_AFTER) {
+            let delta = q.dist_us.abs_diff(view.dist_us);
+            let same =
+                q.parent == parent && (delta <= 20 || delta as u64 * 1000 <= q.dist_us as u64);
+            let period = self.config.serial_period;
+            let wait = match (same, walk) {
+                (false, _) => period,
+                (true, true) => (period * (1u32 << q.repeats.min(6))).min(REQUERY_AFTER),
+                (true, false) => REQUERY_AFTER,
+            };
+            if age < wait {
                 return false;
             }
+            repeats = if same { q.repeats.saturating_add(1) } else { 0 };
         }
-        self.asks
-            .queried
-            .insert(key, (self.now, parent, view.dist_us));
+        let query = Query {
+            at: self.now,
+            parent,
+            dist_us: view.dist_us,
+            repeats,
+        };
+        self.asks.queried.insert(key, query);
         self.stats.parent_queries += 1;
         self.asks.out_queries.entry(view.id).or_default().push(root);
         true
+    }
+
+    /// Whether asking `view.id` for its parent in tree `ri` means our cluster is entered
+    /// twice: we are a connected leaf whose parent is not a cluster neighbour, and
+    /// `view.id` is one (within a tenth of the shortcut threshold, the bound the
+    /// oscillation guard calls a cluster neighbour). Its path to the root cannot pass
+    /// through us, so it enters our cluster elsewhere.
+    fn entered_twice(&self, ri: RootIdx, view: &CandidateView) -> bool {
+        let near = self.config.shortcut_threshold.as_micros() as u32 / 10;
+        let t = self.trees.live(ri);
+        t.connected
+            && t.children.is_empty()
+            && view.lat_us <= near
+            && t.parent
+                .and_then(|p| self.nbrs.lat_us(&p))
+                .is_some_and(|pl| pl > near)
     }
 
     /// Asks the root for a fresh serial: a node without a path needs one to accept a new

@@ -110,6 +110,12 @@ impl Core {
                 if self.query_parent(ri, view) {
                     self.ask(ri, view, false);
                 }
+                // A peer much closer than our parent is worth a few samples of our own: one
+                // taken while either end was busy can be far off, and a peer judged by it
+                // alone may fail the rules and never be measured again (a second entry
+                // into our cluster, 5 ms away by a sample from a cold start's backlog,
+                // stayed a second entry for good).
+                self.measure(view.id);
             }
             Judgement::NeedMeasure => self.measure(view.id),
             Judgement::No if self.probing.met_everyone() && self.entry_walk(ri, view) => {

@@ -15,6 +15,10 @@ use crate::proto::{BULK_SETTLE, Time};
 use std::collections::VecDeque;
 use std::time::Duration;
 
+/// Serial periods after which a peer's last sample is too old to judge it by when it is
+/// asked to be measured (see [`Core::measure`]).
+const STALE_SAMPLES_PERIODS: u32 = 10;
+
 /// The measuring sweep and the probes of the current round.
 #[derive(Default)]
 pub(super) struct Probing {
@@ -93,7 +97,7 @@ impl Probing {
     }
 
     /// Whether `peer` was sampled within `within` of `now`.
-    fn sampled_within(&self, peer: &NodeId, now: Time, within: Duration) -> bool {
+    pub(super) fn sampled_within(&self, peer: &NodeId, now: Time, within: Duration) -> bool {
         (self.sampled_at.get(peer)).is_some_and(|&at| now.saturating_since(at) < within)
     }
 }
@@ -266,10 +270,15 @@ impl Core {
     /// to its adverts, and no full adverts are traded (what it costs at a thousand roots
     /// would dwarf the few entries a hint is about).
     pub(super) fn measure(&mut self, peer: NodeId) {
-        // Measured enough already (an earlier candidate, or a peer measured on an earlier
-        // hint): the entries traded with it can be judged at once, and the hinted places
-        // stay free for the peers that still need their samples.
-        if (self.nbrs.get(&peer)).is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE) {
+        // Measured enough already, and lately (an earlier candidate, or a peer measured
+        // on an earlier hint): the entries traded with it can be judged at once, and the
+        // hinted places stay free for the peers that still need their samples. Samples
+        // from long ago are measured again: a few taken in a cold start's rush can all be
+        // far off, and a peer not watched since is judged by them for good.
+        let fresh = self.config.serial_period * STALE_SAMPLES_PERIODS;
+        if (self.nbrs.get(&peer)).is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE)
+            && self.probing.sampled_within(&peer, self.now, fresh)
+        {
             return;
         }
         let expires = self.now + self.config.serial_period * 6;

@@ -1,9 +1,11 @@
 //! A core driven alone, its peers played by hand: what it does when a tree's root is
-//! declared dead and comes back.
+//! declared dead and comes back, how it probes, and how it walks to a second entry into
+//! its cluster.
 
 use super::*;
 use crate::proto::DownReason;
 use crate::proto::message::AdvertEntry;
+use crate::proto::tree::CandidateView;
 use std::time::Duration;
 
 fn at(ms: u64) -> Time {
@@ -249,4 +251,94 @@ fn our_probe_rides_on_the_answer_to_a_watched_peers_probe_once_per_period() {
     );
     let sent = drain(&mut core);
     assert_eq!(probes_to(&sent, b), vec![Message::Pong { sent_us: 9 }]);
+}
+
+/// A core for node 0 with the WAN settings, that knows each of `peers` and has measured it
+/// at its RTT (µs), 8 samples each.
+fn wan_core_with(peers: &[(NodeId, u64)]) -> Core {
+    let mut core = Core::new(id(0), Config::wan(), 1, at(0));
+    for &(p, _) in peers {
+        core.handle(at(1), Input::MemberUp { id: p });
+    }
+    for k in 0..8 {
+        for &(p, rtt_us) in peers {
+            let rtt = Duration::from_micros(rtt_us);
+            core.handle(at(2 + k), Input::RttSample { peer: p, rtt });
+        }
+    }
+    drain(&mut core);
+    core
+}
+
+#[test]
+fn a_leaf_entry_walking_a_cluster_neighbours_ancestry_asks_again_soon_and_backs_off() {
+    let (r, p, near, mid, near2) = (id(1), id(2), id(3), id(4), id(5));
+    // Our parent p is 20 ms away, `near` a cluster neighbour (0.2 ms), `mid` 3 ms away.
+    let mut core = wan_core_with(&[
+        (r, 60_000),
+        (p, 40_000),
+        (near, 400),
+        (mid, 6_000),
+        (near2, 400),
+    ]);
+    receive(&mut core, 20, p, advert(r, 3, 10_000));
+    assert_eq!(core.parent(r), Some(p));
+    let ri = core.trees.live_root(r).expect("tracked");
+    let view = |c: NodeId, lat_us: u32| CandidateView {
+        id: c,
+        serial: 3,
+        dist_us: 30_100,
+        connected: true,
+        lat_us,
+    };
+    let period = core.config.serial_period.as_millis() as u64;
+    let asked_at = |core: &mut Core, c: NodeId, lat_us: u32, times: &[u64]| -> Vec<u64> {
+        let mut asked = Vec::new();
+        for &ms in times {
+            core.now = at(ms);
+            if core.query_parent(ri, &view(c, lat_us)) {
+                asked.push(ms);
+            }
+        }
+        asked
+    };
+    // The same answer is expected while nothing changes: asked again after one serial
+    // period, then two, four, eight...
+    let times: Vec<u64> = (0..=40).map(|k| 100 + k * period / 2).collect();
+    let expect: Vec<u64> = [0, 1, 3, 7, 15].map(|k| 100 + k * period).to_vec();
+    assert_eq!(asked_at(&mut core, near, 200, &times), expect);
+    // A peer that is not a cluster neighbour: once a minute.
+    assert_eq!(asked_at(&mut core, mid, 3_000, &times), vec![100]);
+    let minute = 100 + 60_000;
+    assert_eq!(
+        asked_at(&mut core, mid, 3_000, &[minute - 1, minute]),
+        vec![minute]
+    );
+    // An entry with children: its walk may lead back into its own subtree, once a minute.
+    core.trees.live_mut(ri).children.insert(id(6));
+    assert_eq!(asked_at(&mut core, near2, 200, &times), vec![100]);
+}
+
+#[test]
+fn a_peer_measured_long_ago_is_measured_again_when_asked_for() {
+    let b = id(1);
+    let mut core = wan_core_with(&[(b, 3_500)]);
+    core.nbrs.cands.remove(&b);
+    core.probing.sampled_at.insert(b, at(9));
+    let pings = |sent: &[Transmit]| {
+        probes_to(sent, b)
+            .iter()
+            .filter(|m| matches!(m, Message::Ping { .. }))
+            .count()
+    };
+    // Eight samples a moment ago: judged by them.
+    core.now = at(100);
+    core.measure(b);
+    assert_eq!(pings(&drain(&mut core)), 0);
+    // Eight samples from a cold start's rush, ten serial periods ago: measured again.
+    let stale = 9 + 10 * core.config.serial_period.as_millis() as u64;
+    core.now = at(stale);
+    core.measure(b);
+    assert_eq!(pings(&drain(&mut core)), 1);
+    assert!(core.nbrs.is_hinted(&b));
 }
