@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// Serial periods after which a peer's last sample is too old to judge it by when it is
 /// asked to be measured (see [`Core::measure`]).
-const STALE_SAMPLES_PERIODS: u32 = 10;
+const STALE_SAMPLES_PERIODS: u32 = 3;
 
 /// The measuring sweep and the probes of the current round.
 #[derive(Default)]

@@ -335,8 +335,8 @@ fn a_peer_measured_long_ago_is_measured_again_when_asked_for() {
     core.now = at(100);
     core.measure(b);
     assert_eq!(pings(&drain(&mut core)), 0);
-    // Eight samples from a cold start's rush, ten serial periods ago: measured again.
-    let stale = 9 + 10 * core.config.serial_period.as_millis() as u64;
+    // Eight samples from a cold start's rush, three serial periods ago: measured again.
+    let stale = 9 + 3 * core.config.serial_period.as_millis() as u64;
     core.now = at(stale);
     core.measure(b);
     assert_eq!(pings(&drain(&mut core)), 1);
