@@ -19,13 +19,20 @@ fn id(i: u64) -> NodeId {
 
 /// A core for node 0 that knows `peers` and has measured each at 2 ms.
 fn core_with(peers: &[NodeId]) -> Core {
-    let mut core = Core::new(id(0), Config::test(), 1, at(0));
-    for &p in peers {
+    let measured: Vec<(NodeId, u64)> = peers.iter().map(|&p| (p, 2_000)).collect();
+    core_measuring(Config::test(), &measured)
+}
+
+/// A core for node 0 with `config`, that knows each of `peers` and has measured it at its
+/// RTT (µs), 8 samples each.
+fn core_measuring(config: Config, peers: &[(NodeId, u64)]) -> Core {
+    let mut core = Core::new(id(0), config, 1, at(0));
+    for &(p, _) in peers {
         core.handle(at(1), Input::MemberUp { id: p });
     }
     for k in 0..8 {
-        for &p in peers {
-            let rtt = Duration::from_millis(2);
+        for &(p, rtt_us) in peers {
+            let rtt = Duration::from_micros(rtt_us);
             core.handle(at(2 + k), Input::RttSample { peer: p, rtt });
         }
     }
@@ -253,21 +260,9 @@ fn our_probe_rides_on_the_answer_to_a_watched_peers_probe_once_per_period() {
     assert_eq!(probes_to(&sent, b), vec![Message::Pong { sent_us: 9 }]);
 }
 
-/// A core for node 0 with the WAN settings, that knows each of `peers` and has measured it
-/// at its RTT (µs), 8 samples each.
+/// [`core_measuring`] with the WAN settings.
 fn wan_core_with(peers: &[(NodeId, u64)]) -> Core {
-    let mut core = Core::new(id(0), Config::wan(), 1, at(0));
-    for &(p, _) in peers {
-        core.handle(at(1), Input::MemberUp { id: p });
-    }
-    for k in 0..8 {
-        for &(p, rtt_us) in peers {
-            let rtt = Duration::from_micros(rtt_us);
-            core.handle(at(2 + k), Input::RttSample { peer: p, rtt });
-        }
-    }
-    drain(&mut core);
-    core
+    core_measuring(Config::wan(), peers)
 }
 
 #[test]
