@@ -159,13 +159,7 @@ async fn admit(
             conn.close(CLOSE_PROTOCOL.into(), b"connected to itself");
             None
         }
-        Ok(a)
-            if ctx
-                .guard
-                .strikes
-                .kept_out(&a.peer, Instant::now())
-                .is_some() =>
-        {
+        Ok(a) if kept_out(ctx, &a.peer, remote.ip()) => {
             refused();
             conn.close(CLOSE_PROTOCOL.into(), b"kept out after protocol violations");
             None
@@ -184,4 +178,11 @@ async fn admit(
             None
         }
     }
+}
+
+/// Whether `peer` is kept out: itself, or as no member from an address kept out.
+fn kept_out(ctx: &LinkContext, peer: &NodeId, ip: std::net::IpAddr) -> bool {
+    let (strikes, now) = (&ctx.guard.strikes, Instant::now());
+    strikes.kept_out(peer, now).is_some()
+        || (strikes.address_kept_out(ip, now) && !ctx.members.is_known_member(peer))
 }

@@ -38,6 +38,14 @@ pub const MAX_STRIKES: u32 = 16;
 pub const STRIKE_WINDOW: Duration = Duration::from_secs(60);
 /// How long a peer that ran out of strikes is kept out (neither accepted nor dialed).
 pub const KEEP_OUT: Duration = Duration::from_secs(60);
+/// Bytes of messages nobody asked for ([`crate::proto::Event::Unsolicited`]: from a peer
+/// that is no member, or for operations this node has no record of) a peer may send
+/// within [`STRIKE_WINDOW`] before it is closed and kept out like a peer out of strikes.
+/// An honest peer sends a few at most (an answer over a minute late, its last messages
+/// after it was declared dead); a token holder sending them as fast as it can is out
+/// after 8 MiB instead of taking 12% of the node's CPU and slowing the others'
+/// collectives through the node by 4x.
+pub const MAX_UNSOLICITED_BYTES: u64 = 8 * 1024 * 1024;
 
 /// At most one log line per source and [`LOG_INTERVAL`].
 ///
@@ -242,7 +250,7 @@ impl ReadBudget {
     }
 }
 
-/// Strikes per peer and the peers kept out.
+/// Strikes and unsolicited bytes per peer, and the peers kept out.
 #[derive(Debug, Default)]
 pub struct Strikes {
     inner: Mutex<StrikeTable>,
@@ -251,9 +259,15 @@ pub struct Strikes {
 #[derive(Debug, Default)]
 struct StrikeTable {
     /// Per peer: when its window started and the strikes in it.
-    counts: HashMap<NodeId, (Instant, u32)>,
+    counts: HashMap<NodeId, (Instant, u64)>,
+    /// Per peer: when its window started and the unsolicited bytes in it.
+    unsolicited: HashMap<NodeId, (Instant, u64)>,
     /// Peers kept out, until when.
     kept_out: HashMap<NodeId, Instant>,
+    /// Addresses of peers kept out for unsolicited messages, until when: peers from there
+    /// that are no members are kept out too (a token holder cannot come back as a fresh
+    /// identity at once).
+    addresses: HashMap<IpAddr, Instant>,
 }
 
 impl Strikes {
@@ -261,22 +275,38 @@ impl Strikes {
     /// closes the connection, and the peer is kept out for [`KEEP_OUT`].
     pub fn strike(&self, peer: NodeId, now: Instant) -> bool {
         let mut t = self.inner.lock().expect("not poisoned");
-        if t.counts.len() >= MAX_LOG_SOURCES {
-            t.counts
-                .retain(|_, (since, _)| now.saturating_duration_since(*since) < STRIKE_WINDOW);
-        }
-        let entry = t.counts.entry(peer).or_insert((now, 0));
-        if now.saturating_duration_since(entry.0) >= STRIKE_WINDOW {
-            *entry = (now, 0);
-        }
-        entry.1 += 1;
-        if entry.1 <= MAX_STRIKES {
+        let over = charge(&mut t.counts, peer, 1, MAX_STRIKES as u64, now);
+        over && t.keep_out(peer, now)
+    }
+
+    /// Counts `bytes` of messages for unknown operations against `peer`; true when they
+    /// pass [`MAX_UNSOLICITED_BYTES`] in the window: the caller closes the connection, and
+    /// the peer is kept out for [`KEEP_OUT`]. False for a peer kept out already (what it
+    /// sent before it was closed is still being handled).
+    /// Its address (`from`, when known) is kept out as long for peers that are no
+    /// members ([`Strikes::address_kept_out`]).
+    pub fn unsolicited(&self, peer: NodeId, from: Option<IpAddr>, bytes: u64, now: Instant) -> bool {
+        let mut t = self.inner.lock().expect("not poisoned");
+        if t.kept_out.get(&peer).is_some_and(|until| *until > now) {
             return false;
         }
-        t.counts.remove(&peer);
-        t.kept_out.retain(|_, until| *until > now);
-        t.kept_out.insert(peer, now + KEEP_OUT);
-        true
+        if !charge(&mut t.unsolicited, peer, bytes, MAX_UNSOLICITED_BYTES, now) {
+            return false;
+        }
+        if let Some(ip) = from {
+            t.addresses.retain(|_, until| *until > now);
+            if t.addresses.len() < MAX_LOG_SOURCES {
+                t.addresses.insert(ip, now + KEEP_OUT);
+            }
+        }
+        t.keep_out(peer, now)
+    }
+
+    /// Whether peers from `ip` that are no members are kept out: a peer from there was,
+    /// for unsolicited messages, less than [`KEEP_OUT`] ago.
+    pub fn address_kept_out(&self, ip: IpAddr, now: Instant) -> bool {
+        let t = self.inner.lock().expect("not poisoned");
+        t.addresses.get(&ip).is_some_and(|until| *until > now)
     }
 
     /// How much longer `peer` is kept out, if it is.
@@ -285,6 +315,37 @@ impl Strikes {
         let until = *t.kept_out.get(peer)?;
         (until > now).then(|| until - now)
     }
+}
+
+impl StrikeTable {
+    fn keep_out(&mut self, peer: NodeId, now: Instant) -> bool {
+        self.counts.remove(&peer);
+        self.unsolicited.remove(&peer);
+        self.kept_out.retain(|_, until| *until > now);
+        self.kept_out.insert(peer, now + KEEP_OUT);
+        true
+    }
+}
+
+/// Adds `amount` to `peer`'s window (a new one once [`STRIKE_WINDOW`] has passed); true
+/// when the window's total passes `limit`. Windows of the past are dropped when the table
+/// is full, so it holds at most about [`MAX_LOG_SOURCES`] peers.
+fn charge(
+    windows: &mut HashMap<NodeId, (Instant, u64)>,
+    peer: NodeId,
+    amount: u64,
+    limit: u64,
+    now: Instant,
+) -> bool {
+    if windows.len() >= MAX_LOG_SOURCES {
+        windows.retain(|_, (since, _)| now.saturating_duration_since(*since) < STRIKE_WINDOW);
+    }
+    let entry = windows.entry(peer).or_insert((now, 0));
+    if now.saturating_duration_since(entry.0) >= STRIKE_WINDOW {
+        *entry = (now, 0);
+    }
+    entry.1 = entry.1.saturating_add(amount);
+    entry.1 > limit
 }
 
 #[cfg(test)]
@@ -354,6 +415,34 @@ mod tests {
         for k in 0..3 * MAX_STRIKES {
             let at = t + STRIKE_WINDOW * (k / (MAX_STRIKES / 2)) + KEEP_OUT;
             assert!(!s.strike(q, at), "strike {k}");
+        }
+    }
+
+    #[test]
+    fn a_peer_sending_answers_nobody_asked_for_is_kept_out_past_its_allowance() {
+        let s = Strikes::default();
+        let (p, q) = (NodeId::from_bytes([1; 16]), NodeId::from_bytes([2; 16]));
+        let t = Instant::now();
+        let mib = 1024 * 1024;
+        let (ip, other): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        for _ in 0..MAX_UNSOLICITED_BYTES / mib {
+            assert!(!s.unsolicited(p, Some(ip), mib, t));
+        }
+        assert!(!s.unsolicited(q, Some(other), mib, t), "counted per peer");
+        assert!(!s.address_kept_out(ip, t));
+        assert!(s.unsolicited(p, Some(ip), 1, t), "one byte past the allowance");
+        assert!(s.kept_out(&p, t).is_some());
+        assert!(s.address_kept_out(ip, t), "non-members from its address too");
+        assert!(!s.address_kept_out(other, t));
+        assert!(!s.address_kept_out(ip, t + KEEP_OUT));
+        // What it sent before its connection closed is not held against it again.
+        assert!(!s.unsolicited(p, Some(ip), MAX_UNSOLICITED_BYTES, t));
+        // Late answers spread over windows never add up.
+        let later = t + KEEP_OUT;
+        for k in 0..4 {
+            let at = later + STRIKE_WINDOW * k;
+            let bytes = MAX_UNSOLICITED_BYTES - mib;
+            assert!(!s.unsolicited(q, Some(other), bytes, at), "window {k}");
         }
     }
 }

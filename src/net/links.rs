@@ -315,6 +315,31 @@ impl Links {
         self.lost.remove(&peer);
     }
 
+    /// `peer` sent `bytes` of messages for operations nobody here knows: past
+    /// [`super::guard::MAX_UNSOLICITED_BYTES`] in a window it is closed with
+    /// [`super::auth::CLOSE_PROTOCOL`] and kept out (neither accepted nor dialed) for
+    /// [`super::guard::KEEP_OUT`], and so are peers from its address that are no members.
+    pub fn unsolicited(&mut self, peer: NodeId, bytes: u64) {
+        let from = self.links.get(&peer).map(|l| l.conn.remote_address().ip());
+        let strikes = &self.ctx.guard.strikes;
+        if !strikes.unsolicited(peer, from, bytes, Instant::now()) {
+            return;
+        }
+        (self.ctx.stats.peers_kept_out).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(
+            %peer,
+            limit = super::guard::MAX_UNSOLICITED_BYTES,
+            keep_out = ?super::guard::KEEP_OUT,
+            "closing the connection and keeping the peer out: too many messages for \
+             operations nobody here knows"
+        );
+        if let Some(link) = self.links.remove(&peer) {
+            let why = b"messages for unknown operations";
+            link.conn.close(super::auth::CLOSE_PROTOCOL.into(), why);
+        }
+        self.pending.remove(&peer);
+    }
+
     /// Closes connections that carried no stream data for their idle limit.
     pub fn close_idle(&mut self) {
         let now = Instant::now();

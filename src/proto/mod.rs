@@ -215,6 +215,13 @@ pub enum Event {
         packets: u16,
         size: u16,
     },
+    /// `from` sent a message nobody asked for: it is no member (a joiner sends membership
+    /// messages only; a departed member's last ones are few), or it is about an operation
+    /// this node has no record of (every node that takes part keeps one for a minute past
+    /// the deadline, so it is forged or far too late). It was dropped, not passed on;
+    /// `bytes` is what it carried (at least [`collective::UNSOLICITED_MIN_BYTES`]), for
+    /// the driver to hold against the sender.
+    Unsolicited { from: NodeId, bytes: u64 },
 }
 
 /// A snapshot of this node's state in one tree.

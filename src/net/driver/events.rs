@@ -13,6 +13,9 @@ use tracing::debug;
 impl Driver {
     /// A core event: a delivery or report for the API's collectives, else a tree event.
     pub(super) fn core_event(&mut self, event: Event) {
+        if let Event::Unsolicited { from, bytes } = event {
+            return self.links.unsolicited(from, bytes);
+        }
         let received = self.input_at.unwrap_or_else(Instant::now);
         if let Event::Delivered(d) = &event
             && d.payload.is_empty()
@@ -96,8 +99,9 @@ impl Driver {
             Event::RootRemoved { root } => NodeEvent::TreeRemoved { root },
             // Never output by the node: members come from its membership.
             Event::MemberUp { .. } | Event::MemberDown { .. } | Event::Left => return,
-            // Handled by `Ops`.
+            // Handled by `Ops`, or above.
             Event::Delivered(_) | Event::ContributionNeeded { .. } | Event::Report(_) => return,
+            Event::Unsolicited { .. } => return,
             Event::SendTrain {
                 to,
                 id,

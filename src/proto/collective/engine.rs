@@ -379,7 +379,8 @@ impl Collectives {
                 group,
             } => {
                 if op.root == self.me && !self.relays.contains_key(&op) {
-                    return; // Not an operation of ours (forged or from a previous run).
+                    // Not an operation of ours (forged, or from a run before a restart).
+                    return self.unsolicited(from, admit::wire_len(&body));
                 }
                 let plan = Plan {
                     delegation: plan,

@@ -8,6 +8,7 @@ use super::trees::{entry_of, no_path};
 use crate::proto::candidates::Role;
 use crate::proto::id::NodeId;
 use crate::proto::membership::MemberState;
+use crate::proto::collective::UNSOLICITED_MIN_BYTES;
 use crate::proto::message::Message;
 use crate::proto::{DownReason, Event};
 
@@ -116,8 +117,15 @@ impl Core {
 
     /// Dispatches one message from a live member.
     pub(super) fn handle_message(&mut self, from: NodeId, msg: Message) {
-        if from == self.id || !self.members.is_alive(&from) {
-            return; // Only members take part; late messages of departed ones are dropped.
+        if from == self.id {
+            return;
+        }
+        if !self.members.is_alive(&from) {
+            // Only members take part; late messages of departed ones are dropped, and held
+            // against the sender: a peer that holds the token but is no member is cut off
+            // once it sends more than an honest late sender would.
+            let bytes = (msg.encoded_len() as u64).max(UNSOLICITED_MIN_BYTES);
+            return self.out.event(Event::Unsolicited { from, bytes });
         }
         self.resync_if_lost(from);
         match msg {

@@ -337,3 +337,38 @@ fn a_peer_measured_long_ago_is_measured_again_when_asked_for() {
     assert_eq!(pings(&drain(&mut core)), 1);
     assert!(core.nbrs.is_hinted(&b));
 }
+
+#[test]
+fn messages_from_a_peer_that_is_no_member_are_dropped_and_reported_by_their_size() {
+    let mut core = core_with(&[id(1)]);
+    std::iter::from_fn(|| core.poll_event()).for_each(drop);
+    let stranger = id(9);
+    let big = Message::Advert {
+        entries: vec![
+            AdvertEntry {
+                root: id(1),
+                serial: 1,
+                dist_us: 10,
+                connected: true,
+            };
+            500
+        ],
+    };
+    let size = big.encoded_len() as u64;
+    receive(&mut core, 100, stranger, big);
+    receive(&mut core, 101, id(1), advert(id(1), 2, 10));
+    assert!(drain(&mut core).iter().all(|t| t.to != stranger), "no answer to it");
+    let events: Vec<Event> = std::iter::from_fn(|| core.poll_event()).collect();
+    let reported: Vec<_> = (events.iter())
+        .filter(|e| matches!(e, Event::Unsolicited { .. }))
+        .collect();
+    assert_eq!(
+        reported,
+        vec![&Event::Unsolicited {
+            from: stranger,
+            bytes: size
+        }],
+        "the stranger's message, not the member's"
+    );
+    assert!(size > crate::proto::collective::UNSOLICITED_MIN_BYTES);
+}

@@ -22,7 +22,8 @@
 //! bound, the share holding the most entries gives one up.
 
 use super::{Collectives, Own, Phase};
-use crate::proto::{NodeId, OpId, Time};
+use crate::proto::collective::UNSOLICITED_MIN_BYTES;
+use crate::proto::{Event, NodeId, OpId, Time};
 use std::collections::VecDeque;
 
 /// Most entries of one root, as sent by one peer, in the relay table.
@@ -80,6 +81,13 @@ impl Collectives {
             }
         }
         true
+    }
+
+    /// A message from `from` for an operation with no entry here was dropped: reported, so
+    /// the driver can hold a flood of them against the sender.
+    pub(super) fn unsolicited(&mut self, from: NodeId, bytes: u64) {
+        let bytes = bytes.max(UNSOLICITED_MIN_BYTES);
+        self.events.push_back(Event::Unsolicited { from, bytes });
     }
 
     fn refuse(&mut self) -> bool {
@@ -158,4 +166,9 @@ impl Collectives {
     pub fn refused_operations(&self) -> u64 {
         self.refused_floods
     }
+}
+/// The encoded size of what a message carried, as held against a sender of unsolicited
+/// ones (worked out only for those).
+pub(super) fn wire_len<T: serde::Serialize>(value: &T) -> u64 {
+    postcard::experimental::serialized_size(value).map_or(0, |n| n as u64)
 }

@@ -1,6 +1,7 @@
 //! A relay's side: accepting an operation from above, its own contribution, routing
 //! scatter items, direct answers, and answers from below.
 
+use super::admit::wire_len;
 use super::{
     Collectives, Deferred, Own, Phase, Plan, Relay, Slot, Target, child_budget, chunk_items,
     delivery_kind, is_empty,
@@ -393,6 +394,13 @@ impl Collectives {
         last: bool,
         part: UpPart,
     ) {
+        if !self.relays.contains_key(&op) {
+            // Every node that took part (the root too) keeps its entry until a minute past
+            // the deadline: this one is forged or far too late. Not passed on to the root
+            // (that would let any member aim its traffic at another), and held against the
+            // sender.
+            return self.unsolicited(from, wire_len(&part));
+        }
         let collecting = self
             .relays
             .get(&op)
@@ -416,7 +424,7 @@ impl Collectives {
         } else if op.root == self.me {
             self.merge_at_origin(now, ov, op, part);
         } else if ov.is_alive(&op.root) && !is_empty(&part) {
-            // Our answer went up already (or we never took part): late news goes to the root.
+            // Our answer went up already: late news goes to the root.
             self.send_up(op.root, op, part);
         }
     }

@@ -223,3 +223,72 @@ fn a_forger_naming_another_members_root_does_not_take_that_roots_share() {
     let got: Vec<usize> = net.deliveries(DeliveryKind::Broadcast);
     assert_eq!(got, vec![0, 1, 3], "root 3's broadcast, not blocked");
 }
+
+/// The `Unsolicited` events so far: (at node, from, bytes).
+fn unsolicited(net: &Net) -> Vec<(usize, NodeId, u64)> {
+    (net.events.iter())
+        .filter_map(|(i, e)| match e {
+            Event::Unsolicited { from, bytes } => Some((*i, *from, *bytes)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn answers_for_an_operation_nobody_here_knows_are_dropped_and_reported_not_passed_on() {
+    let mut net = Net::new(3, &[(0, 1), (1, 2)]);
+    let (r0, n2) = (net.ids[0], net.ids[2]);
+    // Node 2 answers an operation of root 0 that node 1 never took part in (forged, or
+    // over a minute late): were it passed on, any member could aim traffic at the root.
+    let op = OpId { root: r0, nonce: 99 };
+    let part = UpPart {
+        items: vec![(n2, vec![7; 4000])],
+        ..UpPart::default()
+    };
+    let up = CollectiveMessage::Up {
+        op,
+        last: true,
+        part,
+    };
+    net.engines[1].handle_message(net.now, &net.views[1], n2, up);
+    net.drain(1);
+    assert_eq!(net.sent, 0, "not passed on");
+    let got = unsolicited(&net);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!((got[0].0, got[0].1), (1, n2));
+    assert!(got[0].2 >= 4000, "counted by its size: {}", got[0].2);
+    // An operation naming node 1 as its root that node 1 never started: the same.
+    let forged = OpId {
+        root: net.ids[1],
+        nonce: 5,
+    };
+    net.engines[1].handle_message(net.now, &net.views[1], n2, down(forged));
+    net.drain(1);
+    assert_eq!(net.sent, 0);
+    let got = unsolicited(&net);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[1].2, UNSOLICITED_MIN_BYTES, "a small one counts the minimum");
+}
+
+#[test]
+fn a_late_answer_for_an_operation_taken_part_in_still_goes_to_the_root_unreported() {
+    let mut net = Net::new(3, &[(0, 1), (1, 2)]);
+    net.start(0, StartKind::Broadcast { payload: vec![1] });
+    assert!(net.run(Duration::from_secs(5)));
+    let op = net.report().op.expect("the broadcast's id");
+    let sent = net.sent;
+    // Node 2's answer again, after node 1's went up: late news, for the root.
+    let part = UpPart {
+        reached: vec![net.ids[2]],
+        ..UpPart::default()
+    };
+    let up = CollectiveMessage::Up {
+        op,
+        last: true,
+        part,
+    };
+    net.engines[1].handle_message(net.now, &net.views[1], net.ids[2], up);
+    net.drain(1);
+    assert_eq!(net.sent, sent + 1, "passed on to the root");
+    assert!(unsolicited(&net).is_empty(), "{:?}", unsolicited(&net));
+}
