@@ -8,6 +8,8 @@
 
 use super::{median, rss_mib, trio};
 use crate::common::{TempDir, real_network};
+use futures::FutureExt;
+use overlay::JoinToken;
 use overlay::admin;
 use overlay::net::auth::authenticate_with_token;
 use overlay::net::frame::{MAX_FRAME_BYTES, write_frame};
@@ -15,8 +17,6 @@ use overlay::net::identity::{ANY_NODE, Identity};
 use overlay::net::token::Role;
 use overlay::proto::message::{CollectiveMessage, Message, OpId, UpPart};
 use overlay::proto::{NodeId, Packet};
-use futures::FutureExt;
-use overlay::JoinToken;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -81,7 +81,7 @@ struct Tally {
     sent: AtomicU64,
     /// Connections that passed the token proof and were not refused at once.
     admitted: AtomicU64,
-    /// Connections the target closed for messages for unknown operations.
+    /// Connections the target closed for messages nobody asked for.
     cut: AtomicU64,
     /// Attempts refused because this peer is kept out.
     kept_out: AtomicU64,
@@ -90,8 +90,7 @@ struct Tally {
 /// Floods `addr` with [`big_frame`]s on four streams; when the target closes the
 /// connection, dials again (a tenth of a second later) as a new identity, until `stop`.
 async fn attack(addr: SocketAddr, token: JoinToken, stop: Arc<AtomicBool>, tally: Arc<Tally>) {
-    let endpoint =
-        quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("endpoint");
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("endpoint");
     let frame = big_frame();
     while !stop.load(Ordering::Relaxed) {
         // A fresh identity each time: the node id it was kept out under is no use to it.
@@ -130,7 +129,7 @@ async fn attack(addr: SocketAddr, token: JoinToken, stop: Arc<AtomicBool>, tally
         }
         let reason = conn.closed().now_or_never().map(|e| e.to_string());
         let reason = reason.unwrap_or_default();
-        if reason.contains("unknown operations") {
+        if reason.contains("nobody asked for") {
             tally.cut.fetch_add(1, Ordering::Relaxed);
             tally.admitted.fetch_add(1, Ordering::Relaxed);
         } else if reason.contains("kept out") {
@@ -192,8 +191,8 @@ fn a_member_sending_maximum_frames_flat_out_changes_nothing_for_the_others() {
         );
         eprintln!(
             "{secs} s of maximum frames ({:.0} KiB each, 4 streams): {mib:.0} MiB written \
-             ({:.2} MiB/s); {admitted} connections admitted, {cut} closed for messages for \
-             unknown operations, {kept_out} attempts refused as kept out",
+             ({:.2} MiB/s); {admitted} connections admitted, {cut} closed for messages nobody \
+             asked for, {kept_out} attempts refused as kept out",
             big_frame().len() as f64 / 1024.0,
             mib / secs as f64
         );
@@ -222,8 +221,14 @@ fn a_member_sending_maximum_frames_flat_out_changes_nothing_for_the_others() {
             during_ms / quiet_ms
         );
         // The attack ran (frames were written) and the target cut it off and kept it out.
-        assert!(mib > 1.0, "the attack wrote only {mib:.1} MiB: it proves nothing");
-        assert!(cut >= 1, "the target never closed the attacker's connection");
+        assert!(
+            mib > 1.0,
+            "the attack wrote only {mib:.1} MiB: it proves nothing"
+        );
+        assert!(
+            cut >= 1,
+            "the target never closed the attacker's connection"
+        );
         if secs <= 50 {
             assert!(kept_out >= 1, "the attacker got back in at once");
             assert_eq!(admitted, 1, "the attacker got back in within the keep-out");

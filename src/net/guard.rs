@@ -279,13 +279,18 @@ impl Strikes {
         over && t.keep_out(peer, now)
     }
 
-    /// Counts `bytes` of messages for unknown operations against `peer`; true when they
-    /// pass [`MAX_UNSOLICITED_BYTES`] in the window: the caller closes the connection, and
-    /// the peer is kept out for [`KEEP_OUT`]. False for a peer kept out already (what it
-    /// sent before it was closed is still being handled).
-    /// Its address (`from`, when known) is kept out as long for peers that are no
-    /// members ([`Strikes::address_kept_out`]).
-    pub fn unsolicited(&self, peer: NodeId, from: Option<IpAddr>, bytes: u64, now: Instant) -> bool {
+    /// Counts `bytes` of messages nobody asked for against `peer`; true when they pass
+    /// [`MAX_UNSOLICITED_BYTES`] in the window: the caller closes the connection, and the
+    /// peer is kept out for [`KEEP_OUT`], as is its address (`from`, when known) for peers
+    /// that are no members ([`Strikes::address_kept_out`]). False for a peer kept out
+    /// already (what it sent before it was closed is still being handled).
+    pub fn unsolicited(
+        &self,
+        peer: NodeId,
+        from: Option<IpAddr>,
+        bytes: u64,
+        now: Instant,
+    ) -> bool {
         let mut t = self.inner.lock().expect("not poisoned");
         if t.kept_out.get(&peer).is_some_and(|until| *until > now) {
             return false;
@@ -424,15 +429,22 @@ mod tests {
         let (p, q) = (NodeId::from_bytes([1; 16]), NodeId::from_bytes([2; 16]));
         let t = Instant::now();
         let mib = 1024 * 1024;
-        let (ip, other): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let (ip, other): (IpAddr, IpAddr) =
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         for _ in 0..MAX_UNSOLICITED_BYTES / mib {
             assert!(!s.unsolicited(p, Some(ip), mib, t));
         }
         assert!(!s.unsolicited(q, Some(other), mib, t), "counted per peer");
         assert!(!s.address_kept_out(ip, t));
-        assert!(s.unsolicited(p, Some(ip), 1, t), "one byte past the allowance");
+        assert!(
+            s.unsolicited(p, Some(ip), 1, t),
+            "one byte past the allowance"
+        );
         assert!(s.kept_out(&p, t).is_some());
-        assert!(s.address_kept_out(ip, t), "non-members from its address too");
+        assert!(
+            s.address_kept_out(ip, t),
+            "non-members from its address too"
+        );
         assert!(!s.address_kept_out(other, t));
         assert!(!s.address_kept_out(ip, t + KEEP_OUT));
         // What it sent before its connection closed is not held against it again.

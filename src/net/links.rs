@@ -315,7 +315,7 @@ impl Links {
         self.lost.remove(&peer);
     }
 
-    /// `peer` sent `bytes` of messages for operations nobody here knows: past
+    /// `peer` sent `bytes` of messages nobody asked for: past
     /// [`super::guard::MAX_UNSOLICITED_BYTES`] in a window it is closed with
     /// [`super::auth::CLOSE_PROTOCOL`] and kept out (neither accepted nor dialed) for
     /// [`super::guard::KEEP_OUT`], and so are peers from its address that are no members.
@@ -330,11 +330,11 @@ impl Links {
             %peer,
             limit = super::guard::MAX_UNSOLICITED_BYTES,
             keep_out = ?super::guard::KEEP_OUT,
-            "closing the connection and keeping the peer out: too many messages for \
-             operations nobody here knows"
+            "closing the connection and keeping the peer out: too many messages nobody \
+             asked for"
         );
         if let Some(link) = self.links.remove(&peer) {
-            let why = b"messages for unknown operations";
+            let why = b"too many messages nobody asked for";
             link.conn.close(super::auth::CLOSE_PROTOCOL.into(), why);
         }
         self.pending.remove(&peer);

@@ -378,7 +378,7 @@ impl Collectives {
                 route,
                 group,
             } => {
-                if op.root == self.me && !self.relays.contains_key(&op) {
+                if op.root == self.me && !self.knows(op) {
                     // Not an operation of ours (forged, or from a run before a restart).
                     return self.unsolicited(from, admit::wire_len(&body));
                 }

@@ -6,9 +6,9 @@
 use super::Core;
 use super::trees::{entry_of, no_path};
 use crate::proto::candidates::Role;
+use crate::proto::collective::UNSOLICITED_MIN_BYTES;
 use crate::proto::id::NodeId;
 use crate::proto::membership::MemberState;
-use crate::proto::collective::UNSOLICITED_MIN_BYTES;
 use crate::proto::message::Message;
 use crate::proto::{DownReason, Event};
 

@@ -357,7 +357,10 @@ fn messages_from_a_peer_that_is_no_member_are_dropped_and_reported_by_their_size
     let size = big.encoded_len() as u64;
     receive(&mut core, 100, stranger, big);
     receive(&mut core, 101, id(1), advert(id(1), 2, 10));
-    assert!(drain(&mut core).iter().all(|t| t.to != stranger), "no answer to it");
+    assert!(
+        drain(&mut core).iter().all(|t| t.to != stranger),
+        "no answer to it"
+    );
     let events: Vec<Event> = std::iter::from_fn(|| core.poll_event()).collect();
     let reported: Vec<_> = (events.iter())
         .filter(|e| matches!(e, Event::Unsolicited { .. }))

@@ -83,6 +83,13 @@ impl Collectives {
         true
     }
 
+    /// Whether this node takes part in `op`, or did less than a minute past its deadline:
+    /// it holds its entry, or (the root) the operation is still running, its entry given
+    /// up to make room.
+    pub(super) fn knows(&self, op: OpId) -> bool {
+        self.relays.contains_key(&op) || (op.root == self.me && self.origins.contains_key(&op))
+    }
+
     /// A message from `from` for an operation with no entry here was dropped: reported, so
     /// the driver can hold a flood of them against the sender.
     pub(super) fn unsolicited(&mut self, from: NodeId, bytes: u64) {
@@ -167,6 +174,7 @@ impl Collectives {
         self.refused_floods
     }
 }
+
 /// The encoded size of what a message carried, as held against a sender of unsolicited
 /// ones (worked out only for those).
 pub(super) fn wire_len<T: serde::Serialize>(value: &T) -> u64 {

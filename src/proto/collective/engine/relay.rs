@@ -394,7 +394,7 @@ impl Collectives {
         last: bool,
         part: UpPart,
     ) {
-        if !self.relays.contains_key(&op) {
+        if !self.knows(op) {
             // Every node that took part (the root too) keeps its entry until a minute past
             // the deadline: this one is forged or far too late. Not passed on to the root
             // (that would let any member aim its traffic at another), and held against the

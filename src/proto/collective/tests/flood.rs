@@ -240,7 +240,10 @@ fn answers_for_an_operation_nobody_here_knows_are_dropped_and_reported_not_passe
     let (r0, n2) = (net.ids[0], net.ids[2]);
     // Node 2 answers an operation of root 0 that node 1 never took part in (forged, or
     // over a minute late): were it passed on, any member could aim traffic at the root.
-    let op = OpId { root: r0, nonce: 99 };
+    let op = OpId {
+        root: r0,
+        nonce: 99,
+    };
     let part = UpPart {
         items: vec![(n2, vec![7; 4000])],
         ..UpPart::default()
@@ -267,7 +270,10 @@ fn answers_for_an_operation_nobody_here_knows_are_dropped_and_reported_not_passe
     assert_eq!(net.sent, 0);
     let got = unsolicited(&net);
     assert_eq!(got.len(), 2, "{got:?}");
-    assert_eq!(got[1].2, UNSOLICITED_MIN_BYTES, "a small one counts the minimum");
+    assert_eq!(
+        got[1].2, UNSOLICITED_MIN_BYTES,
+        "a small one counts the minimum"
+    );
 }
 
 #[test]
