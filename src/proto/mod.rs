@@ -219,8 +219,8 @@ pub enum Event {
     /// messages only; a departed member's last ones are few), or it is about an operation
     /// this node has no record of (every node that takes part keeps one for a minute past
     /// the deadline, so it is forged or far too late). It was dropped, not passed on;
-    /// `bytes` is what it carried (at least [`collective::UNSOLICITED_MIN_BYTES`]), for
-    /// the driver to hold against the sender.
+    /// `bytes` is what it carried (at least [`collective::UNSOLICITED_MIN_BYTES`] for a
+    /// collective message, 64 for another), for the driver to hold against the sender.
     Unsolicited { from: NodeId, bytes: u64 },
 }
 

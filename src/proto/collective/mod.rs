@@ -49,8 +49,8 @@ pub const MAX_INLINE_PAYLOAD: usize = 960 * 1024;
 /// Largest payload of a streamed broadcast (a `StartKind::Stream` operation).
 pub const MAX_STREAM_PAYLOAD: u64 = 1 << 30;
 
-/// Each message nobody asked for ([`crate::proto::Event::Unsolicited`]) counts at least
-/// this many bytes: a flood of small ones costs its handling, not its size.
+/// Each collective message nobody asked for ([`crate::proto::Event::Unsolicited`]) counts
+/// at least this many bytes: a flood of small ones costs its handling, not its size.
 pub const UNSOLICITED_MIN_BYTES: u64 = 1024;
 
 /// Answers larger than this are split into several messages.

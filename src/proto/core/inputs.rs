@@ -6,11 +6,17 @@
 use super::Core;
 use super::trees::{entry_of, no_path};
 use crate::proto::candidates::Role;
-use crate::proto::collective::UNSOLICITED_MIN_BYTES;
 use crate::proto::id::NodeId;
 use crate::proto::membership::MemberState;
 use crate::proto::message::Message;
 use crate::proto::{DownReason, Event};
+
+/// Each message from a peer that is no member counts at least this many bytes against it
+/// ([`Event::Unsolicited`]). Small, unlike a collective message's floor: a member declared
+/// dead by mistake sends its backlog (up to a writer queue of mostly small frames) before
+/// it hears, and must stay far below the allowance; a flood of tiny frames is still cut
+/// off after 131,072 of them.
+pub(crate) const NON_MEMBER_MIN_BYTES: u64 = 64;
 
 /// Near candidates asked for their state in a member's tree when this node learns of the
 /// member (see `handle_member_up`).
@@ -124,7 +130,7 @@ impl Core {
             // Only members take part; late messages of departed ones are dropped, and held
             // against the sender: a peer that holds the token but is no member is cut off
             // once it sends more than an honest late sender would.
-            let bytes = (msg.encoded_len() as u64).max(UNSOLICITED_MIN_BYTES);
+            let bytes = (msg.encoded_len() as u64).max(NON_MEMBER_MIN_BYTES);
             return self.out.event(Event::Unsolicited { from, bytes });
         }
         self.resync_if_lost(from);

@@ -373,5 +373,5 @@ fn messages_from_a_peer_that_is_no_member_are_dropped_and_reported_by_their_size
         }],
         "the stranger's message, not the member's"
     );
-    assert!(size > crate::proto::collective::UNSOLICITED_MIN_BYTES);
+    assert!(size > super::inputs::NON_MEMBER_MIN_BYTES);
 }
