@@ -10,6 +10,7 @@
 //!
 //! `cargo test --release --test sim_collectives -- --nocapture` prints the figures.
 
+use overlay::net::guard::MAX_UNSOLICITED_BYTES;
 use overlay::proto::rng::SplitMix64;
 use overlay::proto::{
     Command, Config, Core, DeliveryKind, Event, Input, NodeId, NumKind, OpKind, Reducer, Start,
@@ -123,6 +124,13 @@ fn run(topo: &Topology, seed: u64) -> Outcome {
     sim.run_for(Duration::from_secs(8));
     events.extend(sim.take_events());
     assert_eq!(sim.cycles_seen(), 0, "seed {seed}: a tree had a cycle");
+    // Late answers and a dead member's last messages under churn: never enough for a real
+    // node to cut an honest peer off.
+    let most = sim.unsolicited_most();
+    assert!(
+        most < MAX_UNSOLICITED_BYTES / 8,
+        "seed {seed}: {most} bytes nobody asked for from one peer"
+    );
 
     // Ground truth from the nodes' own events.
     let mut delivered: HashMap<(usize, u64), u32> = HashMap::new();

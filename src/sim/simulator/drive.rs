@@ -168,6 +168,9 @@ impl<N: SimNode> Sim<N> {
             Event::ParentChanged { root, old, new } => {
                 self.on_parent_changed(idx, t, *root, *old, *new)
             }
+            Event::Unsolicited { from, bytes } => {
+                *self.stats.unsolicited.entry((idx, *from)).or_default() += bytes;
+            }
             Event::RootRemoved { root } => {
                 let tracked = self.index.get(root).copied();
                 if let Some(r) = tracked.filter(|&r| self.view.parent(r, idx).is_some()) {

@@ -21,7 +21,7 @@ use crate::proto::id::IdMap;
 use crate::proto::rng::SplitMix64;
 use crate::proto::{Core, Event, Input, NodeId, Time};
 use crate::topology::Topology;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 /// How many cycles are kept for diagnostics (all are counted).
@@ -61,6 +61,8 @@ struct Stats {
     max_backlog_at: Time,
     max_backlog_node: usize,
     traffic: TrafficByKind,
+    /// Bytes of messages nobody asked for (`Event::Unsolicited`), per receiver and sender.
+    unsolicited: HashMap<(usize, NodeId), u64>,
 }
 
 /// A repair being measured: an action and when the trees spanned again.
@@ -411,6 +413,13 @@ impl<N: SimNode> Sim<N> {
     /// ids the simulator does not know (both should be 0; a debugging aid).
     pub fn event_anomalies(&self) -> (u64, u64) {
         (self.stats.event_mismatches, self.stats.unknown_ids)
+    }
+
+    /// The most bytes of messages nobody asked for (`Event::Unsolicited`) one node got from
+    /// one sender over the whole run: what a driver holds against a peer in a window is at
+    /// most this.
+    pub fn unsolicited_most(&self) -> u64 {
+        self.stats.unsolicited.values().copied().max().unwrap_or(0)
     }
 
     /// Entries in the event queue (messages in flight, timers, notices, actions).
