@@ -136,6 +136,10 @@ pub struct NodeStatus {
     /// (forged or altered by the member that sent them).
     #[serde(default)]
     pub forged_records: u64,
+    /// Joins this node answered lightly (a few records; the joiner pulls the rest from
+    /// another member) because full answers ran past its budget.
+    #[serde(default)]
+    pub light_joins: u64,
     /// How starved of CPU the node believes itself to be, 0 (healthy) to 8: its membership
     /// protocol's probe periods, probe timeouts and suspicion timeouts are stretched by
     /// one plus this (Lifeguard's local health; it rises when the node's event loop runs

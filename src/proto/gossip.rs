@@ -4,7 +4,8 @@
 //! deadline from [`Gossip::poll_timeout`]; the drain rule of [`crate::proto`] applies.
 //!
 //! - Join: a new node sends [`GossipMessage::Join`] to any member, which admits it and
-//!   answers with every record it knows ([`GossipMessage::Sync`]).
+//!   answers with every record it knows ([`GossipMessage::Sync`]); past the rate it can
+//!   serve, with a few, and the joiner pulls the rest from another member ([`admission`]).
 //! - Failure detection: every probe period one member (round robin over a shuffled list)
 //!   gets a probe; if no ack arrives within the probe timeout, a few others are asked to
 //!   probe it; if the period ends without an ack the member becomes *suspect*, and only
@@ -24,11 +25,13 @@ use super::id::{IdMap, NodeId};
 use super::message::{GossipMessage, Liveness, MemberRecord};
 use super::rng::SplitMix64;
 use super::time::Time;
+use admission::JoinBudget;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub mod admission;
 pub mod auth;
 mod digest;
 mod disseminate;
@@ -64,6 +67,12 @@ pub struct GossipConfig {
     pub join_retry: Duration,
     /// How many random members a node forwards news to (`Rumor` messages).
     pub rumor_fanout: usize,
+    /// Records a second this node sends in full answers to joins (each costs the table's
+    /// size); past them (and `join_burst` at once) a join gets a light answer and pulls
+    /// the rest from another member ([`admission`]).
+    pub join_rate: f64,
+    /// Records in full answers to joins at once, before `join_rate` holds.
+    pub join_burst: u32,
 }
 
 impl GossipConfig {
@@ -76,6 +85,7 @@ impl GossipConfig {
         self.suspicion_timeout *= k;
         self.anti_entropy_interval *= k;
         self.join_retry *= k;
+        self.join_rate /= k as f64;
         self
     }
 }
@@ -93,6 +103,8 @@ impl Default for GossipConfig {
             tombstone_ttl: Duration::from_secs(300),
             join_retry: Duration::from_secs(1),
             rumor_fanout: 3,
+            join_rate: 20_000.0,
+            join_burst: 40_000,
         }
     }
 }
@@ -188,6 +200,9 @@ pub struct Gossip {
     auth: Box<dyn RecordAuth>,
     /// Records refused because their proof did not verify.
     forged: u64,
+    /// Full answers to joins left to give (see `admission`), and light ones given.
+    join_budget: JoinBudget,
+    light_joins: u64,
 }
 
 impl Gossip {
@@ -204,6 +219,7 @@ impl Gossip {
         seed: u64,
         now: Time,
     ) -> Self {
+        let join_budget = JoinBudget::new(config.join_burst, now);
         let mut g = Gossip {
             config,
             me: MemberRecord {
@@ -232,6 +248,8 @@ impl Gossip {
             events: VecDeque::new(),
             auth: Box::new(TrustAll),
             forged: 0,
+            join_budget,
+            light_joins: 0,
         };
         let first = now + g.jitter(g.config.probe_interval);
         g.arm(first, Timer::ProbeTick);
@@ -357,8 +375,7 @@ impl Gossip {
                 if me.id != from {
                     return; // a node can only join as itself
                 }
-                self.spread(now, vec![me], Some(from));
-                self.send_sync(from, false);
+                self.answer_join(now, me);
             }
             GossipMessage::Sync { members, reply } => {
                 // The answer to our join: every record is news to us alone, and is not
@@ -370,6 +387,10 @@ impl Gossip {
                 if self.joining == Some(from) {
                     self.joining = None;
                     self.events.push_back(GossipEvent::Joined { via: from });
+                    if reply {
+                        // A light answer: the rest comes from another member.
+                        return self.pull_rest_of_table(from);
+                    }
                 }
                 if reply {
                     self.send_sync(from, false);

@@ -105,7 +105,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "\nconnections {}, tasks {}, frames in/out {}/{}, rejected frames {}, protocol errors {}, auth failures {}, refused connections {}, peers kept out {}, forged records {}, local health {}, dropped {}",
+        "\nconnections {}, tasks {}, frames in/out {}/{}, rejected frames {}, protocol errors {}, auth failures {}, refused connections {}, peers kept out {}, forged records {}, light joins {}, local health {}, dropped {}",
         s.connections,
         s.tasks,
         s.frames_in,
@@ -116,6 +116,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         s.refused_connections,
         s.peers_kept_out,
         s.forged_records,
+        s.light_joins,
         s.local_health,
         s.packets_dropped
     );

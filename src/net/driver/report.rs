@@ -139,6 +139,7 @@ impl Driver {
             refused_connections: stats.refused_connections.load(Relaxed),
             peers_kept_out: stats.peers_kept_out.load(Relaxed),
             forged_records: gossip.forged_records(),
+            light_joins: gossip.light_joins(),
             local_health: gossip.local_health(),
             links_opened: stats.links_opened.load(Relaxed),
             packets_dropped: self.links.dropped,

@@ -23,6 +23,8 @@ struct Net {
     /// Sends so far of full record sets (`Sync`) and of digests.
     syncs: usize,
     digests: usize,
+    /// Records sent in `Sync` messages, per sender.
+    sync_records: Vec<usize>,
 }
 
 fn addr(i: usize) -> SocketAddr {
@@ -31,6 +33,10 @@ fn addr(i: usize) -> SocketAddr {
 
 impl Net {
     fn new(n: usize) -> Net {
+        Self::with_config(n, GossipConfig::default())
+    }
+
+    fn with_config(n: usize, config: GossipConfig) -> Net {
         let nodes = (0..n)
             .map(|i| {
                 Gossip::new(
@@ -38,7 +44,7 @@ impl Net {
                     format!("n{i}"),
                     addr(i),
                     1,
-                    GossipConfig::default(),
+                    config.clone(),
                     i as u64,
                     Time::ZERO,
                 )
@@ -57,6 +63,7 @@ impl Net {
             starved: None,
             syncs: 0,
             digests: 0,
+            sync_records: vec![0; n],
         }
     }
 
@@ -71,7 +78,10 @@ impl Net {
     fn drain(&mut self, i: usize) {
         while let Some(t) = self.nodes[i].poll_transmit() {
             match t.msg {
-                GossipMessage::Sync { .. } => self.syncs += 1,
+                GossipMessage::Sync { ref members, .. } => {
+                    self.syncs += 1;
+                    self.sync_records[i] += members.len();
+                }
                 GossipMessage::Digest { .. } => self.digests += 1,
                 _ => {}
             }
@@ -421,6 +431,7 @@ fn a_members_groups_spread_to_everyone_and_only_valid_lists_are_taken() {
     }
 }
 
+mod admission;
 mod revive;
 mod signed;
 mod starved;

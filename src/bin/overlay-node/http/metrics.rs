@@ -256,6 +256,11 @@ fn traffic(o: &mut Out, s: &NodeStatus) {
             s.forged_records,
         ),
         (
+            "overlay_light_joins_total",
+            "Joins answered with a few records, full answers being past the budget.",
+            s.light_joins,
+        ),
+        (
             "overlay_auth_failures_total",
             "Connections refused for a bad join-token proof.",
             s.auth_failures,

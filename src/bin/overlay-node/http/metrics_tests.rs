@@ -175,6 +175,7 @@ fn status() -> NodeStatus {
         refused_connections: 7,
         peers_kept_out: 1,
         forged_records: 3,
+        light_joins: 5,
         local_health: 2,
         links_opened: 4,
         packets_dropped: 0,
@@ -264,6 +265,7 @@ fn every_line_parses_and_the_values_are_the_status() {
     assert_eq!(one("overlay_auth_failures_total", &[]), 2.0);
     assert_eq!(one("overlay_refused_connections_total", &[]), 7.0);
     assert_eq!(one("overlay_peers_kept_out_total", &[]), 1.0);
+    assert_eq!(one("overlay_light_joins_total", &[]), 5.0);
     assert_eq!(one("overlay_tokio_tasks", &[]), 42.0);
     assert_eq!(one("overlay_local_health", &[]), 2.0);
     let advert = |d| [("kind", "advert"), ("direction", d)];
