@@ -378,9 +378,8 @@ impl Collectives {
                 route,
                 group,
             } => {
-                if op.root == self.me && !self.knows(op) {
-                    // Not an operation of ours (forged, or from a run before a restart).
-                    return self.unsolicited(from, admit::wire_len(&body));
+                if op.root == self.me && !self.relays.contains_key(&op) {
+                    return self.drop_own_down(from, op, &body);
                 }
                 let plan = Plan {
                     delegation: plan,

@@ -23,6 +23,7 @@
 
 use super::{Collectives, Own, Phase};
 use crate::proto::collective::UNSOLICITED_MIN_BYTES;
+use crate::proto::message::DownBody;
 use crate::proto::{Event, NodeId, OpId, Time};
 use std::collections::VecDeque;
 
@@ -88,6 +89,15 @@ impl Collectives {
     /// up to make room.
     pub(super) fn knows(&self, op: OpId) -> bool {
         self.relays.contains_key(&op) || (op.root == self.me && self.origins.contains_key(&op))
+    }
+
+    /// A `Down` naming this node as root of `op`, which holds no entry for it, is dropped:
+    /// ours with its entry given up, or not ours (forged, or from a run before a restart),
+    /// which is held against the sender.
+    pub(super) fn drop_own_down(&mut self, from: NodeId, op: OpId, body: &DownBody) {
+        if !self.knows(op) {
+            self.unsolicited(from, wire_len(body));
+        }
     }
 
     /// A message from `from` for an operation with no entry here was dropped: reported, so
