@@ -26,6 +26,7 @@ use super::message::{GossipMessage, Liveness, MemberRecord};
 use super::rng::SplitMix64;
 use super::time::Time;
 use admission::JoinBudget;
+pub use config::GossipConfig;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ use std::time::Duration;
 
 pub mod admission;
 pub mod auth;
+mod config;
 mod digest;
 mod disseminate;
 mod health;
@@ -40,74 +42,6 @@ mod probe;
 
 pub use auth::{RecordAuth, TrustAll};
 pub use health::MAX_LOCAL_HEALTH;
-
-/// Timing and fan-out of the membership protocol.
-#[derive(Clone, Debug)]
-pub struct GossipConfig {
-    /// One member is probed per period.
-    pub probe_interval: Duration,
-    /// Wait this long for a direct ack before asking others to probe.
-    pub probe_timeout: Duration,
-    /// How many members are asked to probe indirectly.
-    pub indirect_probes: usize,
-    /// Minimum time a member stays suspect before it is declared dead; grows with the
-    /// logarithm of the member count (Lifeguard).
-    pub suspicion_timeout: Duration,
-    /// Period of the push-pull `Sync` message with one random member.
-    pub anti_entropy_interval: Duration,
-    /// Each update is piggybacked `retransmit_factor * ceil(log10(n + 1))` times (as in
-    /// memberlist; rumors carry news first, piggybacking reaches the few they missed).
-    pub retransmit_factor: usize,
-    /// At most this many updates ride on one probe or ack.
-    pub max_piggyback: usize,
-    /// How long records of dead and departed members are kept (so late gossip about
-    /// them cannot bring them back).
-    pub tombstone_ttl: Duration,
-    /// A join not answered within this time is sent again.
-    pub join_retry: Duration,
-    /// How many random members a node forwards news to (`Rumor` messages).
-    pub rumor_fanout: usize,
-    /// Records a second this node sends in full answers to joins (each costs the table's
-    /// size); past them (and `join_burst` at once) a join gets a light answer and pulls
-    /// the rest from another member ([`admission`]).
-    pub join_rate: f64,
-    /// Records in full answers to joins at once, before `join_rate` holds.
-    pub join_burst: u32,
-}
-
-impl GossipConfig {
-    /// Every period and timeout multiplied by `factor` (fan-outs unchanged): the same
-    /// protocol on a slower clock, for many nodes sharing few cores.
-    pub fn slowed(mut self, factor: u32) -> Self {
-        let k = factor.max(1);
-        self.probe_interval *= k;
-        self.probe_timeout *= k;
-        self.suspicion_timeout *= k;
-        self.anti_entropy_interval *= k;
-        self.join_retry *= k;
-        self.join_rate /= k as f64;
-        self
-    }
-}
-
-impl Default for GossipConfig {
-    fn default() -> Self {
-        GossipConfig {
-            probe_interval: Duration::from_millis(1000),
-            probe_timeout: Duration::from_millis(500),
-            indirect_probes: 3,
-            suspicion_timeout: Duration::from_secs(3),
-            anti_entropy_interval: Duration::from_secs(5),
-            retransmit_factor: 4,
-            max_piggyback: 8,
-            tombstone_ttl: Duration::from_secs(300),
-            join_retry: Duration::from_secs(1),
-            rumor_fanout: 3,
-            join_rate: 20_000.0,
-            join_burst: 40_000,
-        }
-    }
-}
 
 /// What the driver learns from gossip.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -50,9 +50,9 @@ impl Gossip {
         let from = joiner.id;
         self.spread(now, vec![joiner], Some(from));
         // Tables this small cost no more in full than lightly.
-        let small = self.live_members().count() <= LIGHT_JOIN_RECORDS + 1;
-        let cost = self.live_members().count() as f64 + 1.0;
-        if small || self.take_join_budget(now, cost) {
+        let live = self.live_members().count();
+        let small = live <= LIGHT_JOIN_RECORDS + 1;
+        if small || self.take_join_budget(now, live as f64 + 1.0) {
             return self.send_sync(from, false);
         }
         let mut members = vec![self.me.clone()];
