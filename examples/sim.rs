@@ -6,6 +6,7 @@
 //! cargo run --release --example sim -- --topology topologies/das-4.toml --dot 0
 //! cargo run --release --example sim -- --topology topologies/phoenix-27.toml --churn 20
 //! cargo run --release --example sim -- --topology topologies/scale-1000.toml --scale 2
+//! cargo run --release --example sim -- --topology topologies/scale-1000.toml --timeline
 //! ```
 //!
 //! The run lasts until every tree is spanning and wide-area optimal (site optimal on
@@ -84,6 +85,13 @@ struct Args {
     /// on the shared link between the two clusters (bounded queues, tail drop).
     #[arg(long)]
     bandwidth: bool,
+    /// Print to stderr, every simulated second until convergence, how many trees span
+    /// every node and how many are wide-area optimal, the tree edges entering a cluster
+    /// beyond the one it needs (`extra_entries`), how many edges into such clusters end
+    /// at a leaf (`leaf_entries`), and, with three trees or fewer left, what is wrong with
+    /// them: where a cold start spends its time.
+    #[arg(long)]
+    timeline: bool,
 }
 
 /// Figures of the churn phase.
@@ -225,6 +233,40 @@ fn run(args: Args) -> Result<()> {
     finish(Sim::new(&topo, cfg), &args, &topo, max, window, wall)
 }
 
+/// Runs second by second until the run converges or `max` passes, printing the state of
+/// the trees after each second.
+fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration) {
+    let end = sim.now() + max;
+    while sim.now() < end && !sim.is_converged() {
+        sim.run_for(Duration::from_secs(1));
+        let mut extra = 0;
+        let mut leaves = 0;
+        for r in sim.live_nodes() {
+            let mut has_children = vec![false; sim.total_nodes()];
+            for v in 0..sim.total_nodes() {
+                if let Some(p) = sim.parent_of(r, v) {
+                    has_children[p] = true;
+                }
+            }
+            for (_, want, edges) in sim.diagnose(r).bad_clusters {
+                extra += edges.len().saturating_sub(want);
+                leaves += edges.iter().filter(|(c, _)| !has_children[*c]).count();
+            }
+        }
+        let s = sim.snapshot();
+        eprintln!(
+            "t={:>5.1}s trees={} spanning={} wide_area_optimal={} extra_entries={extra} leaf_entries={leaves}",
+            s.at.as_micros() as f64 / 1e6,
+            s.trees,
+            s.spanning,
+            s.wide_area_optimal
+        );
+        if s.trees - s.wide_area_optimal <= 3 && s.wide_area_optimal < s.trees {
+            eprintln!("{}", sim.explain(3));
+        }
+    }
+}
+
 /// Runs the simulation built by [`run`] and prints its figures.
 fn finish<N: SimNode>(
     mut sim: Sim<N>,
@@ -239,6 +281,9 @@ fn finish<N: SimNode>(
         .as_deref()
         .map(|a| resolve_root(&sim, a))
         .transpose()?;
+    if args.timeline {
+        print_timeline(&mut sim, max);
+    }
     let converged = sim.run_until_converged(max).is_some();
 
     let churn = match args.churn {

@@ -1,5 +1,6 @@
 //! Large scatter and gather over real QUIC: das-4 with two nodes per cluster and its
-//! bandwidths emulated. Every algorithm delivers every piece whole to the right member.
+//! bandwidths emulated. Every algorithm delivers every piece whole to the right member, and
+//! a member crashed mid-transfer leaves every other piece whole and is named exactly once.
 //!
 //! `cargo test --release --test integration quic_scatter_gather -- --nocapture` prints times.
 
@@ -216,6 +217,120 @@ async fn a_member_crashed_mid_allgather_leaves_every_other_piece_whole_everywher
         );
         for (id, p) in got {
             assert_eq!(p, piece(id, len), "node {i}: the piece of {}", id.short());
+        }
+    }
+    overlay.shutdown().await;
+}
+
+/// A member that is neither `root` nor the planner (the smallest id): crashing it tests
+/// the transfers, not the hand-over of the plan.
+fn victim_of(nodes: &[Node], root: NodeId) -> usize {
+    let planner = nodes.iter().map(Node::id).min().expect("nodes");
+    (0..nodes.len())
+        .rev()
+        .find(|i| nodes[*i].id() != planner && nodes[*i].id() != root)
+        .expect("a member that neither roots nor plans")
+}
+
+/// The crashed member is named exactly once in `report`: a contributor when its part was
+/// through before the crash (a loaded machine may be that slow), missing otherwise; every
+/// other member is a contributor.
+fn victim_named_once(report: &overlay::bulk::BulkReport, victim: NodeId, n: usize, who: &str) {
+    let contributed = report.contributors.contains(&victim);
+    assert_ne!(
+        contributed,
+        report.missing.contains(&victim),
+        "{who}: {report:?}"
+    );
+    let want = if contributed { n } else { n - 1 };
+    assert_eq!(report.contributors.len(), want, "{who}: {report:?}");
+    println!(
+        "{who}: {} contributors, the crashed member {}, {} attempt(s), {:?}",
+        report.contributors.len(),
+        if contributed { "among them" } else { "missing" },
+        report.attempts,
+        report.elapsed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_crashed_mid_scatter_leaves_every_other_piece_whole() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let nodes: Vec<Node> = overlay.nodes.clone();
+    let n = nodes.len();
+    let root = nodes[0].id();
+    let victim = victim_of(&nodes, root);
+    let victim_id = nodes[victim].id();
+    // 1 MiB pieces: seconds over das-4's slow links, so the crash lands mid-transfer, and
+    // pieces may be relayed through the victim (default algorithm).
+    let len = 1 << 20;
+    let pieces: HashMap<NodeId, Bytes> =
+        nodes.iter().map(|m| (m.id(), piece(m.id(), len))).collect();
+    let calls = nodes.iter().enumerate().map(|(i, node)| {
+        let node = node.clone();
+        let pieces = pieces.clone();
+        async move {
+            let got = if i == 0 {
+                node.scatter_pieces("crash", pieces, options(None)).await
+            } else {
+                node.scatter_receive("crash", root, options(None)).await
+            };
+            (i, got)
+        }
+    });
+    let calls = futures::future::join_all(calls);
+    let results = crate::common::crash_during(&overlay, victim, "mid-scatter", calls).await;
+    for (i, r) in results {
+        if i == victim {
+            continue;
+        }
+        let (got, report) = r.unwrap_or_else(|e| panic!("node {i}: {e}"));
+        assert_eq!(got, piece(nodes[i].id(), len), "node {i}: its piece, whole");
+        if i == 0 {
+            victim_named_once(&report, victim_id, n, "the root");
+        }
+    }
+    overlay.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_crashed_mid_gather_leaves_the_root_every_other_piece_whole() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let nodes: Vec<Node> = overlay.nodes.clone();
+    let n = nodes.len();
+    let root_at = 0;
+    let root = nodes[root_at].id();
+    let victim = victim_of(&nodes, root);
+    let victim_id = nodes[victim].id();
+    let len = 1 << 20;
+    let calls = nodes.iter().enumerate().map(|(i, node)| {
+        let node = node.clone();
+        async move {
+            let mine = piece(node.id(), len);
+            (
+                i,
+                node.gather_pieces("crash", root, mine, options(None)).await,
+            )
+        }
+    });
+    let calls = futures::future::join_all(calls);
+    let results = crate::common::crash_during(&overlay, victim, "mid-gather", calls).await;
+    for (i, r) in results {
+        if i == victim {
+            continue;
+        }
+        let (all, report) = r.unwrap_or_else(|e| panic!("node {i}: {e}"));
+        if i != root_at {
+            assert!(all.is_empty(), "node {i}: only the root gets the pieces");
+            continue;
+        }
+        victim_named_once(&report, victim_id, n, "the root");
+        let ids: Vec<NodeId> = all.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, report.contributors, "one piece per named contributor");
+        for (id, p) in all {
+            assert_eq!(p, piece(id, len), "the piece of {}", id.short());
         }
     }
     overlay.shutdown().await;
