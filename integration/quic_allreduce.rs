@@ -1,7 +1,7 @@
 //! Large allreduce over real QUIC: das-4 with two nodes per cluster and its bandwidths
 //! enforced by the emulated socket. Every algorithm gives the exact result on every node;
-//! a member crashed in the middle of a large allreduce leaves a result that names its
-//! contributors and is exact over them.
+//! a member crashed in the middle of a large allreduce, reduce or allreduce of values leaves
+//! a result that names its contributors and is exact over them.
 //!
 //! `cargo test --release --test integration quic_allreduce -- --nocapture` prints times.
 
@@ -364,6 +364,82 @@ async fn a_member_crashed_mid_reduce_leaves_the_root_an_exact_sum_over_the_named
         } else {
             assert!(data == vector(i, len), "node {i}'s vector changed");
         }
+    }
+    overlay.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_crashed_mid_value_allreduce_leaves_each_named_contributor_once() {
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let n = overlay.nodes.len();
+    let planner = overlay.nodes.iter().map(Node::id).min().expect("nodes");
+    let victim = (0..n)
+        .rev()
+        .find(|i| overlay.nodes[*i].id() != planner)
+        .expect("a non-planner");
+    let victim_id = overlay.nodes[victim].id();
+    // Each member's value: its tag and 512 KiB of a byte of its own, so the concatenated
+    // values take seconds on das-4's slow links and the crash lands mid-transfer.
+    let len = 512 << 10;
+    let concat = |mut a: Vec<(String, Vec<u8>)>, b: Vec<(String, Vec<u8>)>| {
+        a.extend(b);
+        a
+    };
+    let calls = overlay.nodes.iter().enumerate().map(move |(i, node)| {
+        let node = node.clone();
+        async move {
+            let mine = vec![(node.id().short(), vec![i as u8; len])];
+            (
+                i,
+                node.allreduce_value("crash-values", mine, concat, BulkOptions::default())
+                    .await,
+            )
+        }
+    });
+    let calls = futures::future::join_all(calls);
+    let results = crate::common::crash_during(&overlay, victim, "mid-value-allreduce", calls).await;
+    let by_index = overlay.index_by_id();
+    let mut first = None;
+    for (i, r) in results {
+        if i == victim {
+            continue;
+        }
+        let (value, report) = r.unwrap_or_else(|e| panic!("node {i}: {e}"));
+        let contributed = report.contributors.contains(&victim_id);
+        assert_ne!(
+            contributed,
+            report.missing.contains(&victim_id),
+            "node {i}: {report:?}"
+        );
+        assert_eq!(
+            report.contributors.len(),
+            if contributed { n } else { n - 1 }
+        );
+        // Exactly the named contributors' values, each once and whole.
+        let mut tags: Vec<String> = value.iter().map(|(t, _)| t.clone()).collect();
+        tags.sort();
+        let mut want: Vec<String> = report.contributors.iter().map(|id| id.short()).collect();
+        want.sort();
+        assert_eq!(tags, want, "node {i}: one value per named contributor");
+        for id in &report.contributors {
+            let j = by_index[id];
+            let (_, bytes) = (value.iter().find(|(t, _)| *t == id.short())).expect("its value");
+            assert!(
+                bytes.len() == len && bytes.iter().all(|b| *b == j as u8),
+                "node {i}: {j}'s value"
+            );
+        }
+        if first.is_none() {
+            println!(
+                "node {i}: {} contributors, the crashed member {}, {} attempt(s)",
+                report.contributors.len(),
+                if contributed { "among them" } else { "missing" },
+                report.attempts
+            );
+        }
+        let first = first.get_or_insert_with(|| value.clone());
+        assert!(*first == value, "node {i}: the same value everywhere");
     }
     overlay.shutdown().await;
 }
