@@ -141,7 +141,7 @@ impl Core {
         let mut rng = SplitMix64::new(seed);
         let schedule = Schedule::new(&config, &mut rng, now);
         let discovery = Discovery::new(id, seed, now, config.cluster_sync);
-        let adverts = Adverts::new(config.advert_budget as f64, now);
+        let adverts = Adverts::new(&config, now);
         Core {
             id,
             config,

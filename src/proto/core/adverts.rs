@@ -2,7 +2,12 @@
 //! flush, within a byte budget.
 //!
 //! Owns what the next flush sends and what it may spend ([`Adverts`]): the roots whose
-//! advertised state is due, the peers owed a full advert, and the advert budget's tokens.
+//! advertised state is due, the peers owed a full advert, and the advert budgets' tokens.
+//!
+//! Two budgets ([`Lane`]): adverts to cluster neighbours cross only the local network and
+//! have a larger one (`Config::advert_budget_near`) than adverts to everyone else
+//! (`Config::advert_budget`). A lane spent ahead skips the flush; the roots that changed
+//! meanwhile wait in its `behind` set and go out, at their state then, with its next one.
 //! The flush also sends the requests batched in `asks` and the cluster news of
 //! `discovery`: every batch goes out on the same timer.
 
@@ -37,15 +42,64 @@ pub(super) struct Adverts {
     gap: Duration,
     /// When changes were last flushed.
     changes_sent: Time,
+    /// The budget of adverts to cluster neighbours, and that of adverts to the others.
+    near: Lane,
+    far: Lane,
+}
+
+/// One advert budget and the changes its peers have not been sent yet.
+struct Lane {
+    /// Bytes per second.
+    rate: f64,
     /// Advert bytes that may still be sent (negative: spent ahead).
     tokens: f64,
     /// When the tokens were last topped up.
     tokens_at: Time,
+    /// Roots that changed while this lane was spent ahead.
+    behind: RootSet,
 }
 
+impl Lane {
+    /// A full budget of `rate` bytes a second at `now`.
+    fn new(rate: u32, now: Time) -> Self {
+        let rate = f64::from(rate);
+        Lane {
+            rate,
+            tokens: rate,
+            tokens_at: now,
+            behind: RootSet::default(),
+        }
+    }
+
+    /// Tops the budget up (at most one second's worth): how long to wait while it is
+    /// spent ahead, else `None`. A rate of zero never waits.
+    fn top_up(&mut self, now: Time) -> Option<Duration> {
+        if self.rate <= 0.0 {
+            return None;
+        }
+        let dt = now.saturating_since(self.tokens_at).as_secs_f64();
+        self.tokens = (self.tokens + self.rate * dt).min(self.rate);
+        self.tokens_at = now;
+        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / self.rate))
+    }
+}
+
+/// Index of the lane of adverts to cluster neighbours, and of the other lane.
+const NEAR: usize = 0;
+const FAR: usize = 1;
+
 impl Adverts {
-    /// A full budget of `budget` bytes at `now`.
-    pub(super) fn new(budget: f64, now: Time) -> Self {
+    /// Lane `i` ([`NEAR`] or [`FAR`]).
+    fn lane(&mut self, i: usize) -> &mut Lane {
+        if i == NEAR {
+            &mut self.near
+        } else {
+            &mut self.far
+        }
+    }
+
+    /// Full budgets at `now`.
+    pub(super) fn new(config: &crate::proto::Config, now: Time) -> Self {
         Adverts {
             dirty: RootSet::default(),
             drifting: RootSet::default(),
@@ -55,8 +109,8 @@ impl Adverts {
             owed_sample: BTreeSet::new(),
             gap: Duration::ZERO,
             changes_sent: now,
-            tokens: budget,
-            tokens_at: now,
+            near: Lane::new(config.advert_budget_near, now),
+            far: Lane::new(config.advert_budget, now),
         }
     }
 
@@ -88,7 +142,11 @@ impl Adverts {
 
     /// Whether the next flush has adverts to send at once (drift aside).
     pub(super) fn pending(&self) -> bool {
-        !self.dirty.is_empty() || !self.owed_full.is_empty() || !self.owed_sample.is_empty()
+        !self.dirty.is_empty()
+            || !self.owed_full.is_empty()
+            || !self.owed_sample.is_empty()
+            || !self.near.behind.is_empty()
+            || !self.far.behind.is_empty()
     }
 
     /// Forgets `peer` (it went away).
@@ -101,16 +159,29 @@ impl Adverts {
     pub(super) fn forget_root(&mut self, ri: RootIdx) {
         self.dirty.remove(ri);
         self.drifting.remove(ri);
+        self.near.behind.remove(ri);
+        self.far.behind.remove(ri);
     }
+}
 
-    /// Tops the budget up at `rate` bytes per second (at most one second's worth): how long
-    /// to wait while it is spent ahead, else `None`.
-    fn top_up(&mut self, now: Time, rate: f64) -> Option<Duration> {
-        let dt = now.saturating_since(self.tokens_at).as_secs_f64();
-        self.tokens = (self.tokens + rate * dt).min(rate);
-        self.tokens_at = now;
-        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / rate))
+/// The peers a flush owes our full state, and those it owes a sample of it.
+struct Owed {
+    full: BTreeSet<NodeId>,
+    sample: BTreeSet<NodeId>,
+}
+
+impl Owed {
+    fn contains(&self, peer: &NodeId) -> bool {
+        self.full.contains(peer) || self.sample.contains(peer)
     }
+}
+
+/// Our full state and our sample, built at the first peer owed each (the trees do not
+/// change during a flush).
+#[derive(Default)]
+struct Built {
+    full: Option<Vec<AdvertEntry>>,
+    sample: Option<Vec<AdvertEntry>>,
 }
 
 impl Core {
@@ -162,7 +233,8 @@ impl Core {
         }
     }
 
-    /// Sends the batched requests and queries, and the adverts of changed trees (full adverts where owed), within the advert budget.
+    /// Sends the batched requests and queries, and the adverts of changed trees (full
+    /// adverts where owed), each lane within its budget.
     pub(super) fn on_flush(&mut self) {
         self.adverts.flush_for_drift = false;
         let (asks, queries) = self.asks.take_batched();
@@ -172,86 +244,138 @@ impl Core {
         for (peer, roots) in queries {
             self.send(peer, Message::ParentQuery { roots });
         }
-        // The advert budget: spent ahead, the adverts wait (and coalesce) until it is
-        // paid back.
-        let rate = self.config.advert_budget as f64;
-        if rate > 0.0
-            && let Some(wait) = self.adverts.top_up(self.now, rate)
-        {
-            self.schedule.set(
-                Timer::AdvertFlush,
-                self.now + wait.max(self.config.advert_interval),
-            );
+        // A lane spent ahead skips this flush; with both, the adverts wait (and coalesce)
+        // until one is paid back.
+        let now = self.now;
+        let waits = [self.adverts.near.top_up(now), self.adverts.far.top_up(now)];
+        if let [Some(a), Some(b)] = waits {
+            let at = now + a.min(b).max(self.config.advert_interval);
+            self.schedule.set(Timer::AdvertFlush, at);
             return;
         }
-        let mut spent = 0usize;
-        let mut entries = Vec::with_capacity(self.adverts.dirty.len());
         let mut due = self.adverts.dirty.take();
         // Drift rides along with real changes, or goes out on its own once per interval.
         let drift_at = self.adverts.drift_due(self.config.advert_drift_interval);
-        if drift_at.is_some_and(|at| !due.is_empty() || at <= self.now) {
+        if drift_at.is_some_and(|at| !due.is_empty() || at <= now) {
             due.extend(self.adverts.drifting.take());
             due.sort_unstable();
-            self.adverts.drift_sent = self.now;
+            self.adverts.drift_sent = now;
         }
-        for ri in due {
-            if let Some(t) = self.trees.get_mut(ri) {
+        due.retain(|&ri| match self.trees.get_mut(ri) {
+            Some(t) => {
                 t.advertised = (t.dist_us, t.connected);
-                entries.push(entry_of(t));
+                true
             }
-        }
-        if !entries.is_empty() {
+            None => false,
+        });
+        if !due.is_empty() {
             self.changes_flushed();
         }
-        let targets = self.nbrs.cands.advert_targets();
-        let owed = std::mem::take(&mut self.adverts.owed_full);
-        let owed_sample = std::mem::take(&mut self.adverts.owed_sample);
-        // Our full state, and the sample, built at the first peer owed it (the trees do
-        // not change here).
-        let mut full: Option<Vec<AdvertEntry>> = None;
-        let mut sample: Option<Vec<AdvertEntry>> = None;
-        for peer in targets {
-            if !owed.contains(&peer) && owed_sample.contains(&peer) {
-                let mut some = sample
-                    .get_or_insert_with(|| self.nearest_entries(self.config.explorer_sample))
-                    .clone();
-                // The changes of this flush go out to it as to every target.
-                for e in &entries {
-                    if !some.iter().any(|s| s.root == e.root) {
-                        some.push(*e);
+        let near_us = self.config.shortcut_threshold.as_micros() as u32 / 10;
+        let owed = Owed {
+            full: std::mem::take(&mut self.adverts.owed_full),
+            sample: std::mem::take(&mut self.adverts.owed_sample),
+        };
+        // Each lane's changes: the roots due now and those it fell behind on. A lane spent
+        // ahead gets `None` and falls behind on the roots due now.
+        let mut next: Option<Duration> = None;
+        let mut lane_entries: [Option<Vec<AdvertEntry>>; 2] = [None, None];
+        for (i, wait) in waits.into_iter().enumerate() {
+            let lane = self.adverts.lane(i);
+            if let Some(wait) = wait {
+                for &ri in &due {
+                    lane.behind.insert(ri);
+                }
+                if !lane.behind.is_empty() {
+                    next = Some(next.map_or(wait, |n| n.min(wait)));
+                }
+                continue;
+            }
+            let mut roots = lane.behind.take();
+            roots.extend(due.iter().copied());
+            roots.sort_unstable();
+            roots.dedup();
+            let entries = (roots.iter())
+                .filter_map(|&ri| self.trees.get(ri).map(entry_of))
+                .collect();
+            lane_entries[i] = Some(entries);
+        }
+        // In the peers' order, whatever their lane: with neither budget spent, a flush
+        // sends what it sent with one budget, in the same order.
+        let mut built = Built::default();
+        let mut spent = [0usize; 2];
+        for peer in self.nbrs.cands.advert_targets() {
+            let near = self.nbrs.lat_us(&peer).is_some_and(|l| l <= near_us);
+            let i = if near { NEAR } else { FAR };
+            match &lane_entries[i] {
+                Some(entries) => spent[i] += self.send_advert(peer, entries, &owed, &mut built),
+                None => {
+                    // Its lane is spent ahead: what it is owed waits for the next flush.
+                    if owed.full.contains(&peer) {
+                        self.adverts.owed_full.insert(peer);
+                    } else if owed.sample.contains(&peer) {
+                        self.adverts.owed_sample.insert(peer);
+                    }
+                    if owed.contains(&peer) {
+                        let wait = waits[i].unwrap_or_default();
+                        next = Some(next.map_or(wait, |n| n.min(wait)));
                     }
                 }
-                self.stats.sampled_adverts += 1;
-                let msg = Message::Advert { entries: some };
-                spent += msg.encoded_len();
-                self.send(peer, msg);
-            } else if owed.contains(&peer) {
-                // Only trees we are connected to: an unknown entry already means "no path".
-                let all = full
-                    .get_or_insert_with(|| {
-                        self.trees
-                            .iter()
-                            .filter(|t| t.connected)
-                            .map(entry_of)
-                            .collect()
-                    })
-                    .clone();
-                self.stats.full_adverts += 1;
-                self.stats.full_advert_entries += all.len() as u64;
-                let msg = Message::Advert { entries: all };
-                spent += msg.encoded_len();
-                self.send(peer, msg);
-            } else if !entries.is_empty() {
-                self.stats.delta_advert_entries += entries.len() as u64;
-                let msg = Message::Advert {
-                    entries: entries.clone(),
-                };
-                spent += msg.encoded_len();
-                self.send(peer, msg);
             }
         }
+        for (i, bytes) in spent.into_iter().enumerate() {
+            self.adverts.lane(i).tokens -= bytes as f64;
+        }
+        if let Some(wait) = next {
+            let at = now + wait.max(self.config.advert_interval);
+            self.schedule.set_if_idle(Timer::AdvertFlush, at);
+        }
         self.push_cluster_news();
-        self.adverts.tokens -= spent as f64;
+    }
+
+    /// Sends `peer` its advert: our full state if it is owed that, our state in the
+    /// nearest trees (plus the changes) if it is owed a sample, else the changes in
+    /// `entries` (nothing if there are none). Returns the bytes sent.
+    fn send_advert(
+        &mut self,
+        peer: NodeId,
+        entries: &[AdvertEntry],
+        owed: &Owed,
+        built: &mut Built,
+    ) -> usize {
+        let msg = if owed.full.contains(&peer) {
+            // Only trees we are connected to: an unknown entry already means "no path".
+            let trees = &self.trees;
+            let all = (built.full)
+                .get_or_insert_with(|| trees.iter().filter(|t| t.connected).map(entry_of).collect())
+                .clone();
+            self.stats.full_adverts += 1;
+            self.stats.full_advert_entries += all.len() as u64;
+            Message::Advert { entries: all }
+        } else if owed.sample.contains(&peer) {
+            if built.sample.is_none() {
+                built.sample = Some(self.nearest_entries(self.config.explorer_sample));
+            }
+            let mut some = built.sample.clone().unwrap_or_default();
+            // The changes of this flush go out to it as to every target.
+            for e in entries {
+                if !some.iter().any(|s| s.root == e.root) {
+                    some.push(*e);
+                }
+            }
+            self.stats.sampled_adverts += 1;
+            Message::Advert { entries: some }
+        } else if !entries.is_empty() {
+            self.stats.delta_advert_entries += entries.len() as u64;
+            Message::Advert {
+                entries: entries.to_vec(),
+            }
+        } else {
+            return 0;
+        };
+        let len = msg.encoded_len();
+        self.send(peer, msg);
+        len
     }
 
     /// Our state in the (at most) `max` connected trees whose roots are nearest us, by

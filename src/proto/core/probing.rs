@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// Serial periods after which a peer's last sample is too old to judge it by when it is
 /// asked to be measured (see [`Core::measure`]).
-const STALE_SAMPLES_PERIODS: u32 = 3;
+pub(super) const STALE_SAMPLES_PERIODS: u32 = 3;
 
 /// The measuring sweep and the probes of the current round.
 #[derive(Default)]
@@ -48,6 +48,12 @@ impl Probing {
     /// what would only refine a formed tree (parent queries, introductions) waits.
     pub(super) fn met_everyone(&self) -> bool {
         self.sweep.is_empty()
+    }
+
+    /// Ends the sweep as if every member had been met.
+    #[cfg(test)]
+    pub(super) fn finish_sweep(&mut self) {
+        self.sweep.clear();
     }
 
     /// Queues a new member for the sweep.

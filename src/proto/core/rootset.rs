@@ -50,6 +50,7 @@ impl RootSet {
     }
 
     /// Number of roots in the set.
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.len
     }

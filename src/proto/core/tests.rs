@@ -375,3 +375,85 @@ fn messages_from_a_peer_that_is_no_member_are_dropped_and_reported_by_their_size
     );
     assert!(size > super::inputs::NON_MEMBER_MIN_BYTES);
 }
+
+#[test]
+fn a_peer_judged_by_one_old_sample_is_measured_again_and_then_taken() {
+    let (r, p, x) = (id(1), id(2), id(3));
+    let mut core = wan_core_with(&[(r, 60_000), (p, 40_000)]);
+    core.handle(at(10), Input::MemberUp { id: x });
+    // The one sample the sweep took of x in a cold start's rush: 24 ms for a cluster
+    // neighbour really 560 µs away.
+    let sample = |core: &mut Core, ms: u64, rtt_us: u64| {
+        let rtt = Duration::from_micros(rtt_us);
+        core.handle(at(ms), Input::RttSample { peer: x, rtt });
+    };
+    sample(&mut core, 11, 24_000);
+    core.probing.sampled_at.insert(x, at(11));
+    core.probing.finish_sweep();
+    // x watches us (it is sent our adverts and sends us its own); we do not watch it.
+    core.nbrs.cands.remove(&x);
+    receive(&mut core, 20, p, advert(r, 3, 10_000));
+    assert_eq!(core.parent(r), Some(p));
+    drain(&mut core);
+    let pings = |sent: &[Transmit]| {
+        (probes_to(sent, x).iter())
+            .filter(|m| matches!(m, Message::Ping { .. }))
+            .count()
+    };
+    // x tells us its state: by that sample, no better parent and not worth asking.
+    receive(&mut core, 30, x, advert(r, 3, 29_000));
+    assert_eq!(pings(&drain(&mut core)), 0, "its sample is recent");
+    let stale = 11 + 3 * core.config.serial_period.as_millis() as u64;
+    receive(&mut core, stale, x, advert(r, 3, 29_000));
+    assert_eq!(pings(&drain(&mut core)), 1, "measured again");
+    assert!(core.nbrs.is_hinted(&x));
+    // Measured right, x is the better parent.
+    for k in 1..=3 {
+        sample(&mut core, stale + k, 560);
+    }
+    assert_eq!(core.parent(r), Some(x));
+}
+
+#[test]
+fn with_the_far_budget_spent_cluster_neighbours_still_hear_changes_and_the_far_catch_up() {
+    let (r1, r2, near, far) = (id(1), id(2), id(3), id(4));
+    let mut config = Config::wan();
+    // Room for about one advert a second to far peers.
+    config.advert_budget = 40;
+    let mut core = core_measuring(
+        config,
+        &[(r1, 60_000), (r2, 70_000), (near, 400), (far, 30_000)],
+    );
+    for peer in [near, far] {
+        core.nbrs.cands.note_inbound(peer, at(20));
+    }
+    let heard_by = |sent: &[Transmit], peer: NodeId| -> Vec<NodeId> {
+        (sent.iter().filter(|t| t.to == peer))
+            .flat_map(|t| match &t.msg {
+                Message::Advert { entries } => entries.iter().map(|e| e.root).collect(),
+                _ => vec![],
+            })
+            .collect()
+    };
+    let flush = |core: &mut Core, ms: u64| {
+        core.now = at(ms);
+        core.on_flush();
+        drain(core)
+    };
+    drain(&mut core);
+    receive(&mut core, 30, r1, advert(r1, 1, 0));
+    let sent = flush(&mut core, 40);
+    assert!(heard_by(&sent, near).contains(&r1));
+    assert!(
+        heard_by(&sent, far).contains(&r1),
+        "the first advert fits the far budget"
+    );
+    // The far budget is spent ahead: the next change reaches the cluster neighbour only.
+    receive(&mut core, 50, r2, advert(r2, 1, 0));
+    let sent = flush(&mut core, 60);
+    assert!(heard_by(&sent, near).contains(&r2));
+    assert!(heard_by(&sent, far).is_empty());
+    // Paid back, the far peer gets the change it missed.
+    let sent = flush(&mut core, 3_000);
+    assert!(heard_by(&sent, far).contains(&r2));
+}
