@@ -87,3 +87,39 @@ async fn a_reader_that_never_reads_holds_bounded_memory_and_is_told_what_it_lost
     a.leave().await;
     b.leave().await;
 }
+
+/// A stream taken while the driver has a queue of work still gets every delivery made
+/// after it was taken. On a one-thread runtime the driver runs only when this task waits,
+/// so the 100 broadcasts below are all queued, none delivered, when `deliveries()` is
+/// called. The stream used to be subscribed by a command queued behind them, and missed
+/// every one of them without a word.
+#[tokio::test(flavor = "current_thread")]
+async fn a_stream_taken_while_the_driver_is_busy_misses_nothing_delivered_after() {
+    use futures::stream::FuturesUnordered;
+    const QUEUED: usize = 100;
+    let any = "127.0.0.1:0".parse().unwrap();
+    let a = Node::builder().listen(any).start().await.expect("a");
+    let mut sends: FuturesUnordered<_> = (0..QUEUED).map(|i| a.broadcast(vec![i as u8])).collect();
+    // Polled once each: the first commands fill the driver's queue, the rest wait for room.
+    assert!(futures::poll!(sends.next()).is_pending());
+    let mut stream = a.deliveries();
+    let mut reports = 0;
+    while let Some(r) = sends.next().await {
+        assert!(r.expect("broadcast").missing.is_empty());
+        reports += 1;
+    }
+    assert_eq!(reports, QUEUED);
+    let mut seen = HashSet::new();
+    while seen.len() < QUEUED {
+        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
+            Ok(Some(Ok(d))) => assert!(seen.insert(d.op), "op {} delivered twice", d.op),
+            Ok(Some(Err(lagged))) => panic!("{lagged}"),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        QUEUED,
+        "deliveries made after the stream was taken were missed"
+    );
+}

@@ -222,37 +222,6 @@ async fn a_member_crashed_mid_allgather_leaves_every_other_piece_whole_everywher
     overlay.shutdown().await;
 }
 
-/// A member that is neither `root` nor the planner (the smallest id): crashing it tests
-/// the transfers, not the hand-over of the plan.
-fn victim_of(nodes: &[Node], root: NodeId) -> usize {
-    let planner = nodes.iter().map(Node::id).min().expect("nodes");
-    (0..nodes.len())
-        .rev()
-        .find(|i| nodes[*i].id() != planner && nodes[*i].id() != root)
-        .expect("a member that neither roots nor plans")
-}
-
-/// The crashed member is named exactly once in `report`: a contributor when its part was
-/// through before the crash (a loaded machine may be that slow), missing otherwise; every
-/// other member is a contributor.
-fn victim_named_once(report: &overlay::bulk::BulkReport, victim: NodeId, n: usize, who: &str) {
-    let contributed = report.contributors.contains(&victim);
-    assert_ne!(
-        contributed,
-        report.missing.contains(&victim),
-        "{who}: {report:?}"
-    );
-    let want = if contributed { n } else { n - 1 };
-    assert_eq!(report.contributors.len(), want, "{who}: {report:?}");
-    println!(
-        "{who}: {} contributors, the crashed member {}, {} attempt(s), {:?}",
-        report.contributors.len(),
-        if contributed { "among them" } else { "missing" },
-        report.attempts,
-        report.elapsed
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_crashed_mid_scatter_leaves_every_other_piece_whole() {
     let _net = crate::common::real_network();
@@ -260,7 +229,7 @@ async fn a_member_crashed_mid_scatter_leaves_every_other_piece_whole() {
     let nodes: Vec<Node> = overlay.nodes.clone();
     let n = nodes.len();
     let root = nodes[0].id();
-    let victim = victim_of(&nodes, root);
+    let victim = crate::common::victim_of(&nodes, root);
     let victim_id = nodes[victim].id();
     // 1 MiB pieces: seconds over das-4's slow links, so the crash lands mid-transfer, and
     // pieces may be relayed through the victim (default algorithm).
@@ -288,7 +257,7 @@ async fn a_member_crashed_mid_scatter_leaves_every_other_piece_whole() {
         let (got, report) = r.unwrap_or_else(|e| panic!("node {i}: {e}"));
         assert_eq!(got, piece(nodes[i].id(), len), "node {i}: its piece, whole");
         if i == 0 {
-            victim_named_once(&report, victim_id, n, "the root");
+            crate::common::victim_named_once(&report, victim_id, n, "the root");
         }
     }
     overlay.shutdown().await;
@@ -302,7 +271,7 @@ async fn a_member_crashed_mid_gather_leaves_the_root_every_other_piece_whole() {
     let n = nodes.len();
     let root_at = 0;
     let root = nodes[root_at].id();
-    let victim = victim_of(&nodes, root);
+    let victim = crate::common::victim_of(&nodes, root);
     let victim_id = nodes[victim].id();
     let len = 1 << 20;
     let calls = nodes.iter().enumerate().map(|(i, node)| {
@@ -326,7 +295,7 @@ async fn a_member_crashed_mid_gather_leaves_the_root_every_other_piece_whole() {
             assert!(all.is_empty(), "node {i}: only the root gets the pieces");
             continue;
         }
-        victim_named_once(&report, victim_id, n, "the root");
+        crate::common::victim_named_once(&report, victim_id, n, "the root");
         let ids: Vec<NodeId> = all.iter().map(|(id, _)| *id).collect();
         assert_eq!(ids, report.contributors, "one piece per named contributor");
         for (id, p) in all {

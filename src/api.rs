@@ -96,6 +96,8 @@ pub struct Node {
     op_timeout: Duration,
     /// Bound on the unread payload bytes of each `deliveries()` stream.
     delivery_buffer: usize,
+    /// The `deliveries()` streams, shared with the driver.
+    subscribers: crate::net::deliveries::Subscribers,
     /// Large collectives: the mailbox, connections, call numbers, the decision table.
     bulk: Arc<large::Shared>,
     /// Counts and latencies of the collectives started here.

@@ -184,3 +184,39 @@ pub async fn crash_during<T: Send + 'static>(
     );
     results
 }
+
+/// A member that is neither `root` nor the planner (the smallest id): crashing it tests
+/// the transfers, not the hand-over of the plan.
+pub fn victim_of(nodes: &[overlay::Node], root: overlay::NodeId) -> usize {
+    let planner = nodes.iter().map(overlay::Node::id).min().expect("nodes");
+    (0..nodes.len())
+        .rev()
+        .find(|i| nodes[*i].id() != planner && nodes[*i].id() != root)
+        .expect("a member that neither roots nor plans")
+}
+
+/// The crashed member is named exactly once in `report`: a contributor when its part was
+/// through before the crash (a loaded machine may be that slow), missing otherwise; every
+/// other member is a contributor.
+pub fn victim_named_once(
+    report: &overlay::bulk::BulkReport,
+    victim: overlay::NodeId,
+    n: usize,
+    who: &str,
+) {
+    let contributed = report.contributors.contains(&victim);
+    assert_ne!(
+        contributed,
+        report.missing.contains(&victim),
+        "{who}: {report:?}"
+    );
+    let want = if contributed { n } else { n - 1 };
+    assert_eq!(report.contributors.len(), want, "{who}: {report:?}");
+    println!(
+        "{who}: {} contributors, the crashed member {}, {} attempt(s), {:?}",
+        report.contributors.len(),
+        if contributed { "among them" } else { "missing" },
+        report.attempts,
+        report.elapsed
+    );
+}

@@ -337,6 +337,7 @@ impl NodeBuilder {
         let (events, _) = broadcast::channel(1024);
         let members = MemberView::default();
         let mailbox = Arc::new(crate::net::bulk::Mailbox::default());
+        let subscribers = crate::net::deliveries::Subscribers::default();
         let ctx = LinkContext {
             me: id,
             ring: ring.clone(),
@@ -357,6 +358,7 @@ impl NodeBuilder {
             events: events.clone(),
             members: members.clone(),
             seed,
+            subscribers: subscribers.clone(),
             forwarding: self.forwarding,
             meter,
         });
@@ -374,6 +376,7 @@ impl NodeBuilder {
             task: Arc::new(std::sync::Mutex::new(Some(task))),
             op_timeout: self.op_timeout,
             delivery_buffer: self.delivery_buffer,
+            subscribers,
             bulk: Arc::new(super::large::Shared::new(mailbox)),
             op_stats: Arc::default(),
             groups: Arc::default(),

@@ -2,8 +2,6 @@
 
 use super::Node;
 use crate::net::deliveries::{Budget, DeliverySink, cost};
-use crate::net::driver::ApiCommand;
-use crate::net::ops::OpCommand;
 use crate::net::view::{DecodeError, Delivery};
 use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
@@ -103,15 +101,9 @@ impl Node {
     pub fn deliveries(&self) -> Deliveries {
         let budget = Budget::new(self.delivery_buffer);
         let (sink, rx) = DeliverySink::new(budget.clone());
-        // Subscribed now, not at the first poll, so nothing delivered after this call is
-        // missed.
-        let cmd = ApiCommand::Op(OpCommand::Subscribe(sink));
-        if let Err(mpsc::error::TrySendError::Full(cmd)) = self.commands.try_send(cmd) {
-            let commands = self.commands.clone();
-            tokio::spawn(async move {
-                let _ = commands.send(cmd).await;
-            });
-        }
+        // In the driver's list before this returns (not at the first poll, nor when the
+        // driver reads a command), so nothing delivered after this call is missed.
+        self.subscribers.add(sink);
         Deliveries { rx, budget }
     }
 

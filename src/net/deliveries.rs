@@ -5,8 +5,8 @@
 //! one payload larger than the bound still arrives.
 
 use super::view::Delivery;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 /// What the driver and the stream share: bytes queued, deliveries dropped.
@@ -89,6 +89,27 @@ impl DeliverySink {
             return false;
         }
         true
+    }
+}
+
+/// The streams deliveries go to, shared by the node's handles and its driver: a stream is
+/// in the list when `deliveries()` returns, not when the driver gets round to a command, so
+/// a delivery the driver hands out after that call reaches it even when the driver is busy.
+#[derive(Clone, Default)]
+pub struct Subscribers(Arc<Mutex<Vec<DeliverySink>>>);
+
+impl Subscribers {
+    /// Adds a stream; it gets every delivery offered from now on.
+    pub fn add(&self, sink: DeliverySink) {
+        self.0.lock().expect("not poisoned").push(sink);
+    }
+
+    /// Offers `delivery` to every stream, forgetting the streams that are gone.
+    pub fn offer(&self, delivery: &Delivery) {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .retain(|s| s.offer(delivery));
     }
 }
 

@@ -129,6 +129,8 @@ pub struct DriverParts {
     pub members: MemberView,
     /// Seeds the numbering of this run's collective operations.
     pub seed: u64,
+    /// The `deliveries()` streams, shared with the API handles.
+    pub subscribers: crate::net::deliveries::Subscribers,
     /// How streamed payloads are passed on to children.
     pub forwarding: Forwarding,
     /// The meter on the endpoint's socket.
@@ -166,7 +168,7 @@ impl Driver {
             next_join: 0,
             queries: HashMap::new(),
             next_query: 0,
-            ops: Ops::new(parts.seed),
+            ops: Ops::new(parts.seed, parts.subscribers),
             streams: Streams::new(parts.forwarding),
             input_at: None,
             pace: BurstPace::new(parts.meter),

@@ -2,6 +2,7 @@
 //! contribution handlers, delivery subscribers and barrier waiters. The driver hands every
 //! [`OpCommand`] and every collective [`Event`] of the core to [`Ops`].
 
+use super::deliveries::Subscribers;
 use super::view::Delivery;
 use crate::proto::collective::{BarrierOutcome, DeliveryKind, ReduceFn};
 use crate::proto::{Command, Event, Node, NodeInput, OpReport, Start, StartKind, Time};
@@ -45,8 +46,6 @@ pub enum OpCommand {
     Handle { key: String, handler: Handler },
     /// Register a named reducer.
     RegisterReducer { name: String, f: ReduceFn },
-    /// Receive every delivery from now on.
-    Subscribe(super::deliveries::DeliverySink),
 }
 
 /// What [`Ops::event`] made of a core event.
@@ -65,7 +64,8 @@ pub enum Handled {
 pub struct Ops {
     waiting: HashMap<u64, oneshot::Sender<OpReport>>,
     handlers: HashMap<String, Handler>,
-    subscribers: Vec<super::deliveries::DeliverySink>,
+    /// Shared with the API handles, which subscribe without waiting for the driver.
+    subscribers: Subscribers,
     barriers: HashMap<String, Vec<oneshot::Sender<BarrierOutcome>>>,
     nonces: nonce::NonceSeq,
 }
@@ -74,11 +74,11 @@ impl Ops {
     /// Bookkeeping whose operation numbers are drawn from a sequence keyed by `seed` and
     /// by fresh randomness (see `ops/nonce.rs`): distinct within a run, unlike a
     /// restarted node's previous run's, and unpredictable to the members that see them.
-    pub fn new(seed: u64) -> Ops {
+    pub fn new(seed: u64, subscribers: Subscribers) -> Ops {
         Ops {
             waiting: HashMap::new(),
             handlers: HashMap::new(),
-            subscribers: Vec::new(),
+            subscribers,
             barriers: HashMap::new(),
             nonces: nonce::NonceSeq::new(seed),
         }
@@ -97,7 +97,7 @@ impl Ops {
 
     /// Hands a delivery to every subscriber.
     pub fn deliver(&mut self, delivery: Delivery) {
-        self.subscribers.retain(|s| s.offer(&delivery));
+        self.subscribers.offer(&delivery);
     }
 
     /// Handles one API request.
@@ -132,10 +132,6 @@ impl Ops {
                 node.register_reducer(name, f);
                 return;
             }
-            OpCommand::Subscribe(tx) => {
-                self.subscribers.push(tx);
-                return;
-            }
         };
         node.handle(now, NodeInput::Command(input));
     }
@@ -159,7 +155,7 @@ impl Ops {
                     group: d.group.clone(),
                     received,
                 };
-                self.subscribers.retain(|s| s.offer(&delivery));
+                self.subscribers.offer(&delivery);
             }
             Event::ContributionNeeded { op, key, request } => {
                 let value = match self.handlers.get(key) {
