@@ -261,8 +261,34 @@ fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration) {
             s.spanning,
             s.wide_area_optimal
         );
-        if s.trees - s.wide_area_optimal <= 3 && s.wide_area_optimal < s.trees {
-            eprintln!("{}", sim.explain(3));
+        if s.trees - s.wide_area_optimal <= 12 && s.wide_area_optimal < s.trees {
+            eprintln!("{}", sim.explain(12));
+            explain_entries(sim);
+        }
+    }
+}
+
+/// For each tree that enters a cluster more than once (twelve at most), how each entry
+/// judges each other entry as a parent.
+fn explain_entries<N: SimNode>(sim: &Sim<N>) {
+    let bad = sim.live_nodes().into_iter().filter_map(|r| {
+        let d = sim.diagnose(r);
+        (!d.bad_clusters.is_empty()).then_some((r, d))
+    });
+    for (r, d) in bad.take(12) {
+        for (_, _, edges) in &d.bad_clusters {
+            for (a, _) in edges {
+                for (b, _) in edges.iter().filter(|(b, _)| b != a) {
+                    let Some(core) = sim.node(*a).core() else {
+                        return;
+                    };
+                    let why = core.explain_candidate(sim.id(r), sim.id(*b));
+                    eprintln!(
+                        "  root {r}: entry {a} on entry {b}: {}",
+                        why.unwrap_or_else(|| "tree not tracked".into())
+                    );
+                }
+            }
         }
     }
 }

@@ -76,6 +76,10 @@ impl MemberNode {
 impl SimNode for MemberNode {
     const OWN_MEMBERSHIP: bool = true;
 
+    fn core(&self) -> Option<&crate::proto::Core> {
+        Some(self.node().core())
+    }
+
     fn handle(&mut self, now: Time, input: Input) {
         let input = match input {
             Input::Received { from, msg } => NodeInput::Received {

@@ -37,11 +37,20 @@ pub trait SimNode {
 
     /// A membership message arrived.
     fn receive_gossip(&mut self, _now: Time, _from: NodeId, _msg: GossipMessage) {}
+
+    /// The node's tree core, for diagnosis (`None` for scripted fakes).
+    fn core(&self) -> Option<&Core> {
+        None
+    }
 }
 
 impl SimNode for Core {
     fn handle(&mut self, now: Time, input: Input) {
         Core::handle(self, now, input)
+    }
+
+    fn core(&self) -> Option<&Core> {
+        Some(self)
     }
     fn poll_transmit(&mut self) -> Option<Transmit> {
         Core::poll_transmit(self)

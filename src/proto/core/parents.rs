@@ -333,3 +333,36 @@ impl Core {
         }
     }
 }
+
+impl Core {
+    /// Why this node does or does not take `peer` as its parent in `root`'s tree, in one
+    /// line: its own state there, what it heard from `peer`, its latency samples of it and
+    /// the rules' verdict. For diagnosis (the simulator's timeline prints it for trees
+    /// that enter a cluster twice); `None` when the tree is not tracked.
+    pub fn explain_candidate(&self, root: NodeId, peer: NodeId) -> Option<String> {
+        let ri = self.trees.live_root(root)?;
+        let t = self.trees.live(ri);
+        let rtt = self.nbrs.get(&peer);
+        let heard = self.heard.get(&peer, ri);
+        let verdict = heard
+            .and_then(|h| self.view_heard(peer, h))
+            .map(|(view, samples)| self.judge_sampled(ri, &view, samples));
+        Some(format!(
+            "serial {} dist {} fd {} best {} children {} parent {}; heard {}; lat {} ({} samples); verdict {:?}",
+            t.serial,
+            t.dist_us,
+            t.fd_us,
+            t.best_us,
+            t.children.len(),
+            t.parent.map_or("-".into(), |p| p.short()),
+            heard.map_or("nothing".into(), |h| format!(
+                "serial {} dist {} connected {}",
+                h.serial, h.dist_us, h.connected
+            )),
+            rtt.and_then(|r| r.lat_us())
+                .map_or("-".into(), |l| l.to_string()),
+            rtt.map_or(0, |r| r.samples()),
+            verdict,
+        ))
+    }
+}
