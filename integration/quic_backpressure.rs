@@ -123,3 +123,24 @@ async fn a_stream_taken_while_the_driver_is_busy_misses_nothing_delivered_after(
         "deliveries made after the stream was taken were missed"
     );
 }
+
+/// A node that left ends its delivery streams, also one taken after it left: an
+/// application reading them until they end must not wait for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delivery_streams_of_a_node_that_left_end() {
+    let any = "127.0.0.1:0".parse().unwrap();
+    let a = Node::builder().listen(any).start().await.expect("a");
+    let mut before = a.deliveries();
+    a.leave().await;
+    let ended = tokio::time::timeout(Duration::from_secs(10), before.next()).await;
+    assert!(
+        matches!(ended, Ok(None)),
+        "the stream taken before did not end"
+    );
+    let mut after = a.deliveries();
+    let ended = tokio::time::timeout(Duration::from_secs(10), after.next()).await;
+    assert!(
+        matches!(ended, Ok(None)),
+        "a stream taken after did not end"
+    );
+}

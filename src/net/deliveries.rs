@@ -95,21 +95,38 @@ impl DeliverySink {
 /// The streams deliveries go to, shared by the node's handles and its driver: a stream is
 /// in the list when `deliveries()` returns, not when the driver gets round to a command, so
 /// a delivery the driver hands out after that call reaches it even when the driver is busy.
+/// Closed when the driver stops: every stream then ends, and so does one taken later.
 #[derive(Clone, Default)]
-pub struct Subscribers(Arc<Mutex<Vec<DeliverySink>>>);
+pub struct Subscribers(Arc<Mutex<SubscriberList>>);
+
+#[derive(Default)]
+struct SubscriberList {
+    sinks: Vec<DeliverySink>,
+    /// The driver stopped: nothing will be delivered any more.
+    closed: bool,
+}
 
 impl Subscribers {
-    /// Adds a stream; it gets every delivery offered from now on.
+    /// Adds a stream; it gets every delivery offered from now on (none once closed: the
+    /// sink is dropped, so the stream ends).
     pub fn add(&self, sink: DeliverySink) {
-        self.0.lock().expect("not poisoned").push(sink);
+        let mut list = self.0.lock().expect("not poisoned");
+        if !list.closed {
+            list.sinks.push(sink);
+        }
     }
 
     /// Offers `delivery` to every stream, forgetting the streams that are gone.
     pub fn offer(&self, delivery: &Delivery) {
-        self.0
-            .lock()
-            .expect("not poisoned")
-            .retain(|s| s.offer(delivery));
+        let mut list = self.0.lock().expect("not poisoned");
+        list.sinks.retain(|s| s.offer(delivery));
+    }
+
+    /// The driver stopped: drops every sink, so that every stream ends after what it holds.
+    pub fn close(&self) {
+        let mut list = self.0.lock().expect("not poisoned");
+        list.closed = true;
+        list.sinks.clear();
     }
 }
 

@@ -70,6 +70,14 @@ pub struct Ops {
     nonces: nonce::NonceSeq,
 }
 
+impl Drop for Ops {
+    /// The driver stopped: the `deliveries()` streams end (the API handles hold the list
+    /// too, so it would not go away with the driver).
+    fn drop(&mut self) {
+        self.subscribers.close();
+    }
+}
+
 impl Ops {
     /// Bookkeeping whose operation numbers are drawn from a sequence keyed by `seed` and
     /// by fresh randomness (see `ops/nonce.rs`): distinct within a run, unlike a
