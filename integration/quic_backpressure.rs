@@ -11,6 +11,20 @@ use std::time::{Duration, Instant};
 const MESSAGES: usize = 10_000;
 const BUFFER: usize = 256 << 10;
 
+/// Reads `stream` until `want` distinct operations arrived, it ended, or nothing came for
+/// `wait`: how many arrived. A delivery twice or a `Lagged` fails the test.
+async fn distinct(stream: &mut overlay::api::Deliveries, want: usize, wait: Duration) -> usize {
+    let mut seen = HashSet::new();
+    while seen.len() < want {
+        match tokio::time::timeout(wait, stream.next()).await {
+            Ok(Some(Ok(d))) => assert!(seen.insert(d.op), "op {} delivered twice", d.op),
+            Ok(Some(Err(lagged))) => panic!("a reader that keeps up lagged: {lagged}"),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    seen.len()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_never_reads_holds_bounded_memory_and_is_told_what_it_lost() {
     let _net = crate::common::real_network();
@@ -33,17 +47,8 @@ async fn a_reader_that_never_reads_holds_bounded_memory_and_is_told_what_it_lost
 
     let mut idle = b.deliveries();
     let mut reader = b.deliveries();
-    let counted = tokio::spawn(async move {
-        let mut seen = HashSet::new();
-        while seen.len() < MESSAGES {
-            match tokio::time::timeout(Duration::from_secs(60), reader.next()).await {
-                Ok(Some(Ok(d))) => assert!(seen.insert(d.op), "op {} delivered twice", d.op),
-                Ok(Some(Err(lagged))) => panic!("the reader that keeps up lagged: {lagged}"),
-                Ok(None) | Err(_) => break,
-            }
-        }
-        seen.len()
-    });
+    let counted =
+        tokio::spawn(async move { distinct(&mut reader, MESSAGES, Duration::from_secs(60)).await });
 
     let t0 = Instant::now();
     let payload = vec![7u8; 1024];
@@ -109,16 +114,8 @@ async fn a_stream_taken_while_the_driver_is_busy_misses_nothing_delivered_after(
         reports += 1;
     }
     assert_eq!(reports, QUEUED);
-    let mut seen = HashSet::new();
-    while seen.len() < QUEUED {
-        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
-            Ok(Some(Ok(d))) => assert!(seen.insert(d.op), "op {} delivered twice", d.op),
-            Ok(Some(Err(lagged))) => panic!("{lagged}"),
-            Ok(None) | Err(_) => break,
-        }
-    }
     assert_eq!(
-        seen.len(),
+        distinct(&mut stream, QUEUED, Duration::from_secs(5)).await,
         QUEUED,
         "deliveries made after the stream was taken were missed"
     );
