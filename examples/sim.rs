@@ -237,8 +237,13 @@ fn run(args: Args) -> Result<()> {
 /// the trees after each second.
 fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration) {
     let end = sim.now() + max;
+    let mut moves_before = (0, 0);
     while sim.now() < end && !sim.is_converged() {
         sim.run_for(Duration::from_secs(1));
+        let report = sim.report();
+        let moves = (report.parent_changes, report.parent_changes_intra_cluster);
+        let (moved, moved_inside) = (moves.0 - moves_before.0, moves.1 - moves_before.1);
+        moves_before = moves;
         let mut extra = 0;
         let mut leaves = 0;
         for r in sim.live_nodes() {
@@ -255,7 +260,8 @@ fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration) {
         }
         let s = sim.snapshot();
         eprintln!(
-            "t={:>5.1}s trees={} spanning={} wide_area_optimal={} extra_entries={extra} leaf_entries={leaves}",
+            "t={:>5.1}s trees={} spanning={} wide_area_optimal={} extra_entries={extra} \
+             leaf_entries={leaves} parent_changes={moved} of_which_inside_a_cluster={moved_inside}",
             s.at.as_micros() as f64 / 1e6,
             s.trees,
             s.spanning,
@@ -264,7 +270,27 @@ fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration) {
         if s.trees - s.wide_area_optimal <= 12 && s.wide_area_optimal < s.trees {
             eprintln!("{}", sim.explain(12));
             explain_entries(sim);
+        } else if s.wide_area_optimal == s.trees && moved > 0 {
+            // Optimal but not settled: what still moves.
+            print_recent_moves(sim);
         }
+    }
+}
+
+/// The last parent changes (at most 32): time, root, node, old and new parent, each
+/// with its cluster.
+fn print_recent_moves<N: SimNode>(sim: &Sim<N>) {
+    let name =
+        |i: Option<usize>| i.map_or("none".into(), |i| format!("{i}@c{}", sim.cluster_of(i)));
+    for c in sim.recent_parent_changes() {
+        eprintln!(
+            "  {:.3}s root {}: {}: {} -> {}",
+            c.at.as_micros() as f64 / 1e6,
+            name(Some(c.root)),
+            name(Some(c.node)),
+            name(c.old),
+            name(c.new)
+        );
     }
 }
 
