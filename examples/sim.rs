@@ -239,9 +239,9 @@ fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration) {
     let end = sim.now() + max;
     let mut moves_before = (0, 0);
     while sim.now() < end && !sim.is_converged() {
+        let second_began = sim.now();
         sim.run_for(Duration::from_secs(1));
-        let report = sim.report();
-        let moves = (report.parent_changes, report.parent_changes_intra_cluster);
+        let moves = sim.parent_change_counts();
         let (moved, moved_inside) = (moves.0 - moves_before.0, moves.1 - moves_before.1);
         moves_before = moves;
         let mut extra = 0;
@@ -272,17 +272,17 @@ fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration) {
             explain_entries(sim);
         } else if s.wide_area_optimal == s.trees && moved > 0 {
             // Optimal but not settled: what still moves.
-            print_recent_moves(sim);
+            print_recent_moves(sim, second_began);
         }
     }
 }
 
-/// The last parent changes (at most 32): time, root, node, old and new parent, each
-/// with its cluster.
-fn print_recent_moves<N: SimNode>(sim: &Sim<N>) {
+/// The parent changes since `since` among the last 32: time, root, node, old and new
+/// parent, each with its cluster.
+fn print_recent_moves<N: SimNode>(sim: &Sim<N>, since: Time) {
     let name =
         |i: Option<usize>| i.map_or("none".into(), |i| format!("{i}@c{}", sim.cluster_of(i)));
-    for c in sim.recent_parent_changes() {
+    for c in sim.recent_parent_changes().filter(|c| c.at >= since) {
         eprintln!(
             "  {:.3}s root {}: {}: {} -> {}",
             c.at.as_micros() as f64 / 1e6,

@@ -343,6 +343,12 @@ impl<N: SimNode> Sim<N> {
         self.view.changes(root, node)
     }
 
+    /// Parent changes so far, and how many of them stayed inside the node's cluster (old
+    /// and new parent both in it); what [`Sim::report`] gives, without building a report.
+    pub fn parent_change_counts(&self) -> (u64, u64) {
+        (self.stats.parent_changes, self.stats.parent_changes_intra)
+    }
+
     /// The most recent parent changes (up to 32), oldest first.
     pub fn recent_parent_changes(&self) -> impl Iterator<Item = &ParentChange> {
         self.recent.iter()
