@@ -254,6 +254,7 @@ impl Driver {
                     if Instant::now() >= self.next_idle_check {
                         self.next_idle_check = Instant::now() + IDLE_CHECK;
                         self.links.close_idle();
+                        self.feed_saturated_paths();
                         self.refresh_members();
                         self.tree_log.tick(Instant::now(), self.node.core());
                     }

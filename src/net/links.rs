@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 mod dial;
+mod saturation;
 
 /// Packets kept for a peer while it is being dialed.
 const PENDING_PER_PEER: usize = 1024;
@@ -110,6 +111,8 @@ struct Link {
     active_at: Instant,
     /// Closed after this long without stream data.
     idle_after: Duration,
+    /// QUIC's counters when last read for a saturated window.
+    path: saturation::PathWindow,
 }
 
 impl Link {
@@ -423,9 +426,11 @@ impl Links {
                 }
             }
         }
+        let path = saturation::PathWindow::start(&conn, Instant::now());
         self.links.insert(
             peer,
             Link {
+                path,
                 conn,
                 writer,
                 opened_by,

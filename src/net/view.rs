@@ -178,6 +178,13 @@ pub struct NodeStatus {
     pub probe_bytes_sent: u64,
     #[serde(default)]
     pub probe_bytes_received: u64,
+    /// Windows in which one of this node's connections ran its path full (QUIC's path
+    /// statistics: it backed off for congestion while it carried data), and clusters this
+    /// node measured again because a peer reported such a window far below its estimate.
+    #[serde(default)]
+    pub paths_saturated: u64,
+    #[serde(default)]
+    pub saturations_rechecked: u64,
     /// The decision table of the large collectives this node planned (see
     /// `Node::collective_table`).
     #[serde(default)]

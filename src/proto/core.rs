@@ -222,6 +222,7 @@ impl Core {
             Input::TransferRate { from, bytes, span } => {
                 self.handle_transfer_rate(from, bytes, span)
             }
+            Input::PathSaturated { to, bytes, span } => self.handle_path_saturated(to, bytes, span),
             Input::LinkLost { peer } => {
                 if peer != self.id && self.members.is_alive(&peer) {
                     self.stats.links_lost += 1;

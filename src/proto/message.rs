@@ -105,6 +105,11 @@ pub enum Message {
     /// train): their spread on arrival measures the path's bandwidth toward the sender.
     /// The receiver honours it only within its probe budget.
     TrainRequest { id: u32, packets: u16, size: u16 },
+    /// The sender's connection to the receiver backed off for congestion while it
+    /// delivered `kbps` (QUIC's path statistics, see `crate::net`): the path toward the
+    /// receiver seems to carry about that. The receiver measures it again with a train if
+    /// that is far below what it holds ([`crate::proto::Input::PathSaturated`]).
+    PathSaturated { kbps: u32 },
 }
 
 /// Names one collective operation: the root that started it and a number the root picked.

@@ -122,6 +122,16 @@ pub enum Input {
         bytes: u64,
         span: Duration,
     },
+    /// This node's connection to `to` backed off for congestion while it carried data:
+    /// over `span` it delivered `bytes` (sent minus lost, read from QUIC's path
+    /// statistics). The path toward `to` ran full at about that rate: a passive
+    /// measurement, passed on to `to` ([`Message::PathSaturated`]), which holds the
+    /// inbound estimate and checks it with a train when it is far off.
+    PathSaturated {
+        to: NodeId,
+        bytes: u64,
+        span: Duration,
+    },
     /// This node's local health score changed (the membership's, see
     /// [`crate::proto::gossip::Gossip::local_health`]; 0 when the node keeps up). While it
     /// is above 0 the host is short of CPU: RTT samples, read late, may lower an estimate

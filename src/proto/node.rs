@@ -51,8 +51,9 @@ pub enum NodeInput {
     RttSample { peer: NodeId, rtt: Duration },
     /// This node started or stopped moving bulk data (see [`Input::BulkTransfer`]).
     BulkTransfer { active: bool },
-    /// A bandwidth measurement: a packet train arrived ([`Input::TrainArrived`]) or a
-    /// transfer's rate was measured ([`Input::TransferRate`]); other inputs are ignored.
+    /// A bandwidth measurement: a packet train arrived ([`Input::TrainArrived`]), a
+    /// transfer's rate was measured ([`Input::TransferRate`]) or a connection ran its path
+    /// full ([`Input::PathSaturated`]); other inputs are ignored.
     Measured(Input),
     /// A command of the application; [`Command::Leave`] also says goodbye to every member.
     Command(Command),
@@ -188,9 +189,11 @@ impl Node {
             NodeInput::BulkTransfer { active } => {
                 self.core.handle(now, Input::BulkTransfer { active })
             }
-            NodeInput::Measured(m @ (Input::TrainArrived { .. } | Input::TransferRate { .. })) => {
-                self.core.handle(now, m)
-            }
+            NodeInput::Measured(
+                m @ (Input::TrainArrived { .. }
+                | Input::TransferRate { .. }
+                | Input::PathSaturated { .. }),
+            ) => self.core.handle(now, m),
             NodeInput::Measured(_) => {}
             NodeInput::Command(Command::Leave) => {
                 self.core.handle(now, Input::Command(Command::Leave));

@@ -97,7 +97,9 @@ impl Packet {
                 | Message::ParentHint { .. } => PacketKind::TreeLink,
                 Message::Collective(_) => PacketKind::Collective,
                 Message::Cluster(_) => PacketKind::Cluster,
-                Message::TrainRequest { .. } => PacketKind::Bandwidth,
+                Message::TrainRequest { .. } | Message::PathSaturated { .. } => {
+                    PacketKind::Bandwidth
+                }
             },
             Packet::Gossip(_) => PacketKind::Membership,
             Packet::Query(_) => PacketKind::Query,

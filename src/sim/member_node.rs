@@ -92,7 +92,9 @@ impl SimNode for MemberNode {
             Input::SendCost { per_send } => NodeInput::SendCost { per_send },
             Input::RttSample { peer, rtt } => NodeInput::RttSample { peer, rtt },
             Input::BulkTransfer { active } => NodeInput::BulkTransfer { active },
-            m @ (Input::TrainArrived { .. } | Input::TransferRate { .. }) => NodeInput::Measured(m),
+            m @ (Input::TrainArrived { .. }
+            | Input::TransferRate { .. }
+            | Input::PathSaturated { .. }) => NodeInput::Measured(m),
             // Its own membership tells it of members, and judges its health.
             Input::MemberUp { .. }
             | Input::MemberDown { .. }

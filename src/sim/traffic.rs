@@ -38,6 +38,7 @@ pub fn kind_of(msg: &Message) -> (&'static str, usize) {
         Message::ParentHint { parents } => ("parent_hint", parents.len()),
         Message::Resync => ("resync", 0),
         Message::TrainRequest { .. } => ("train_request", 0),
+        Message::PathSaturated { .. } => ("path_saturated", 0),
         Message::Cluster(_) => ("cluster", 0),
         Message::Collective(_) => ("collective", 0),
         #[allow(unreachable_patterns)]

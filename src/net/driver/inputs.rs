@@ -213,6 +213,17 @@ impl Driver {
         fed
     }
 
+    /// Tells the core of every connection whose last window ran its path full (read
+    /// from QUIC's path statistics once a second, see [`Input::PathSaturated`]).
+    pub(super) fn feed_saturated_paths(&mut self) {
+        let now = self.now();
+        for (to, bytes, span) in self.links.saturated_paths(std::time::Instant::now()) {
+            debug!(peer = %to, bytes, ?span, "path ran full");
+            let m = Input::PathSaturated { to, bytes, span };
+            self.node.handle(now, NodeInput::Measured(m));
+        }
+    }
+
     /// A frame of `len` bytes was sent or received: a large one (an inline payload) loads
     /// the links like a data-plane stream, so trains and RTT samples wait for it as for
     /// bulk transfers (a 20 Mbit/s link read 0.34 after a run of 256 KiB broadcasts whose

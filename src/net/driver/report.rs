@@ -154,6 +154,8 @@ impl Driver {
             bandwidth: cluster_bandwidth(&core.bandwidth_view()),
             probe_bytes_sent: core.bandwidth_stats().train_bytes_sent,
             probe_bytes_received: core.bandwidth_stats().train_bytes_received,
+            paths_saturated: core.bandwidth_stats().paths_saturated,
+            saturations_rechecked: core.bandwidth_stats().saturations_rechecked,
             // Kept by the API handle, which fills it in.
             collectives: Vec::new(),
             tasks: tokio::runtime::Handle::try_current()

@@ -46,6 +46,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 mod recheck;
+mod saturation;
 
 use self::recheck::Recheck;
 
@@ -86,6 +87,12 @@ pub struct BandwidthStats {
     pub train_bytes_received: u64,
     /// Transfers whose rate was recorded (passive measurements).
     pub transfers_measured: u64,
+    /// Windows in which one of this node's connections ran its path full (QUIC backed off
+    /// for congestion while it carried data).
+    pub paths_saturated: u64,
+    /// Clusters measured again because a peer said its path here ran full far below
+    /// this node's estimate.
+    pub saturations_rechecked: u64,
 }
 
 /// One peer's inbound estimate.
@@ -134,6 +141,8 @@ pub(super) struct Bandwidth {
     suspect: IdMap<NodeId, Recheck>,
     /// When each cluster was last made suspect.
     suspected_at: IdMap<NodeId, Time>,
+    /// When this node last told each peer that their path ran full.
+    told_saturated: IdMap<NodeId, Time>,
     /// Its own generator: the tree protocol's draws stay what they were without it.
     rng: SplitMix64,
     pub(super) stats: BandwidthStats,
@@ -151,6 +160,7 @@ impl Bandwidth {
             next_to_cluster: IdMap::default(),
             suspect: IdMap::default(),
             suspected_at: IdMap::default(),
+            told_saturated: IdMap::default(),
             tokens: 0.0,
             refilled: now,
             rng: SplitMix64::new(seed ^ 0xB4D0_1D7E_5EED_0B5E),
@@ -189,6 +199,7 @@ impl Bandwidth {
 
     pub(super) fn forget(&mut self, peer: &NodeId) {
         self.peers.remove(peer);
+        self.told_saturated.remove(peer);
         self.asked.retain(|(_, p, _)| p != peer);
     }
 
@@ -240,6 +251,9 @@ impl Core {
         self.bw
             .asked
             .retain(|(_, _, at)| now.saturating_since(*at) < TRAIN_WAIT);
+        self.bw
+            .told_saturated
+            .retain(|_, t| now.saturating_since(*t) < saturation::TELL_EVERY);
         let view = self.clusters();
         let groups = view.partition(1);
         if groups.len() < 2 || self.config.bw_probers == 0 {
@@ -250,13 +264,10 @@ impl Core {
         };
         let mut own: Vec<NodeId> = groups[mine].clone();
         own.sort_unstable();
-        if !own
+        let prober = own
             .iter()
             .take(self.config.bw_probers)
-            .any(|p| *p == self.id)
-        {
-            return;
-        }
+            .any(|p| *p == self.id);
         let interval = self.config.bw_probe_interval;
         self.bw
             .suspected_at
@@ -268,11 +279,13 @@ impl Core {
                     .find(|g| g.contains(name))
                     .is_some_and(|g| g.iter().any(|m| !r.measured.contains(m)))
         });
-        if self.probing.loaded(now) {
+        // Only probers ask routinely; any member rechecks a cluster a peer's saturated
+        // connection made suspect, since it holds the estimate in question.
+        if (!prober && self.bw.suspect.is_empty()) || self.probing.loaded(now) {
             return;
         }
         // Routine rounds ask every other cluster; rechecks only the suspect ones.
-        let routine = now >= *self.bw.next_round.get_or_insert(now);
+        let routine = prober && now >= *self.bw.next_round.get_or_insert(now);
         let recheck = !self.bw.suspect.is_empty() && self.bw.next_recheck.is_none_or(|t| now >= t);
         if !routine && !recheck {
             return;

@@ -212,6 +212,7 @@ impl Core {
             Message::TrainRequest { id, packets, size } => {
                 self.handle_train_request(from, id, packets, size)
             }
+            Message::PathSaturated { kbps } => self.handle_path_saturated_heard(from, kbps),
             Message::ParentQuery { roots } => {
                 let parents: Vec<(NodeId, NodeId)> = roots
                     .into_iter()

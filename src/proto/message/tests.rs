@@ -61,6 +61,7 @@ fn sample() -> Vec<Message> {
             packets: 16,
             size: 1200,
         },
+        Message::PathSaturated { kbps: 3_120 },
         Message::Collective(CollectiveMessage::Up {
             op: OpId { root: b, nonce: 1 },
             last: true,

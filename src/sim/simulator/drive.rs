@@ -335,6 +335,16 @@ impl<N: SimNode> Sim<N> {
         }
     }
 
+    /// Hands node `idx` a measurement its driver would make now (ignored if it is not
+    /// alive): a packet train, a transfer's rate, a connection that ran its path full
+    /// ([`Input::PathSaturated`], which the simulator's links do not report by
+    /// themselves).
+    pub fn measure(&mut self, idx: usize, m: Input) {
+        if self.alive.get(idx).copied().unwrap_or(false) {
+            self.feed(idx, m, false);
+        }
+    }
+
     // ----- running ---------------------------------------------------------------------
 
     /// Runs until virtual time `t` (events at exactly `t` included).

@@ -188,6 +188,7 @@ impl SimNode for Fake {
             | Input::BulkTransfer { .. }
             | Input::TrainArrived { .. }
             | Input::TransferRate { .. }
+            | Input::PathSaturated { .. }
             | Input::LocalHealth { .. }
             | Input::Command(_) => {}
         }

@@ -34,6 +34,25 @@ fn declared(sim: &Sim, members: &[NodeId]) -> Option<usize> {
     Some(sim.cluster_of(i))
 }
 
+/// Runs until every node's view holds every cluster (a view of one cluster is complete
+/// too) and every pair measured; how long that took.
+fn run_until_measured(topo: &Topology, sim: &mut Sim) -> Duration {
+    let k = topo.clusters.len();
+    let complete = |sim: &Sim| {
+        sim.live_nodes().iter().all(|&i| {
+            let view = sim.core(i).bandwidth_view();
+            view.clusters.len() == k && view.complete()
+        })
+    };
+    let mut waited = Duration::ZERO;
+    while !complete(sim) && waited < Duration::from_secs(40) {
+        sim.run_for(Duration::from_secs(1));
+        waited += Duration::from_secs(1);
+    }
+    assert!(complete(sim), "views still incomplete after {waited:?}");
+    waited
+}
+
 /// Whether `got` is within `share` of `want`.
 fn near(got: f64, want: f64, share: f64) -> bool {
     (got - want).abs() <= share * want
@@ -45,20 +64,7 @@ fn near(got: f64, want: f64, share: f64) -> bool {
 #[test]
 fn das4_trains_measure_the_topology() {
     let (topo, mut sim) = das4(true);
-    // Every cluster discovered (a view of one cluster is complete too) and measured.
-    let k = topo.clusters.len();
-    let complete = |sim: &Sim| {
-        sim.live_nodes().iter().all(|&i| {
-            let view = sim.core(i).bandwidth_view();
-            view.clusters.len() == k && view.complete()
-        })
-    };
-    let mut waited = Duration::ZERO;
-    while !complete(&sim) && waited < Duration::from_secs(40) {
-        sim.run_for(Duration::from_secs(1));
-        waited += Duration::from_secs(1);
-    }
-    assert!(complete(&sim), "views still incomplete after {waited:?}");
+    let waited = run_until_measured(&topo, &mut sim);
     println!("every view complete at {waited:?}");
     // A few routine trains more, so the medians rest on several.
     sim.run_for(Duration::from_secs(20));
@@ -95,6 +101,7 @@ fn das4_trains_measure_the_topology() {
         );
         checked += 1;
     }
+    let k = topo.clusters.len();
     assert_eq!(checked, k * (k - 1));
 
     let plan = sim
@@ -145,4 +152,66 @@ fn das4_trains_without_bandwidth_measure_nothing() {
     }
     assert_eq!(sim.cycles_seen(), 0);
     assert!(sim.snapshot().all_spanning());
+}
+
+/// A UvA node's connection to a VU node says it ran full at a tenth of the link: the
+/// receiver (no prober, so it holds only the matrix's figure) and VU's two probers measure
+/// UvA again at once, find the link as it was (the simulator's did not change), and the
+/// matrix keeps it. The report is passed on once per interval only.
+#[test]
+fn a_saturated_path_is_checked_with_trains_by_the_receiving_cluster() {
+    let (topo, mut sim) = das4(true);
+    run_until_measured(&topo, &mut sim);
+    sim.run_for(Duration::from_secs(5));
+    let (vu, uva) = (
+        topo.cluster_index("VU").expect("VU"),
+        topo.cluster_index("UvA").expect("UvA"),
+    );
+    let mut members = sim.nodes_in_cluster("VU");
+    members.sort_by_key(|&i| sim.id(i));
+    let receiver = *members.last().expect("four at VU");
+    let sender = sim.nodes_in_cluster("UvA")[0];
+    let link = topo.bandwidth_mbit(uva, vu).expect("das-4 gives UvA -> VU") * 1e6;
+    let asked = |sim: &Sim, i: usize| sim.core(i).bandwidth_stats().trains_asked;
+    let receiver_asked = asked(&sim, receiver);
+    let report = proto::Input::PathSaturated {
+        to: sim.id(receiver),
+        bytes: (link / 8.0 / 10.0) as u64,
+        span: Duration::from_secs(1),
+    };
+    sim.measure(sender, report.clone());
+    sim.run_for(Duration::from_secs(1));
+    sim.measure(sender, report);
+    sim.run_for(Duration::from_secs(8));
+
+    let stats = |i: usize| sim.core(i).bandwidth_stats();
+    assert_eq!(stats(sender).paths_saturated, 2);
+    let rechecked: Vec<usize> = (members.iter().copied())
+        .filter(|&i| stats(i).saturations_rechecked > 0)
+        .collect();
+    assert_eq!(
+        rechecked,
+        vec![members[0], members[1], receiver],
+        "the probers and the receiver"
+    );
+    let told = sim.traffic().get("path_saturated").map(|t| t.messages);
+    assert_eq!(told, Some(3), "passed on to three, once");
+    assert!(
+        asked(&sim, receiver) > receiver_asked,
+        "the receiver measured UvA though it is no prober"
+    );
+    for &i in &members {
+        let view = sim.core(i).bandwidth_view();
+        let (a, b) = (
+            view.cluster_of(&sim.id(sender)).expect("UvA"),
+            view.cluster_of(&sim.id(i)).expect("VU"),
+        );
+        let got = view.bps(a, b).expect("measured");
+        assert!(
+            near(got, link, 0.15),
+            "UvA -> VU at {:.2} Mbit/s after the false alarm, {:.2} in the topology",
+            got / 1e6,
+            link / 1e6
+        );
+    }
 }

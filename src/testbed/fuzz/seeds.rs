@@ -139,6 +139,7 @@ pub fn packets() -> Vec<Packet> {
             packets: 16,
             size: 1200,
         },
+        Message::PathSaturated { kbps: 3_120 },
     ];
     let record = |id, port, state| MemberRecord {
         id,

@@ -291,6 +291,17 @@ fn traffic(o: &mut Out, s: &NodeStatus) {
             "Times state was sent again to a peer after such a loss.",
             s.resyncs_after_loss,
         ),
+        (
+            "overlay_paths_saturated_total",
+            "Windows in which a connection ran its path full (QUIC backed off while busy).",
+            s.paths_saturated,
+        ),
+        (
+            "overlay_saturation_rechecks_total",
+            "Clusters measured again because a peer's connection ran full far below the \
+             estimate.",
+            s.saturations_rechecked,
+        ),
     ];
     for (name, help, value) in counters {
         o.family(name, "counter", help);

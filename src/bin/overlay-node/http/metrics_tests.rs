@@ -204,6 +204,8 @@ fn status() -> NodeStatus {
         }],
         probe_bytes_sent: 5,
         probe_bytes_received: 6,
+        paths_saturated: 7,
+        saturations_rechecked: 1,
         collectives: vec![],
         tasks: 42,
         traffic: vec![KindTraffic {

@@ -15,6 +15,11 @@ pub(super) struct Recheck {
     /// The estimate the first train was judged against: a second train from a member
     /// this node holds no estimate of yet is judged against it.
     pub(super) reference: f64,
+    /// Whether `first` is a train (held back); otherwise it is a report that a peer's
+    /// connection ran the path full ([`Bandwidth::suspect_by_path`]), which is never
+    /// recorded as a sample: a saturated window may have been short of data as much as of
+    /// path, so only trains replace what was known.
+    pub(super) held_back: bool,
     /// Whether a second train from the cluster surprised the same way.
     pub(super) confirmed: bool,
     /// Members measured since it was confirmed.
@@ -79,10 +84,19 @@ impl Bandwidth {
             (Some(r), Some(low)) if low == r.first.2 => {
                 r.confirmed = true;
                 let (peer, first, _) = r.first;
+                if !r.held_back {
+                    r.measured = vec![from];
+                    return vec![(from, bps, true)];
+                }
                 r.measured = vec![peer, from];
                 vec![(peer, first, true), (from, bps, true)]
             }
             (Some(r), _) if r.first.0 == from => {
+                // A false alarm from a saturated window must not keep a real change from
+                // being rechecked for a whole interval.
+                if !r.held_back {
+                    self.suspected_at.remove(&name);
+                }
                 self.suspect.remove(&name);
                 vec![(from, bps, false)]
             }
@@ -99,6 +113,7 @@ impl Bandwidth {
                     Recheck {
                         first: (from, bps, low),
                         reference: own.unwrap_or(bps),
+                        held_back: true,
                         confirmed: false,
                         measured: Vec::new(),
                         rounds: 0,
@@ -110,6 +125,42 @@ impl Bandwidth {
             }
             (None, None) => vec![(from, bps, false)],
         }
+    }
+}
+
+impl Bandwidth {
+    /// `from` (of the cluster named `name`) says its connection here ran full while it
+    /// delivered `bps`, far below the `held` estimate: the cluster is rechecked as after
+    /// a surprising train, starting with a train from `from`, but nothing is recorded
+    /// until a train says so. False if the cluster is being rechecked already, or was
+    /// within `interval`.
+    pub(super) fn suspect_by_path(
+        &mut self,
+        now: Time,
+        name: NodeId,
+        (from, bps): (NodeId, f64),
+        held: f64,
+        interval: Duration,
+    ) -> bool {
+        let recent =
+            (self.suspected_at.get(&name)).is_some_and(|t| now.saturating_since(*t) < interval);
+        if recent || self.suspect.contains_key(&name) {
+            return false;
+        }
+        self.suspect.insert(
+            name,
+            Recheck {
+                first: (from, bps, true),
+                reference: held,
+                held_back: false,
+                confirmed: false,
+                measured: Vec::new(),
+                rounds: 0,
+            },
+        );
+        self.suspected_at.insert(name, now);
+        self.next_recheck = Some(now);
+        true
     }
 }
 
@@ -213,5 +264,57 @@ mod tests {
         assert!(bw.judge(now, Some(name), b, 3e6, every).is_empty());
         let r = bw.suspect.get(&name).expect("suspect");
         assert_eq!(r.target(&[a, b], |m| *m != b), Some(a));
+    }
+
+    /// A report that a member's connection ran the path full far below what is held: the
+    /// cluster is rechecked, the report itself is never recorded, a train that agrees
+    /// replaces the history at once, and one that does not cancels it without holding
+    /// the cluster off for the interval.
+    #[test]
+    fn a_saturated_path_is_rechecked_and_only_a_train_replaces_the_estimate() {
+        let (a, b, name) = (NodeId([1; 16]), NodeId([2; 16]), NodeId([1; 16]));
+        let now = Time::from_micros(60_000_000);
+        let every = Duration::from_secs(30);
+        let mut bw = known(&[a, b], 26e6);
+        assert!(bw.suspect_by_path(now, name, (a, 1.5e6), 26e6, every));
+        assert_eq!(bw.estimate(&a), Some(26e6), "the report is no sample");
+        assert!(!bw.suspect_by_path(now, name, (a, 1.5e6), 26e6, every));
+        let r = bw.suspect.get(&name).expect("suspect");
+        assert_eq!(
+            r.target(&[a, b], |_| true),
+            Some(a),
+            "the reporter is asked first"
+        );
+        // Its train agrees: only the train replaces what was known, then b is measured.
+        let got = bw.judge(now, Some(name), a, 3.1e6, every);
+        assert_eq!(got, vec![(a, 3.1e6, true)]);
+        for (p, r, replace) in got {
+            bw.train(now, p, r, replace);
+        }
+        assert_eq!(bw.estimate(&a), Some(3.1e6));
+        let r = bw.suspect.get(&name).expect("confirmed");
+        assert_eq!(r.target(&[a, b], |_| true), Some(b));
+        assert_eq!(
+            bw.judge(now, Some(name), b, 3.0e6, every),
+            vec![(b, 3.0e6, true)]
+        );
+        assert_eq!(
+            bw.estimate(&b),
+            Some(26e6),
+            "judge only says what to record"
+        );
+
+        // A window short of data, not of path: the train says so, nothing changes, and a
+        // real change noticed soon after is still rechecked.
+        let mut bw = known(&[a, b], 26e6);
+        assert!(bw.suspect_by_path(now, name, (a, 1.5e6), 26e6, every));
+        assert_eq!(
+            bw.judge(now, Some(name), a, 25e6, every),
+            vec![(a, 25e6, false)]
+        );
+        assert!(bw.suspect.is_empty());
+        let soon = now + Duration::from_secs(5);
+        assert!(bw.judge(soon, Some(name), b, 3e6, every).is_empty());
+        assert!(bw.suspect.contains_key(&name));
     }
 }
