@@ -1,8 +1,9 @@
 //! A wide-area link that slows down under a running overlay (das-4 over real QUIC, the
 //! emulated socket enforcing the file's bandwidths, two nodes per cluster): VU -> UvA drops
-//! from the file's figure to a fraction of it. The nodes are told nothing; their own trains
-//! notice, the suspect cluster is measured again at once, and the next large broadcast is
-//! planned around the slow link. Prints the plans (trees and rates) and the throughputs
+//! from the file's figure to a fraction of it. The nodes are told nothing. The first large
+//! broadcast after the change still follows the old plan; its connections over the slowed
+//! link run full (QUIC's path statistics), UvA's members are told and measure VU again with
+//! trains once it is over, and the broadcast after it is planned around the slow link. Prints the plans (trees and rates) and the throughputs
 //! before and after, against the file's bound before and after.
 //!
 //! `cargo test --release --test integration quic_replan -- --nocapture` prints the figures.
@@ -50,7 +51,16 @@ async fn after_a_link_slows_down_the_next_large_broadcast_is_planned_around_it()
         "the link has a pipe"
     );
     let changed = Instant::now();
-    // The root learns it from UvA's probers through the summaries.
+    // The next broadcast still follows the old plan (its parts move to the faster trees
+    // as they report); its connections over the slowed link run full and say so, so UvA's
+    // members measure VU again as soon as it is over, not at their next routine round.
+    let mbit = broadcast(&root, &overlay).await;
+    let ran_into = changed.elapsed();
+    eprintln!(
+        "right after the change, on the old plan: {MIB} MiB at {mbit:.2} Mbit/s ({:.1} s)",
+        ran_into.as_secs_f64()
+    );
+    // The root learns it from UvA's members through the summaries.
     let learned = loop {
         let s = root.status().await.expect("status");
         let seen = s
@@ -70,6 +80,17 @@ async fn after_a_link_slows_down_the_next_large_broadcast_is_planned_around_it()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    let (saturated, rechecked) = saturation_counts(&overlay, &names, vu, uva).await;
+    eprintln!(
+        "windows VU's connections ran full: {saturated}; rechecks by UvA's members: \
+         {rechecked}; the root knew {:.1} s after that broadcast ended",
+        (learned - ran_into).as_secs_f64()
+    );
+    assert!(
+        saturated > 0 && rechecked > 0,
+        "the broadcast over the slowed link was not noticed ({saturated} saturated windows \
+         at VU, {rechecked} rechecks at UvA)"
+    );
     let plan_after = plan(&root).await;
     let used_after = names.rate_over(&plan_after, vu, uva);
     let after_topo = topo.with_link_bandwidth(vu, uva, now_mbit);
@@ -95,6 +116,26 @@ async fn after_a_link_slows_down_the_next_large_broadcast_is_planned_around_it()
         "after, VU -> UvA still carries {used_after:.2} Mbit/s of the plan ({now_mbit:.2} left)"
     );
     overlay.shutdown().await;
+}
+
+/// Windows in which VU's connections ran their path full, and rechecks UvA's members made
+/// on such reports.
+async fn saturation_counts(
+    overlay: &LocalOverlay,
+    names: &ClusterNames,
+    vu: usize,
+    uva: usize,
+) -> (u64, u64) {
+    let (mut saturated, mut rechecked) = (0, 0);
+    for node in &overlay.nodes {
+        let s = node.status().await.expect("status");
+        match names.index(node.id()) {
+            Some(c) if c == vu => saturated += s.paths_saturated,
+            Some(c) if c == uva => rechecked += s.saturations_rechecked,
+            _ => {}
+        }
+    }
+    (saturated, rechecked)
 }
 
 async fn plan(root: &Node) -> BroadcastPlan {

@@ -215,9 +215,15 @@ impl Driver {
 
     /// Tells the core of every connection whose last window ran its path full (read
     /// from QUIC's path statistics once a second, see [`Input::PathSaturated`]).
+    /// Only while bulk data moves: trains (QUIC datagrams, sent only when none does) are
+    /// bursts that may back off a connection and say nothing of the path's rate.
     pub(super) fn feed_saturated_paths(&mut self) {
         let now = self.now();
-        for (to, bytes, span) in self.links.saturated_paths(std::time::Instant::now()) {
+        let saturated = self.links.saturated_paths(std::time::Instant::now());
+        if !self.moving_bulk {
+            return;
+        }
+        for (to, bytes, span) in saturated {
             debug!(peer = %to, bytes, ?span, "path ran full");
             let m = Input::PathSaturated { to, bytes, span };
             self.node.handle(now, NodeInput::Measured(m));

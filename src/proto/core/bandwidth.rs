@@ -6,7 +6,8 @@
 //! ask one member of every other cluster (rotating) for a train every `bw_probe_interval`,
 //! so the probe traffic on a wide-area link does not grow with the clusters' sizes. The
 //! first three rounds come every couple of seconds, so an overlay that just formed knows
-//! its links before its first large broadcast. Each routine round a prober also asks one
+//! its links before its first large broadcast, and so do up to [`CATCH_UP_ROUNDS`] more
+//! while a cluster is still unmeasured (they ask only those). Each routine round a prober also asks one
 //! member of its own cluster for a short train ([`INTRA_TRAIN`]): the in-cluster rate sets
 //! how wide the tree inside the cluster may be (`crate::proto::stripe::fanout`).
 //!
@@ -37,7 +38,6 @@
 //! Owns the estimates, the trains asked for, the budget and the counters ([`Bandwidth`]).
 
 use super::Core;
-use crate::proto::Event;
 use crate::proto::id::{IdMap, NodeId};
 use crate::proto::message::{BandwidthEdge, MAX_BANDWIDTH_EDGES, MAX_TRAIN_PACKETS, Message};
 use crate::proto::rng::SplitMix64;
@@ -45,6 +45,7 @@ use crate::proto::time::Time;
 use std::collections::VecDeque;
 use std::time::Duration;
 
+mod arrivals;
 mod recheck;
 mod saturation;
 
@@ -65,6 +66,8 @@ const TRAIN_WAIT: Duration = Duration::from_secs(5);
 /// Rounds of the start-up phase, and their period.
 const QUICK_ROUNDS: u32 = 3;
 const QUICK_PERIOD: Duration = Duration::from_secs(2);
+/// Most quick rounds after the start-up ones that ask only the clusters still unmeasured.
+const CATCH_UP_ROUNDS: u32 = 10;
 /// A train this many times above or below the member's estimate suggests the link changed.
 pub const SURPRISE: f64 = 2.0;
 /// Most quick rounds spent re-measuring a suspect cluster.
@@ -131,6 +134,8 @@ pub(super) struct Bandwidth {
     /// Earliest next round of rechecks of suspect clusters.
     next_recheck: Option<Time>,
     rounds: u32,
+    /// Whether the next routine round only asks the clusters not measured yet.
+    catch_up: bool,
     /// Per target cluster (named by its smallest member): earliest next train.
     next_to_cluster: IdMap<NodeId, Time>,
     /// Token bucket of train bytes this node may still send, and when it was refilled.
@@ -157,6 +162,7 @@ impl Bandwidth {
             next_round: None,
             next_recheck: None,
             rounds: 0,
+            catch_up: false,
             next_to_cluster: IdMap::default(),
             suspect: IdMap::default(),
             suspected_at: IdMap::default(),
@@ -290,9 +296,21 @@ impl Core {
         if !routine && !recheck {
             return;
         }
+        let catch_up = routine && std::mem::take(&mut self.bw.catch_up);
         if routine {
             self.bw.rounds += 1;
-            let period = if self.bw.rounds <= QUICK_ROUNDS {
+            // Trains asked in the start-up rounds are often refused (every prober of every
+            // cluster asks at once, and the senders' budgets start empty): a cluster still
+            // unmeasured is asked again a quick period later, not a whole interval (a
+            // real-QUIC das-4 run waited 30 s for its last pair in two runs out of three).
+            let unmeasured = groups
+                .iter()
+                .enumerate()
+                .any(|(gi, g)| gi != mine && !g.iter().any(|m| self.bw.estimate(m).is_some()));
+            let quick = self.bw.rounds <= QUICK_ROUNDS;
+            self.bw.catch_up =
+                !quick && unmeasured && self.bw.rounds <= QUICK_ROUNDS + CATCH_UP_ROUNDS;
+            let period = if quick || self.bw.catch_up {
                 QUICK_PERIOD
             } else {
                 interval
@@ -310,13 +328,14 @@ impl Core {
             let mut g = g.clone();
             g.sort_unstable();
             let name = g[0];
+            let measured = catch_up && g.iter().any(|m| self.bw.estimate(m).is_some());
             let suspect = if recheck {
                 self.bw.suspect.get_mut(&name)
             } else {
                 None
             };
             let spaced = self.bw.next_to_cluster.get(&name).is_some_and(|t| now < *t);
-            if suspect.is_none() && (!routine || spaced) {
+            if suspect.is_none() && (!routine || spaced || measured) {
                 continue;
             }
             let target = match suspect {
@@ -337,7 +356,7 @@ impl Core {
         // member forwards to another sets how many children it can feed in a stripe
         // (chain or wider tree, see `striping`). Capped smaller: a fast LAN needs no
         // long train to tell it is several times faster than the wide area.
-        if routine && own.len() > 1 {
+        if routine && !catch_up && own.len() > 1 {
             let others: Vec<NodeId> = own.iter().copied().filter(|m| *m != self.id).collect();
             let target = others[self.bw.rounds as usize % others.len()];
             let spaced = self
@@ -380,88 +399,6 @@ impl Core {
                 size: TRAIN_DATAGRAM,
             },
         );
-    }
-
-    /// A peer asks for a train: sent (by the driver, on [`Event::SendTrain`]) if the
-    /// budget allows.
-    pub(super) fn handle_train_request(&mut self, from: NodeId, id: u32, packets: u16, size: u16) {
-        let packets = packets.min(MAX_TRAIN_PACKETS);
-        let size = size.min(TRAIN_DATAGRAM);
-        let bytes = packets as f64 * size as f64;
-        let rate = self.config.bw_budget as f64;
-        if packets == 0 || self.probing.loaded(self.now) || !self.bw.spend(self.now, rate, bytes) {
-            self.bw.stats.trains_refused += 1;
-            return;
-        }
-        self.bw.stats.trains_sent += 1;
-        self.bw.stats.train_bytes_sent += bytes as u64;
-        self.out.event(Event::SendTrain {
-            to: from,
-            id,
-            packets,
-            size,
-        });
-    }
-
-    /// The driver saw a train arrive: `received` datagrams of `size` bytes, the last
-    /// `spread` of them over `span`. Only trains this node asked for count.
-    pub(super) fn handle_train(
-        &mut self,
-        from: NodeId,
-        id: u32,
-        (received, spread): (u16, u16),
-        size: u16,
-        span: Duration,
-    ) {
-        let Some(i) = self
-            .bw
-            .asked
-            .iter()
-            .position(|(a, p, _)| *a == id && *p == from)
-        else {
-            return;
-        };
-        self.bw.asked.swap_remove(i);
-        self.bw.stats.trains_received += 1;
-        self.bw.stats.train_bytes_received += received as u64 * size as u64;
-        // The spread of n datagrams is n - 1 gaps; too short a spread measures the clock.
-        if spread < 3 || spread > received || span < Duration::from_micros(200) {
-            return;
-        }
-        let bps = (spread - 1) as f64 * size as f64 * 8.0 / span.as_secs_f64();
-        let now = self.now;
-        let view = self.clusters();
-        // Trains inside this node's cluster are not rechecked: they only size the
-        // in-cluster fan-out, and a LAN's train is short and reads noisier.
-        let name = view
-            .partition(1)
-            .into_iter()
-            .find(|g| g.contains(&from) && !g.contains(&self.id))
-            .and_then(|g| g.into_iter().min());
-        let interval = self.config.bw_probe_interval;
-        for (peer, bps, replace) in self.bw.judge(now, name, from, bps, interval) {
-            self.bw.train(now, peer, bps, replace);
-        }
-    }
-
-    /// The driver measured a real transfer from `from`: `bytes` in `span`.
-    pub(super) fn handle_transfer_rate(&mut self, from: NodeId, bytes: u64, span: Duration) {
-        // Short transfers say more about latency and slow start than about the path.
-        if bytes < 256 * 1024 || span.is_zero() || !self.members.is_alive(&from) {
-            return;
-        }
-        let bps = bytes as f64 * 8.0 / span.as_secs_f64();
-        let now = self.now;
-        let r = self.bw.peers.entry(from).or_default();
-        let keep = r.transfer.is_none_or(|(old, at)| {
-            bps >= old || now.saturating_since(at) > self.config.bw_probe_interval * 4
-        });
-        if keep {
-            r.transfer = Some((bps, now));
-        }
-        r.updated = Some(now);
-        r.samples = r.samples.saturating_add(1);
-        self.bw.stats.transfers_measured += 1;
     }
 
     /// What measuring bandwidth cost and found so far.

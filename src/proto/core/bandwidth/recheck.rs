@@ -18,7 +18,7 @@ pub(super) struct Recheck {
     /// Whether `first` is a train (held back); otherwise it is a report that a peer's
     /// connection ran the path full ([`Bandwidth::suspect_by_path`]), which is never
     /// recorded as a sample: a saturated window may have been short of data as much as of
-    /// path, so only trains replace what was known.
+    /// path, so only trains replace what was known, two of them as after any surprise.
     pub(super) held_back: bool,
     /// Whether a second train from the cluster surprised the same way.
     pub(super) confirmed: bool,
@@ -81,13 +81,16 @@ impl Bandwidth {
                 r.measured.push(from);
                 vec![(from, bps, replace)]
             }
+            (Some(r), Some(low)) if low == r.first.2 && !r.held_back => {
+                // The report agrees with a train, but a train taken as the transfer's
+                // queues drained would too: held back like any first surprise.
+                r.first = (from, bps, low);
+                r.held_back = true;
+                Vec::new()
+            }
             (Some(r), Some(low)) if low == r.first.2 => {
                 r.confirmed = true;
                 let (peer, first, _) = r.first;
-                if !r.held_back {
-                    r.measured = vec![from];
-                    return vec![(from, bps, true)];
-                }
                 r.measured = vec![peer, from];
                 vec![(peer, first, true), (from, bps, true)]
             }
@@ -285,13 +288,15 @@ mod tests {
             Some(a),
             "the reporter is asked first"
         );
-        // Its train agrees: only the train replaces what was known, then b is measured.
-        let got = bw.judge(now, Some(name), a, 3.1e6, every);
-        assert_eq!(got, vec![(a, 3.1e6, true)]);
+        // Its train agrees: held back as a first surprise, and a second confirms it; only
+        // the trains replace what was known, then b is measured.
+        assert!(bw.judge(now, Some(name), a, 3.1e6, every).is_empty());
+        let got = bw.judge(now, Some(name), a, 3.2e6, every);
+        assert_eq!(got, vec![(a, 3.1e6, true), (a, 3.2e6, true)]);
         for (p, r, replace) in got {
             bw.train(now, p, r, replace);
         }
-        assert_eq!(bw.estimate(&a), Some(3.1e6));
+        assert_eq!(bw.estimate(&a), Some(3.2e6));
         let r = bw.suspect.get(&name).expect("confirmed");
         assert_eq!(r.target(&[a, b], |_| true), Some(b));
         assert_eq!(
