@@ -86,6 +86,13 @@ async fn after_a_link_slows_down_the_next_large_broadcast_is_planned_around_it()
          {rechecked}; the root knew {:.1} s after that broadcast ended",
         (learned - ran_into).as_secs_f64()
     );
+    // Sooner than the routine round that learnt it before (every 30 s per cluster).
+    let routine = overlay::proto::Config::wan().bw_probe_interval;
+    assert!(
+        learned - ran_into < routine,
+        "the root knew {:?} after the broadcast that ran into the slowed link",
+        learned - ran_into
+    );
     assert!(
         saturated > 0 && rechecked > 0,
         "the broadcast over the slowed link was not noticed ({saturated} saturated windows \

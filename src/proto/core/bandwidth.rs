@@ -338,19 +338,24 @@ impl Core {
             if suspect.is_none() && (!routine || spaced || measured) {
                 continue;
             }
-            let target = match suspect {
+            // A recheck after a low figure sizes its train for that figure: a train sized
+            // for the old rate costs the sender's budget several times over, and once
+            // left a recheck refused until its rounds ran out.
+            let (target, slower) = match suspect {
                 Some(r) => {
                     r.rounds += 1;
                     let members = &self.members;
-                    r.target(&g, |m| members.is_alive(m))
-                        .unwrap_or(g[self.bw.rounds as usize % g.len()])
+                    let target = r
+                        .target(&g, |m| members.is_alive(m))
+                        .unwrap_or(g[self.bw.rounds as usize % g.len()]);
+                    (target, r.first.2.then_some(r.first.1))
                 }
-                None => g[self.bw.rounds as usize % g.len()],
+                None => (g[self.bw.rounds as usize % g.len()], None),
             };
             if !self.members.is_alive(&target) {
                 continue;
             }
-            self.ask_train(name, target, &g, MAX_TRAIN_PACKETS);
+            self.ask_train(name, target, &g, (MAX_TRAIN_PACKETS, slower));
         }
         // Inside the cluster too (one member per routine round, rotating): how fast a
         // member forwards to another sets how many children it can feed in a stripe
@@ -365,19 +370,27 @@ impl Core {
                 .get(&own[0])
                 .is_some_and(|t| now < *t);
             if !spaced && self.members.is_alive(&target) {
-                self.ask_train(own[0], target, &others, INTRA_TRAIN);
+                self.ask_train(own[0], target, &others, (INTRA_TRAIN, None));
             }
         }
     }
 
     /// Asks `target` (of the cluster named `name`, whose members are `group`) for a train
-    /// of at most `cap` datagrams, sized from the best figure held for the cluster.
-    fn ask_train(&mut self, name: NodeId, target: NodeId, group: &[NodeId], cap: u16) {
+    /// of at most `cap` datagrams, sized from the best figure held for the cluster, or
+    /// from `slower` if that is lower (a recheck after a low figure).
+    fn ask_train(
+        &mut self,
+        name: NodeId,
+        target: NodeId,
+        group: &[NodeId],
+        (cap, slower): (u16, Option<f64>),
+    ) {
         let now = self.now;
         let est = group
             .iter()
             .filter_map(|p| self.bw.estimate(p))
-            .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
+            .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))))
+            .map(|e| slower.map_or(e, |s| e.min(s)));
         let bits = est.map_or(0.0, |e| e * TRAIN_SPREAD.as_secs_f64());
         let packets = ((bits / (TRAIN_DATAGRAM as f64 * 8.0)).ceil() as u16 + 1)
             .clamp(MIN_TRAIN, cap.max(MIN_TRAIN));
