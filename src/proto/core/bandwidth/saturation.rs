@@ -22,7 +22,7 @@ use crate::proto::id::NodeId;
 use crate::proto::message::Message;
 use std::time::Duration;
 
-/// Most one node tells one peer that their path ran full.
+/// At most one report per this long from one node to one peer that their path ran full.
 pub const TELL_EVERY: Duration = Duration::from_secs(10);
 
 impl Core {
