@@ -179,6 +179,11 @@ impl Bandwidth {
         self.peers.get(peer).and_then(PeerRate::estimate)
     }
 
+    /// Whether an estimate is held of any of `members`.
+    fn holds_any(&self, members: &[NodeId]) -> bool {
+        members.iter().any(|m| self.estimate(m).is_some())
+    }
+
     /// What to publish: the freshest estimates, at most [`MAX_BANDWIDTH_EDGES`].
     pub(super) fn edges(&self) -> Vec<BandwidthEdge> {
         let mut v: Vec<(Time, BandwidthEdge)> = self
@@ -306,7 +311,7 @@ impl Core {
             let unmeasured = groups
                 .iter()
                 .enumerate()
-                .any(|(gi, g)| gi != mine && !g.iter().any(|m| self.bw.estimate(m).is_some()));
+                .any(|(gi, g)| gi != mine && !self.bw.holds_any(g));
             let quick = self.bw.rounds <= QUICK_ROUNDS;
             self.bw.catch_up =
                 !quick && unmeasured && self.bw.rounds <= QUICK_ROUNDS + CATCH_UP_ROUNDS;
@@ -328,7 +333,7 @@ impl Core {
             let mut g = g.clone();
             g.sort_unstable();
             let name = g[0];
-            let measured = catch_up && g.iter().any(|m| self.bw.estimate(m).is_some());
+            let measured = catch_up && self.bw.holds_any(&g);
             let suspect = if recheck {
                 self.bw.suspect.get_mut(&name)
             } else {
@@ -426,6 +431,16 @@ impl Core {
 }
 
 impl Core {
+    /// The name (smallest member) of `peer`'s discovered cluster, unless it is this
+    /// node's own: the link a train or report from `peer` measures is then wide-area.
+    fn other_cluster_name(&self, peer: &NodeId) -> Option<NodeId> {
+        self.clusters()
+            .partition(1)
+            .into_iter()
+            .find(|g| g.contains(peer) && !g.contains(&self.id))
+            .and_then(|g| g.into_iter().min())
+    }
+
     /// The discovered clusters with the bandwidth and latency between them, aggregated
     /// from every node's published figures (see [`crate::proto::bandwidth`]).
     pub fn bandwidth_view(&self) -> crate::proto::bandwidth::BandwidthView {

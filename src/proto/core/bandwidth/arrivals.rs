@@ -64,14 +64,9 @@ impl Core {
         }
         let bps = (spread - 1) as f64 * size as f64 * 8.0 / span.as_secs_f64();
         let now = self.now;
-        let view = self.clusters();
         // Trains inside this node's cluster are not rechecked: they only size the
         // in-cluster fan-out, and a LAN's train is short and reads noisier.
-        let name = view
-            .partition(1)
-            .into_iter()
-            .find(|g| g.contains(&from) && !g.contains(&self.id))
-            .and_then(|g| g.into_iter().min());
+        let name = self.other_cluster_name(&from);
         let interval = self.config.bw_probe_interval;
         for (peer, bps, replace) in self.bw.judge(now, name, from, bps, interval) {
             self.bw.train(now, peer, bps, replace);

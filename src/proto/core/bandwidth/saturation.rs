@@ -72,13 +72,7 @@ impl Core {
         if !self.members.is_alive(&from) {
             return;
         }
-        let name = self
-            .clusters()
-            .partition(1)
-            .into_iter()
-            .find(|g| g.contains(&from) && !g.contains(&self.id))
-            .and_then(|g| g.into_iter().min());
-        let Some(name) = name else {
+        let Some(name) = self.other_cluster_name(&from) else {
             return;
         };
         let held = self.bw.estimate(&from).or_else(|| {
