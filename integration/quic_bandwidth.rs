@@ -120,7 +120,7 @@ async fn every_node_learns_the_cluster_bandwidth_matrix_from_its_own_measurement
 }
 
 /// Train bytes every node sent so far, added up.
-async fn probe_bytes(overlay: &LocalOverlay) -> u64 {
+pub(crate) async fn probe_bytes(overlay: &LocalOverlay) -> u64 {
     let mut total = 0;
     for n in &overlay.nodes {
         total += n.status().await.map_or(0, |s| s.probe_bytes_sent);

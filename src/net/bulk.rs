@@ -10,6 +10,10 @@
 //! sender sees an error, so a peer cannot grow a node's memory with transfers nobody
 //! asked for.
 
+mod activity;
+
+pub use self::activity::Activity;
+
 use super::frame::write_frame;
 use crate::proto::{BulkHeader, NodeId, Packet};
 use bytes::Bytes;
@@ -49,9 +53,15 @@ struct Inner {
 #[derive(Default)]
 pub struct Mailbox {
     inner: Mutex<Inner>,
+    activity: Activity,
 }
 
 impl Mailbox {
+    /// Transfers in flight either way, and the rates they reached.
+    pub fn activity(&self) -> &Activity {
+        &self.activity
+    }
+
     /// Hands `bytes` to whoever waits for `key`, or keeps them. False if they were refused
     /// (no room for transfers nobody waits for).
     pub fn post(&self, key: Key, bytes: Bytes) -> bool {
@@ -229,8 +239,10 @@ pub async fn receive(
         let _ = recv.stop(STOP_REFUSED.into());
         return;
     };
+    let mut moving = mailbox.activity().receiving(peer);
     match recv.read_to_end(header.len as usize).await {
         Ok(bytes) if bytes.len() as u64 == header.len => {
+            moving.arrived(header.len);
             mailbox.post_reserved(key, Bytes::from(bytes), reserved);
         }
         Ok(bytes) => {

@@ -185,6 +185,11 @@ pub struct NodeStatus {
     pub paths_saturated: u64,
     #[serde(default)]
     pub saturations_rechecked: u64,
+    /// Real transfers whose rate this node took as a passive bandwidth measurement: a
+    /// broadcast's data streams, and the large collectives' transfers (one figure per busy
+    /// period of a peer's transfers here).
+    #[serde(default)]
+    pub transfers_measured: u64,
     /// The decision table of the large collectives this node planned (see
     /// `Node::collective_table`).
     #[serde(default)]

@@ -107,6 +107,8 @@ impl<'a> Comm<'a> {
             .or_insert_with(|| Arc::new(Semaphore::new(WINDOW)))
             .clone();
         let _permit = window.acquire().await.expect("never closed");
+        // Counted as moving: the node sends no packet trains meanwhile.
+        let _moving = self.shared.mailbox.activity().sending();
         let conn = self.connection(to).await?;
         let sent = crate::net::bulk::send(&conn, to, self.op, tag, bytes.clone()).await;
         if sent.is_ok() {

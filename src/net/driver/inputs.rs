@@ -201,8 +201,16 @@ impl Driver {
         }
         // Told when it changes; a stream that ends between two wake-ups is seen at the
         // next one (at most a second later: the idle check).
+        let activity = self.ctx.mailbox.activity();
         let moving = self.streams.moving()
+            || activity.moving(super::LARGE_FRAME_HOLD)
             || (self.last_large_frame).is_some_and(|t| t.elapsed() < super::LARGE_FRAME_HOLD);
+        // What the large collectives' transfers reached, per peer and busy period.
+        for (from, bytes, span) in activity.take_rates() {
+            let m = Input::TransferRate { from, bytes, span };
+            self.node.handle(self.now(), NodeInput::Measured(m));
+            fed = true;
+        }
         if moving != self.moving_bulk {
             self.moving_bulk = moving;
             debug!(moving, "bulk transfer");

@@ -156,6 +156,7 @@ impl Driver {
             probe_bytes_received: core.bandwidth_stats().train_bytes_received,
             paths_saturated: core.bandwidth_stats().paths_saturated,
             saturations_rechecked: core.bandwidth_stats().saturations_rechecked,
+            transfers_measured: core.bandwidth_stats().transfers_measured,
             // Kept by the API handle, which fills it in.
             collectives: Vec::new(),
             tasks: tokio::runtime::Handle::try_current()

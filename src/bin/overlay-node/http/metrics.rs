@@ -302,6 +302,11 @@ fn traffic(o: &mut Out, s: &NodeStatus) {
              estimate.",
             s.saturations_rechecked,
         ),
+        (
+            "overlay_transfers_measured_total",
+            "Real transfers whose rate was taken as a passive bandwidth measurement.",
+            s.transfers_measured,
+        ),
     ];
     for (name, help, value) in counters {
         o.family(name, "counter", help);

@@ -206,6 +206,7 @@ fn status() -> NodeStatus {
         probe_bytes_received: 6,
         paths_saturated: 7,
         saturations_rechecked: 1,
+        transfers_measured: 2,
         collectives: vec![],
         tasks: 42,
         traffic: vec![KindTraffic {
