@@ -12,12 +12,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Node `i`'s vector: small integers, so f32 sums are exact in any order.
-fn vector(i: usize, len: usize) -> Vec<f32> {
+pub(crate) fn vector(i: usize, len: usize) -> Vec<f32> {
     (0..len).map(|j| ((i + 1) * (j % 7)) as f32).collect()
 }
 
 /// What the sum over `contributors` (indices) must be.
-fn expected(contributors: &[usize], len: usize) -> Vec<f32> {
+pub(crate) fn expected(contributors: &[usize], len: usize) -> Vec<f32> {
     (0..len)
         .map(|j| {
             contributors
@@ -28,7 +28,7 @@ fn expected(contributors: &[usize], len: usize) -> Vec<f32> {
         .collect()
 }
 
-async fn all_call(
+pub(crate) async fn all_call(
     nodes: &[Node],
     name: &str,
     len: usize,
@@ -265,43 +265,58 @@ async fn values_reduce_with_the_callers_associative_operation() {
     overlay.shutdown().await;
 }
 
-/// A large allreduce's transfers count as bulk data, like a striped broadcast's streams:
-/// no packet trains cross the links they fill, and what they carried is measured.
+/// Binomial trees inside the clusters (forced, over two given clusters of four, so a
+/// tree has members with two children): allreduce and reduce exact, with clustered and
+/// hierarchical plans.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_allreduce_is_measured_and_sends_no_trains_while_it_runs() {
+async fn binomial_trees_inside_the_clusters_give_exact_results() {
     let _net = crate::common::real_network();
-    let (topo, overlay) = start_das4().await;
+    let (_topo, overlay) = start_das4().await;
     let n = overlay.nodes.len();
-    let pairs = topo.clusters.len() * (topo.clusters.len() - 1);
-    for node in &overlay.nodes {
-        crate::quic_bandwidth::wait_matrix(node, pairs).await;
-    }
-    let before = crate::quic_bandwidth::probe_bytes(&overlay).await;
-    let len = 1 << 20;
-    let start = Instant::now();
-    let out = all_call(&overlay.nodes, "measured", len, None).await;
-    let took = start.elapsed();
-    let during = crate::quic_bandwidth::probe_bytes(&overlay).await - before;
+    let len = 100_000;
+    let mut ids: Vec<NodeId> = overlay.nodes.iter().map(Node::id).collect();
+    ids.sort();
+    let groups = vec![ids[..n / 2].to_vec(), ids[n / 2..].to_vec()];
+    let root = ids[n - 1];
     let want = expected(&(0..n).collect::<Vec<_>>(), len);
-    assert!(out.iter().all(|(data, _)| data == &want));
-    // At most a train asked just before the transfers began goes out during them.
-    let one_train = overlay::proto::message::MAX_TRAIN_PACKETS as u64 * 1200;
-    println!("4 MiB allreduce in {took:?}; train bytes sent meanwhile by all nodes: {during}");
-    assert!(
-        during <= one_train,
-        "{during} train bytes during the transfers"
-    );
-    // The driver hands the rates over at its next wake-up (at most a second).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut measured = Vec::new();
-    for node in &overlay.nodes {
-        measured.push(node.status().await.expect("status").transfers_measured);
+    for algorithm in [Algorithm::Clustered, Algorithm::Hierarchical] {
+        for reduce_to in [None, Some(root)] {
+            let calls = overlay.nodes.iter().enumerate().map(|(i, node)| {
+                let node = node.clone();
+                let options = BulkOptions {
+                    algorithm: Some(algorithm),
+                    groups: Some(groups.clone()),
+                    inside: Some(overlay::bulk::Inside::Binomial),
+                    timeout: Duration::from_secs(120),
+                    ..BulkOptions::default()
+                };
+                async move {
+                    let mut data = vector(i, len);
+                    let report = match reduce_to {
+                        None => {
+                            (node.allreduce_slice_with("tree", &mut data, ReduceOp::Sum, options))
+                                .await
+                        }
+                        Some(r) => {
+                            let sum = ReduceOp::Sum;
+                            (node.reduce_slice_with("tree-root", r, &mut data, sum, options)).await
+                        }
+                    }
+                    .unwrap_or_else(|e| panic!("node {i}: {e}"));
+                    (node.id(), i, data, report)
+                }
+            });
+            for (id, i, data, report) in futures::future::join_all(calls).await {
+                assert_eq!(report.algorithm, algorithm);
+                assert_eq!(report.inside, vec![overlay::bulk::Inside::Binomial; 2]);
+                assert_eq!(report.contributors.len(), n, "node {i}: {report:?}");
+                let gets_it = reduce_to.is_none_or(|r| r == id);
+                let mine = vector(i, len);
+                let ok = if gets_it { data == want } else { data == mine };
+                assert!(ok, "node {i}, {algorithm:?}, reduce to {reduce_to:?}");
+            }
+        }
     }
-    println!("transfer rates measured per node: {measured:?}");
-    assert!(
-        measured.iter().all(|m| *m > 0),
-        "every node received several MiB: {measured:?}"
-    );
     overlay.shutdown().await;
 }
 

@@ -319,3 +319,43 @@ async fn deliveries(
     }
     got
 }
+
+/// A large allreduce's transfers count as bulk data, like a striped broadcast's streams:
+/// no packet trains cross the links they fill, and what they carried is measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_allreduce_is_measured_and_sends_no_trains_while_it_runs() {
+    let _net = crate::common::real_network();
+    let (topo, overlay) = start_das4().await;
+    let n = overlay.nodes.len();
+    let pairs = topo.clusters.len() * (topo.clusters.len() - 1);
+    for node in &overlay.nodes {
+        wait_matrix(node, pairs).await;
+    }
+    let before = probe_bytes(&overlay).await;
+    let len = 1 << 20;
+    let start = Instant::now();
+    let out = crate::quic_allreduce::all_call(&overlay.nodes, "measured", len, None).await;
+    let took = start.elapsed();
+    let during = probe_bytes(&overlay).await - before;
+    let want = crate::quic_allreduce::expected(&(0..n).collect::<Vec<_>>(), len);
+    assert!(out.iter().all(|(data, _)| data == &want));
+    // At most a train asked just before the transfers began goes out during them.
+    let one_train = overlay::proto::message::MAX_TRAIN_PACKETS as u64 * 1200;
+    println!("4 MiB allreduce in {took:?}; train bytes sent meanwhile by all nodes: {during}");
+    assert!(
+        during <= one_train,
+        "{during} train bytes during the transfers"
+    );
+    // The driver hands the rates over at its next wake-up (at most a second).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut measured = Vec::new();
+    for node in &overlay.nodes {
+        measured.push(node.status().await.expect("status").transfers_measured);
+    }
+    println!("transfer rates measured per node: {measured:?}");
+    assert!(
+        measured.iter().all(|m| *m > 0),
+        "every node received several MiB: {measured:?}"
+    );
+    overlay.shutdown().await;
+}

@@ -38,7 +38,7 @@ pub use self::error::{IoStep, NodeError};
 pub use self::group::{Group, RendezvousOptions, Round, RoundChanges};
 pub use self::large::{
     Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,
-    Element, Prediction, ReduceOp, TuneEntry,
+    Element, Inside, Prediction, ReduceOp, TuneEntry,
 };
 pub use self::locality::{NotReady, readiness};
 pub use self::op_stats::{CollectiveStats, LATENCY_BUCKETS_S};

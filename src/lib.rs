@@ -88,7 +88,7 @@ pub mod prelude {
 pub mod bulk {
     pub use crate::api::{
         Algorithm, BulkOptions, BulkPhase, BulkProgress, BulkReport, BulkTask, BulkWatch, Elem,
-        Element, Prediction, ReduceOp, TuneEntry,
+        Element, Inside, Prediction, ReduceOp, TuneEntry,
     };
 }
 pub use crate::net::token::{JoinToken, TokenError};

@@ -35,7 +35,7 @@ mod watch;
 
 pub use self::watch::{BulkPhase, BulkProgress, BulkTask, BulkWatch};
 pub use crate::proto::bulk::model::Prediction;
-pub use crate::proto::bulk::{Algorithm, Elem, ReduceOp, TuneEntry, combine::Element};
+pub use crate::proto::bulk::{Algorithm, Elem, Inside, ReduceOp, TuneEntry, combine::Element};
 
 use self::session::{Input, Job, Output};
 use crate::api::{Node, NodeError};
@@ -85,6 +85,9 @@ pub struct BulkOptions {
     /// [`crate::api::Group`]); `None`: every live member. Listed members that are not live
     /// are left out; every participant must pass the same list.
     pub members: Option<Vec<NodeId>>,
+    /// Use this pattern inside every cluster instead of the model's choice (clustered and
+    /// hierarchical allreduce and reduce; only the planner's matters).
+    pub inside: Option<Inside>,
 }
 
 impl Default for BulkOptions {
@@ -96,6 +99,7 @@ impl Default for BulkOptions {
             rendezvous: Duration::from_secs(30),
             watch: None,
             members: None,
+            inside: None,
         }
     }
 }
@@ -115,6 +119,9 @@ pub struct BulkReport {
     pub elapsed: Duration,
     /// Attempts made (more than one: a participant was lost and the rest went again).
     pub attempts: u32,
+    /// How the chunks flowed inside each cluster, in the plan's group order (a clustered
+    /// or hierarchical allreduce or reduce; empty for the others).
+    pub inside: Vec<Inside>,
 }
 
 impl Node {
@@ -184,18 +191,19 @@ impl Node {
         op: ReduceOp,
         options: BulkOptions,
     ) -> Result<BulkReport, NodeError> {
-        let mut input = Vec::new();
-        T::put(data, &mut input);
         let call = Call {
             elem: T::ELEM,
             len: data.len() as u64,
             op,
             root,
         };
-        let input = Bytes::from(input);
+        // The caller's vector as bytes, not copied where it is stored little-endian; left
+        // as it is until the call commits (an attempt that fails starts again from it).
+        let input = T::le_bytes(data);
         let (out, report) = self
             .run_bulk(name, Job::Reduce(call), Input::Vector(&input), options)
             .await?;
+        drop(input);
         match out {
             Output::Vector(v) => T::get(&v, data),
             _ => unreachable!("a reduce gives a vector"),

@@ -164,6 +164,13 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
                     };
                     let took = crate::sim::bulk::replay(&net, &cluster_of, &transfers);
                     let seconds = took.as_secs_f64();
+                    if let Control::Plan(p) = &plan
+                        && contender == Contender::Default
+                    {
+                        progress(&inside_against_chains(p, seconds, &|t| {
+                            crate::sim::bulk::replay(&net, &cluster_of, t)
+                        }));
+                    }
                     if contender == Contender::Default {
                         tuner.record(ask.collective(), ask.bytes(), algorithm, seconds);
                     }
@@ -200,4 +207,26 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
         tuning: Vec::new(),
         wall_s: wall.elapsed().as_secs_f64(),
     })
+}
+
+/// The patterns the model chose inside the clusters for a default allreduce or reduce,
+/// and the same plan timed with chains everywhere (side by side, same pipes).
+fn inside_against_chains(
+    plan: &crate::proto::bulk::BulkPlan,
+    seconds: f64,
+    replay: &dyn Fn(&[dag::Transfer]) -> Duration,
+) -> String {
+    let names: Vec<&str> = (0..plan.groups.len())
+        .map(|g| plan.inside(g).name())
+        .collect();
+    let chains = crate::proto::bulk::BulkPlan {
+        inside: Vec::new(),
+        ..plan.clone()
+    };
+    let with_chains = replay(&dag::of_bulk(&chains)).as_secs_f64();
+    format!(
+        "collectives-sim:   inside the clusters {names:?}: {seconds:.3} s; chains everywhere: \
+         {with_chains:.3} s ({:.2}x)",
+        seconds / with_chains.max(1e-9)
+    )
 }

@@ -15,6 +15,48 @@ use tokio::sync::{Semaphore, oneshot};
 /// Transfers in flight to one peer.
 pub const WINDOW: usize = 4;
 
+/// Bytes to send: shared, or a range of the caller's vector, copied only once a send
+/// window admits them (so a node that starts every chain does not hold a second copy of
+/// its vector while its sends queue).
+#[derive(Clone, Debug)]
+pub enum Payload<'b> {
+    Shared(Bytes),
+    Borrowed(&'b [u8]),
+}
+
+impl Payload<'_> {
+    /// The bytes, copied if borrowed.
+    pub fn into_bytes(self) -> Bytes {
+        match self {
+            Payload::Shared(b) => b,
+            Payload::Borrowed(s) => Bytes::copy_from_slice(s),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Payload::Shared(b) => b,
+            Payload::Borrowed(s) => s,
+        }
+    }
+}
+
+impl From<Bytes> for Payload<'_> {
+    fn from(b: Bytes) -> Self {
+        Payload::Shared(b)
+    }
+}
+
+impl From<&Bytes> for Payload<'_> {
+    fn from(b: &Bytes) -> Self {
+        Payload::Shared(b.clone())
+    }
+}
+
 /// One attempt's sends and receives.
 pub struct Comm<'a> {
     node: &'a Node,
@@ -83,7 +125,13 @@ impl<'a> Comm<'a> {
     }
 
     /// Sends `bytes` as transfer `tag` to `to` (to itself: straight into the mailbox).
-    pub async fn send(&self, to: NodeId, tag: u32, bytes: Bytes) -> Result<(), NodeError> {
+    pub async fn send<'b>(
+        &self,
+        to: NodeId,
+        tag: u32,
+        bytes: impl Into<Payload<'b>>,
+    ) -> Result<(), NodeError> {
+        let bytes = bytes.into();
         let len = bytes.len();
         self.send_uncounted(to, tag, bytes).await?;
         if let Some(w) = &self.watch {
@@ -92,9 +140,18 @@ impl<'a> Comm<'a> {
         Ok(())
     }
 
-    async fn send_uncounted(&self, to: NodeId, tag: u32, bytes: Bytes) -> Result<(), NodeError> {
+    async fn send_uncounted(
+        &self,
+        to: NodeId,
+        tag: u32,
+        bytes: Payload<'_>,
+    ) -> Result<(), NodeError> {
         if to == self.node.id {
-            return match self.shared.mailbox.post((self.op, to, tag), bytes) {
+            return match self
+                .shared
+                .mailbox
+                .post((self.op, to, tag), bytes.into_bytes())
+            {
                 true => Ok(()),
                 false => Err(self.error("this node's mailbox is full")),
             };
@@ -109,6 +166,7 @@ impl<'a> Comm<'a> {
         let _permit = window.acquire().await.expect("never closed");
         // Counted as moving: the node sends no packet trains meanwhile.
         let _moving = self.shared.mailbox.activity().sending();
+        let bytes = bytes.into_bytes();
         let conn = self.connection(to).await?;
         let sent = crate::net::bulk::send(&conn, to, self.op, tag, bytes.clone()).await;
         if sent.is_ok() {
@@ -124,7 +182,13 @@ impl<'a> Comm<'a> {
     }
 
     /// Sends the same bytes to several peers at once.
-    pub async fn send_all(&self, to: &[NodeId], tag: u32, bytes: &Bytes) -> Result<(), NodeError> {
+    pub async fn send_all<'b>(
+        &self,
+        to: &[NodeId],
+        tag: u32,
+        bytes: impl Into<Payload<'b>>,
+    ) -> Result<(), NodeError> {
+        let bytes = bytes.into();
         let sends = to.iter().map(|t| self.send(*t, tag, bytes.clone()));
         futures::future::try_join_all(sends).await.map(|_| ())
     }

@@ -2,15 +2,17 @@
 //! its own future, all polled together, so chunks flow through the chains, across the
 //! clusters and back while later ones are still being summed (pipelining).
 
-use super::comm::Comm;
+use super::comm::{Comm, Payload};
 use crate::api::NodeError;
 use crate::proto::bulk::route::{self, Chunk};
 use crate::proto::bulk::{Algorithm, BulkPlan, Phase, combine::combine, tag};
 use bytes::Bytes;
 use futures::future::try_join_all;
+use std::sync::Mutex;
 
-/// This node's result of `plan`, given its own vector's bytes.
-pub async fn run(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
+/// This node's result of `plan`, given its own vector's bytes (borrowed from the caller:
+/// the result is a second copy, and the transfers copy only what they move).
+pub async fn run(comm: &Comm<'_>, plan: &BulkPlan, input: &[u8]) -> Result<Vec<u8>, NodeError> {
     let bytes = plan.len as usize * plan.elem.size();
     if input.len() != bytes {
         return Err(comm.error(format!(
@@ -30,32 +32,34 @@ fn add(comm: &Comm<'_>, plan: &BulkPlan, acc: &mut [u8], other: &[u8]) -> Result
     combine(plan.elem, plan.op, acc, other).map_err(|e| comm.error(e))
 }
 
-async fn grouped(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
+async fn grouped(comm: &Comm<'_>, plan: &BulkPlan, input: &[u8]) -> Result<Vec<u8>, NodeError> {
     let size = plan.elem.size();
     let chunks = route::chunks(plan);
     comm.parts(chunks.len());
-    let parts = chunks
-        .iter()
-        .map(|c| comm.part(chunk(comm, plan, input, c)));
-    let results = try_join_all(parts).await?;
-    let mut out = input.to_vec();
-    for (c, bytes) in chunks.iter().zip(results) {
-        // A reduce's non-root gets nothing back: its vector stays as it was.
-        if let Some(bytes) = bytes {
-            let at = c.start as usize * size;
-            out[at..at + bytes.len()].copy_from_slice(&bytes);
-        }
-    }
-    Ok(out)
+    // Each chunk's result is written in as it comes and its bytes let go, so the whole
+    // vector is never held a third time. A reduce's non-root gets nothing back: its
+    // vector stays as it was.
+    let out = Mutex::new(input.to_vec());
+    let parts = chunks.iter().map(|c| {
+        comm.part(async {
+            if let Some(bytes) = chunk(comm, plan, input, c).await? {
+                let at = c.start as usize * size;
+                out.lock().expect("not poisoned")[at..at + bytes.len()].copy_from_slice(&bytes);
+            }
+            Ok(())
+        })
+    });
+    try_join_all(parts).await?;
+    Ok(out.into_inner().expect("not poisoned"))
 }
 
-/// One chunk: along the reduce chain, across clusters if this node is the gateway, back
-/// along the gather chain (a reduce: to the root alone). Returns the chunk's result, if
+/// One chunk: along the reduce chain or tree, across clusters if this node is the
+/// gateway, back along the gather chain or tree (a reduce: to the root alone). Returns the chunk's result, if
 /// this node gets one.
 async fn chunk(
     comm: &Comm<'_>,
     plan: &BulkPlan,
-    input: &Bytes,
+    input: &[u8],
     c: &Chunk,
 ) -> Result<Option<Bytes>, NodeError> {
     let r = route::chunk_route(plan, comm.me(), c)
@@ -66,15 +70,18 @@ async fn chunk(
     let wide = tag(Phase::ReduceWide, n);
     // This cluster's partial: along the chain, then (gateway) out to the owners.
     let own_partial = async {
-        let mut partial = input.slice(range.clone());
-        if let Some(from) = r.reduce_from {
-            let got = comm.recv(from, tag(Phase::ReduceChain, n)).await?;
-            let mut acc = partial.to_vec();
-            add(comm, plan, &mut acc, &got)?;
-            partial = Bytes::from(acc);
+        let mut partial = Payload::Borrowed(&input[range.clone()]);
+        if !r.reduce_from.is_empty() {
+            let from = r.reduce_from.iter();
+            let got = try_join_all(from.map(|f| comm.recv(*f, tag(Phase::ReduceChain, n)))).await?;
+            let mut acc = input[range.clone()].to_vec();
+            for g in got {
+                add(comm, plan, &mut acc, &g)?;
+            }
+            partial = Payload::Shared(Bytes::from(acc));
         }
         if r.gateway() {
-            comm.send_all(&r.partial_to, wide, &partial).await?;
+            comm.send_all(&r.partial_to, wide, partial.clone()).await?;
         }
         Ok::<_, NodeError>(partial)
     };
@@ -108,13 +115,15 @@ async fn chunk(
                 let next = if g == r.group {
                     partial.clone()
                 } else {
-                    parts
-                        .next()
-                        .ok_or_else(|| comm.error("a partial is missing"))?
+                    Payload::Shared(
+                        parts
+                            .next()
+                            .ok_or_else(|| comm.error("a partial is missing"))?,
+                    )
                 };
                 match acc.as_mut() {
-                    None => acc = Some(next.to_vec()),
-                    Some(a) => add(comm, plan, a, &next)?,
+                    None => acc = Some(next.as_slice().to_vec()),
+                    Some(a) => add(comm, plan, a, next.as_slice())?,
                 }
             }
             Some(Bytes::from(acc.unwrap_or_default()))
@@ -134,14 +143,12 @@ async fn chunk(
     if result.len() != want {
         return Err(comm.error("a result chunk of the wrong length"));
     }
-    if let Some(to) = r.gather_to {
-        comm.send(to, tag(Phase::GatherChain, n), result.clone())
-            .await?;
-    }
+    comm.send_all(&r.gather_to, tag(Phase::GatherChain, n), &result)
+        .await?;
     Ok(Some(result))
 }
 
-async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
+async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &[u8]) -> Result<Vec<u8>, NodeError> {
     let (i, prev, next) =
         route::ring(plan, comm.me()).ok_or_else(|| comm.error("this node is not in the plan"))?;
     let n = plan.members.len();
@@ -211,7 +218,7 @@ async fn ring(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
     Ok(acc)
 }
 
-async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>, NodeError> {
+async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &[u8]) -> Result<Vec<u8>, NodeError> {
     let (parent, children) =
         route::tree(plan, comm.me()).ok_or_else(|| comm.error("this node is not in the plan"))?;
     let up = tag(Phase::TreeUp, 0);
@@ -241,5 +248,5 @@ async fn tree(comm: &Comm<'_>, plan: &BulkPlan, input: &Bytes) -> Result<Vec<u8>
         comm.send_all(&children, down, &result).await?;
     }
     comm.part(async { Ok(()) }).await?;
-    Ok(result.to_vec())
+    Ok(Vec::from(result))
 }

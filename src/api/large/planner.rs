@@ -253,7 +253,10 @@ fn make_plan(
             tuner.choose(collective, bytes, p)
         }
     };
-    let plan = ask.plan(net, members, missing, algorithm, attempt);
+    let mut plan = ask.plan(net, members, missing, algorithm, attempt);
+    if let (Control::Plan(p), Some(inside)) = (&mut plan, options.inside) {
+        p.inside = vec![inside; p.groups.len()];
+    }
     Ok((collective, bytes, plan, algorithm))
 }
 

@@ -66,7 +66,7 @@ impl Job<'_> {
 
 /// What a caller brings.
 pub(crate) enum Input<'a> {
-    Vector(&'a Bytes),
+    Vector(&'a [u8]),
     Pieces(Pieces<'a>),
     /// An encoded value and how two encoded values combine.
     Value {
@@ -89,6 +89,7 @@ struct Summary {
     missing: Vec<NodeId>,
     algorithm: Algorithm,
     predicted_s: f64,
+    inside: Vec<crate::proto::bulk::Inside>,
 }
 
 impl Summary {
@@ -98,6 +99,7 @@ impl Summary {
             missing: missing.to_vec(),
             algorithm,
             predicted_s,
+            inside: Vec::new(),
         }
     }
 }
@@ -213,6 +215,7 @@ impl Node {
             predicted: Duration::try_from_secs_f64(s.predicted_s).unwrap_or_default(),
             elapsed: started.elapsed(),
             attempts: planned.unwrap_or(attempts),
+            inside: s.inside,
         };
         Ok((out, report))
     }
@@ -233,7 +236,15 @@ impl Node {
             let (attempt, summary) = match &msg {
                 Control::Plan(p) => (
                     p.attempt,
-                    Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s),
+                    Summary {
+                        inside: match p.algorithm {
+                            Algorithm::Clustered | Algorithm::Hierarchical => {
+                                (0..p.groups.len()).map(|g| p.inside(g)).collect()
+                            }
+                            _ => Vec::new(),
+                        },
+                        ..Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s)
+                    },
                 ),
                 Control::RoutePlan(p) => (
                     p.attempt,

@@ -81,6 +81,9 @@ impl BulkPlan {
             return Err(BadPlan("vector too large"));
         }
         partition(&self.groups, n)?;
+        if !self.inside.is_empty() && self.inside.len() != self.groups.len() {
+            return Err(BadPlan("a pattern inside for some groups only"));
+        }
         let chunks = match self.algorithm {
             Algorithm::Clustered => {
                 if self.shares.len() != self.groups.len()
@@ -199,7 +202,7 @@ impl SpreadPlan {
 mod tests {
     use super::*;
     use crate::proto::bulk::paths::Direction;
-    use crate::proto::bulk::{Elem, ReduceOp};
+    use crate::proto::bulk::{Elem, Inside, ReduceOp};
 
     fn ids(n: u64) -> Vec<NodeId> {
         let mut v: Vec<NodeId> = (0..n).map(|i| NodeId::from_seed(5, i)).collect();
@@ -223,6 +226,7 @@ mod tests {
             chunk: 10,
             predicted_s: 1.0,
             root: None,
+            inside: vec![Inside::Binomial, Inside::Chain],
         };
         assert_eq!(good.check(members[0]), Ok(()));
         let mut reduce = good.clone();
@@ -243,6 +247,8 @@ mod tests {
         assert!(bad(|p| p.shares = vec![60, 41]).is_err());
         assert!(bad(|p| p.shares = vec![u64::MAX, 41]).is_err());
         assert!(bad(|p| p.chunk = 0).is_err());
+        assert!(bad(|p| p.inside = vec![Inside::Binomial]).is_err());
+        assert_eq!(bad(|p| p.inside = Vec::new()), Ok(()));
         assert!(bad(|p| p.members.swap(0, 1)).is_err());
         assert!(bad(|p| p.len = u64::MAX).is_err());
         assert!(

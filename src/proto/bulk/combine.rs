@@ -42,6 +42,14 @@ pub trait Element: Copy + Send + Sync + 'static {
     fn put(values: &[Self], out: &mut Vec<u8>);
     /// Reads `out.len()` values from little-endian `bytes`.
     fn get(bytes: &[u8], out: &mut [Self]);
+    /// The little-endian bytes of `values`: borrowed where they are stored so (the
+    /// built-in types on a little-endian machine), so a large collective holds no copy of
+    /// the caller's vector.
+    fn le_bytes(values: &[Self]) -> std::borrow::Cow<'_, [u8]> {
+        let mut out = Vec::new();
+        Self::put(values, &mut out);
+        std::borrow::Cow::Owned(out)
+    }
 }
 
 macro_rules! element {
@@ -58,6 +66,10 @@ macro_rules! element {
                 for (o, b) in out.iter_mut().zip(bytes.chunks_exact(size_of::<$t>())) {
                     *o = <$t>::from_le_bytes(b.try_into().expect("chunks_exact"));
                 }
+            }
+            #[cfg(target_endian = "little")]
+            fn le_bytes(values: &[Self]) -> std::borrow::Cow<'_, [u8]> {
+                std::borrow::Cow::Borrowed(bytemuck::cast_slice(values))
             }
         }
     };

@@ -73,14 +73,14 @@ pub fn of_bulk(plan: &BulkPlan) -> Vec<Transfer> {
 /// Kinds of transfer of a grouped plan's chunk.
 #[derive(Hash, PartialEq, Eq, Clone, Copy)]
 enum Hop {
-    /// Along the reduce chain, from the member.
+    /// Along the reduce chain or tree, from the member.
     Chain(NodeId),
     /// A cluster partial, (from, to).
     Partial(NodeId, NodeId),
     /// A result across clusters (or to a reduce's root), (from, to).
     Result(NodeId, NodeId),
-    /// Along the gather chain, from the member.
-    Down(NodeId),
+    /// Along the gather chain or tree, (from, to).
+    Down(NodeId, NodeId),
 }
 
 fn grouped(plan: &BulkPlan, size: u64) -> Vec<Transfer> {
@@ -94,18 +94,29 @@ fn grouped(plan: &BulkPlan, size: u64) -> Vec<Transfer> {
         let by_id: HashMap<NodeId, &route::ChunkRoute> =
             routes.iter().map(|(m, r)| (*m, r)).collect();
         let mut g: Graph<Hop> = Graph::new();
-        // The reduce chains, from their starts (each hop after the one into it).
-        let mut chain_in: HashMap<NodeId, usize> = HashMap::new();
-        for (m, _) in routes.iter().filter(|(_, r)| r.reduce_from.is_none()) {
-            let (mut from, mut before) = (*m, Vec::new());
-            while let Some(next) = by_id[&from].reduce_to {
+        // The reduce chains or trees, from their starts (each hop after every one into
+        // its sender).
+        let mut chain_in: HashMap<NodeId, Vec<usize>> = HashMap::new();
+        let mut waiting: HashMap<NodeId, usize> = (routes.iter())
+            .map(|(m, r)| (*m, r.reduce_from.len()))
+            .collect();
+        let mut ready: Vec<NodeId> = (routes.iter())
+            .filter(|(_, r)| r.reduce_from.is_empty())
+            .map(|(m, _)| *m)
+            .collect();
+        while let Some(from) = ready.pop() {
+            if let Some(next) = by_id[&from].reduce_to {
+                let before = chain_in.get(&from).cloned().unwrap_or_default();
                 let t = g.add(Hop::Chain(from), at(from), at(next), bytes, before);
-                chain_in.insert(next, t);
-                before = vec![t];
-                from = next;
+                chain_in.entry(next).or_default().push(t);
+                let left = waiting.get_mut(&next).expect("a member");
+                *left -= 1;
+                if *left == 0 {
+                    ready.push(next);
+                }
             }
         }
-        let partial = |m: &NodeId| chain_in.get(m).copied().into_iter().collect::<Vec<_>>();
+        let partial = |m: &NodeId| chain_in.get(m).cloned().unwrap_or_default();
         for (m, r) in &routes {
             for o in &r.partial_to {
                 let key = Hop::Partial(*m, *o);
@@ -124,13 +135,20 @@ fn grouped(plan: &BulkPlan, size: u64) -> Vec<Transfer> {
             }
             result_at.insert(*m, after);
         }
-        // The gather chains, from the gateways.
+        // The gather chains or trees, from the gateways.
         for (m, _) in routes.iter().filter(|(_, r)| r.gather_from.is_none()) {
-            let (mut from, mut before) = (*m, result_at.get(m).cloned().unwrap_or_default());
-            while let Some(next) = by_id[&from].gather_to {
-                let t = g.add(Hop::Down(from), at(from), at(next), bytes, before);
-                before = vec![t];
-                from = next;
+            let mut next = vec![(*m, result_at.get(m).cloned().unwrap_or_default())];
+            while let Some((from, before)) = next.pop() {
+                for to in &by_id[&from].gather_to {
+                    let t = g.add(
+                        Hop::Down(from, *to),
+                        at(from),
+                        at(*to),
+                        bytes,
+                        before.clone(),
+                    );
+                    next.push((*to, vec![t]));
+                }
             }
         }
         let offset = all.len();

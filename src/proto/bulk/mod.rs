@@ -111,6 +111,31 @@ impl Algorithm {
     }
 }
 
+/// How a chunk's partial sums flow inside a cluster to the member that talks across
+/// clusters for it (its gateway), and the result back: the model picks one per cluster
+/// ([`model::inside`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Inside {
+    /// A pipelined chain through every member: each member sends the vector once per
+    /// pass, but a chunk takes `m - 1` hops (large vectors).
+    #[default]
+    Chain,
+    /// A binomial tree rooted at the gateway: a chunk takes `ceil(log2 m)` hops, but the
+    /// gateway takes that many copies of the vector (small vectors, large clusters).
+    Binomial,
+}
+
+impl Inside {
+    /// `chain` or `binomial`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Inside::Chain => "chain",
+            Inside::Binomial => "binomial",
+        }
+    }
+}
+
 /// What every participant of one attempt follows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BulkPlan {
@@ -141,6 +166,16 @@ pub struct BulkPlan {
     pub predicted_s: f64,
     /// A reduce: the one member that gets the result (none: an allreduce, everyone).
     pub root: Option<NodeId>,
+    /// How each group's chunks flow inside it (clustered and hierarchical plans; empty:
+    /// chains everywhere).
+    pub inside: Vec<Inside>,
+}
+
+impl BulkPlan {
+    /// How group `g`'s chunks flow inside it.
+    pub fn inside(&self, g: usize) -> Inside {
+        self.inside.get(g).copied().unwrap_or_default()
+    }
 }
 
 /// What every participant of one scatter or gather attempt follows.

@@ -6,7 +6,7 @@
 //! missing a default stands in and the tuning table ([`super::tune`]) corrects the pick
 //! from measured call times.
 
-use super::Algorithm;
+use super::{Algorithm, Inside};
 use crate::proto::NodeId;
 
 /// Stands in for an unmeasured link between clusters.
@@ -98,6 +98,9 @@ pub struct Prediction {
     pub shares: Vec<u64>,
     /// Elements per chunk.
     pub chunk: u64,
+    /// How each group's chunks flow inside it (clustered and hierarchical; empty
+    /// otherwise).
+    pub inside: Vec<Inside>,
 }
 
 /// The chunk for a vector of `bytes`: about a 64th of it, 32 KiB to 1 MiB.
@@ -145,16 +148,16 @@ pub fn predict_to(
     let r = root.and_then(|id| net.groups.iter().position(|g| g.contains(&id)));
     // Passes along the in-cluster chains: reduce and back (allreduce), reduce only.
     let passes = if r.is_some() { 1.0 } else { 2.0 };
-    let (seconds, shares) = match algorithm {
+    let (seconds, shares, inside) = match algorithm {
         Algorithm::Clustered => {
             let f = shares_to(net, r);
             let load = |c: usize, d: usize| bits * share_terms(c, d, r).map(|x| f[x]).sum::<f64>();
-            let t = grouped(net, bits, chunk_b, load, 0.0, passes);
-            (t, split(len, &f))
+            let (t, inside) = grouped(net, bits, chunk_b, load, 0.0, passes);
+            (t, split(len, &f), inside)
         }
         Algorithm::Hierarchical => {
             let k = net.groups.len() as f64;
-            let t = match r {
+            let (t, inside) = match r {
                 // The coordinator also sends the whole vector to every other cluster.
                 None => grouped(net, bits, chunk_b, |_, _| bits, bits * (k - 1.0), passes),
                 // Every coordinator sends its whole partial to the root, which takes them all.
@@ -163,23 +166,25 @@ pub fn predict_to(
                     grouped(net, bits, chunk_b, load, bits * (k - 1.0), passes)
                 }
             };
-            (t, Vec::new())
+            (t, Vec::new(), inside)
         }
-        Algorithm::Ring => (ring(net, bits, root), Vec::new()),
-        Algorithm::Tree => (tree(net, bits, root), Vec::new()),
+        Algorithm::Ring => (ring(net, bits, root), Vec::new(), Vec::new()),
+        Algorithm::Tree => (tree(net, bits, root), Vec::new(), Vec::new()),
         // Not allreduce algorithms: never picked.
-        Algorithm::Relayed | Algorithm::Direct => (f64::INFINITY, Vec::new()),
+        Algorithm::Relayed | Algorithm::Direct => (f64::INFINITY, Vec::new(), Vec::new()),
     };
     Prediction {
         algorithm,
         seconds,
         shares,
         chunk,
+        inside,
     }
 }
 
 /// Clustered and hierarchical: the busiest wide link or member, plus the pipeline fill
-/// (`passes` along the in-cluster chains, two wide-area hops).
+/// (`passes` inside the clusters, two wide-area hops); and the pattern inside each
+/// cluster that makes its part soonest.
 fn grouped(
     net: &Network,
     bits: f64,
@@ -187,18 +192,17 @@ fn grouped(
     wide_load: impl Fn(usize, usize) -> f64,
     gateway_extra: f64,
     passes: f64,
-) -> f64 {
+) -> (f64, Vec<Inside>) {
     let k = net.groups.len();
     let mut busiest: f64 = 0.0;
     let mut fill = 0.0f64;
     let mut wide_fill: f64 = 0.0;
+    let mut patterns = Vec::with_capacity(k);
     for c in 0..k {
-        let m = net.groups[c].len() as f64;
-        // Along the chains every member sends the vector once per pass.
-        let inside = if m > 1.0 { passes * bits } else { 0.0 };
-        busiest = busiest.max((inside + gateway_extra) / net.lan(c));
-        let hops = passes * (m - 1.0);
-        fill = fill.max(hops * (chunk_b / net.lan(c) + net.latency(c, c) + TRANSFER_OVERHEAD_S));
+        let (pattern, busy, hops) = inside(net, c, bits, chunk_b, gateway_extra, passes);
+        patterns.push(pattern);
+        busiest = busiest.max(busy);
+        fill = fill.max(hops);
         for d in 0..k {
             if c != d {
                 busiest = busiest.max(wide_load(c, d) / net.wide(c, d));
@@ -206,7 +210,35 @@ fn grouped(
             }
         }
     }
-    busiest + fill + 2.0 * (wide_fill + TRANSFER_OVERHEAD_S)
+    let t = busiest + fill + 2.0 * (wide_fill + TRANSFER_OVERHEAD_S);
+    (t, patterns)
+}
+
+/// The pattern inside cluster `c` that finishes its part soonest, with that part's
+/// seconds at its busiest member (`extra`: bits its gateway also sends) and its pipeline
+/// fill. A chain: every member takes and sends the vector once per pass, a chunk crosses
+/// `m - 1` hops. A binomial tree: `ceil(log2 m)` hops, but its gateway takes that many
+/// copies of the vector per pass. Ties go to the chain.
+pub fn inside(
+    net: &Network,
+    c: usize,
+    bits: f64,
+    chunk_b: f64,
+    extra: f64,
+    passes: f64,
+) -> (Inside, f64, f64) {
+    let m = net.groups[c].len() as f64;
+    let lan = net.lan(c);
+    let hop = chunk_b / lan + net.latency(c, c) + TRANSFER_OVERHEAD_S;
+    let chain_busy = (if m > 1.0 { passes * bits } else { 0.0 } + extra) / lan;
+    let chain = (Inside::Chain, chain_busy, passes * (m - 1.0) * hop);
+    let depth = m.log2().ceil().max(0.0);
+    let tree_busy = (if m > 1.0 { passes * depth * bits } else { 0.0 } + extra) / lan;
+    let tree = (Inside::Binomial, tree_busy, passes * depth * hop);
+    match tree.1 + tree.2 < chain.1 + chain.2 {
+        true => tree,
+        false => chain,
+    }
 }
 
 /// Ring in id order: 2(n-1) steps of a segment, each as slow as its slowest edge (edges
@@ -409,6 +441,26 @@ mod tests {
         assert!(t(Algorithm::Hierarchical) < t(Algorithm::Ring), "{p:?}");
         let clustered = &p[0];
         assert_eq!(clustered.shares.iter().sum::<u64>(), 4 << 20);
+    }
+
+    #[test]
+    fn large_clusters_take_small_vectors_along_binomial_trees_and_large_ones_along_chains() {
+        let mut net = four([[10.0; 4]; 4]);
+        // Cluster 0 of 64 members, the others as they were.
+        net.groups[0] = (0..64).map(|i| NodeId::from_seed(7, i)).collect();
+        for algorithm in [Algorithm::Clustered, Algorithm::Hierarchical] {
+            let small = predict(&net, algorithm, 16 << 10, 4);
+            assert_eq!(small.inside[0], Inside::Binomial, "{small:?}");
+            let large = predict(&net, algorithm, 16 << 20, 4);
+            assert!(
+                large.inside.iter().all(|i| *i == Inside::Chain),
+                "{large:?}"
+            );
+        }
+        // Two members: the same shape either way, and ties go to the chain.
+        let pair = vec![vec![NodeId::from_seed(1, 1), NodeId::from_seed(1, 2)]];
+        let net = Network::unmeasured(pair);
+        assert_eq!(inside(&net, 0, 1e6, 1e5, 0.0, 2.0).0, Inside::Chain);
     }
 
     #[test]

@@ -127,6 +127,7 @@ impl Ask<'_> {
                     chunk: prediction.chunk,
                     predicted_s: seconds,
                     root,
+                    inside: prediction.inside,
                 };
                 (Control::Plan(plan), seconds)
             }

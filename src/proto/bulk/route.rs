@@ -7,6 +7,11 @@
 //! along a chain that starts there. A non-owner's gateway sends its partial to every
 //! owner and gets the result from one; an owner's gateway gets every other cluster's
 //! partial and sends the result to the non-owners it serves.
+//!
+//! Inside a cluster the chunk follows the plan's [`Inside`] pattern for that cluster: a
+//! chain (one member after the other), or a binomial tree rooted at the gateway (a member
+//! combines its children's partials with its own, in their order, and passes the result
+//! down to them).
 //! - [`Algorithm::Clustered`]: one owner per chunk (the cluster whose share holds it), the
 //!   gateway rotates over a cluster's members by owner, so a cluster's wide-area traffic
 //!   leaves from several machines.
@@ -18,7 +23,7 @@
 //! straight to the root; nothing comes back. Its hierarchical plan has one owner, the
 //! root's cluster, whose gateway is the root.
 
-use super::{Algorithm, BulkPlan};
+use super::{Algorithm, BulkPlan, Inside};
 use crate::proto::NodeId;
 
 /// A run of elements moved and combined as one unit.
@@ -66,8 +71,9 @@ pub fn chunks(plan: &BulkPlan) -> Vec<Chunk> {
 pub struct ChunkRoute {
     /// This node's group (partials are combined in group order).
     pub group: usize,
-    /// Where the partial sum comes from along the chain (none: this node starts it).
-    pub reduce_from: Option<NodeId>,
+    /// Where partial sums come from inside the cluster, combined in this order after
+    /// this node's own (none: this node starts it).
+    pub reduce_from: Vec<NodeId>,
     /// Where it goes next (none: this node is the gateway).
     pub reduce_to: Option<NodeId>,
     /// Gateways whose cluster partials this node combines (it owns the chunk).
@@ -80,8 +86,8 @@ pub struct ChunkRoute {
     pub result_to: Vec<NodeId>,
     /// Where the result comes from along the chain (none: this node is the gateway).
     pub gather_from: Option<NodeId>,
-    /// Where it goes next (none: the chain ends here).
-    pub gather_to: Option<NodeId>,
+    /// Where it goes next (none: this node ends it).
+    pub gather_to: Vec<NodeId>,
     /// Whether this node combines the clusters' partials of the chunk.
     pub owner: bool,
 }
@@ -132,17 +138,41 @@ pub fn chunk_route(plan: &BulkPlan, me: NodeId, chunk: &Chunk) -> Option<ChunkRo
     let k = plan.groups[g].len();
     let pos = plan.groups[g].iter().position(|i| *i == index)?;
     let gate = gateway_at(plan, g, chunk.share);
-    // Position along the reduce chain: gate+1, ..., gate+k-1, gate.
-    let along = (pos + k - gate - 1) % k;
     let mut r = ChunkRoute {
         group: g,
         ..ChunkRoute::default()
     };
-    if along > 0 {
-        r.reduce_from = Some(member(plan, g, pos + k - 1));
-    }
-    if along + 1 < k {
-        r.reduce_to = Some(member(plan, g, pos + 1));
+    // Position from the gateway (0) on.
+    let down = (pos + k - gate) % k;
+    let at = |d: usize| member(plan, g, gate + d);
+    let binomial = plan.inside(g) == Inside::Binomial;
+    if binomial {
+        // Parent: the position with its lowest set bit cleared; children: the position
+        // plus each power of two below its lowest set bit (any, for the gateway).
+        let low = if down == 0 {
+            k.next_power_of_two()
+        } else {
+            1 << down.trailing_zeros()
+        };
+        let children: Vec<NodeId> = (0..usize::BITS)
+            .map(|j| 1usize << j)
+            .take_while(|b| *b < low)
+            .filter(|b| down + b < k)
+            .map(|b| at(down + b))
+            .collect();
+        r.reduce_from = children;
+        if down > 0 {
+            r.reduce_to = Some(at(down & (down - 1)));
+        }
+    } else {
+        // Position along the reduce chain: gate+1, ..., gate+k-1, gate.
+        let along = (pos + k - gate - 1) % k;
+        if along > 0 {
+            r.reduce_from = vec![member(plan, g, pos + k - 1)];
+        }
+        if along + 1 < k {
+            r.reduce_to = Some(member(plan, g, pos + 1));
+        }
     }
     let owners = owners(plan, chunk.share);
     let gateway_of = |h: usize| member(plan, h, gateway_at(plan, h, chunk.share));
@@ -166,13 +196,18 @@ pub fn chunk_route(plan: &BulkPlan, me: NodeId, chunk: &Chunk) -> Option<ChunkRo
         }
         return Some(r);
     }
-    // Position along the gather chain: gate, gate+1, ..., gate+k-1.
-    let down = (pos + k - gate) % k;
-    if down > 0 {
-        r.gather_from = Some(member(plan, g, pos + k - 1));
-    }
-    if down + 1 < k {
-        r.gather_to = Some(member(plan, g, pos + 1));
+    if binomial {
+        // The same tree the other way.
+        r.gather_from = r.reduce_to;
+        r.gather_to = r.reduce_from.clone();
+    } else {
+        // Position along the gather chain: gate, gate+1, ..., gate+k-1.
+        if down > 0 {
+            r.gather_from = Some(member(plan, g, pos + k - 1));
+        }
+        if down + 1 < k {
+            r.gather_to = vec![member(plan, g, pos + 1)];
+        }
     }
     if !r.gateway() {
         return Some(r);
@@ -265,7 +300,14 @@ pub(crate) mod tests {
             op: ReduceOp::Sum,
             chunk: 4,
             predicted_s: 0.0,
+            inside: Vec::new(),
         }
+    }
+
+    /// The same plan with `inside` in every group.
+    fn with_inside(mut plan: BulkPlan, inside: Inside) -> BulkPlan {
+        plan.inside = vec![inside; plan.groups.len()];
+        plan
     }
 
     /// Every member's part in `chunk`.
@@ -275,22 +317,24 @@ pub(crate) mod tests {
             .collect()
     }
 
-    /// Follows each reduce chain from its start (every member's value is 1): the partial
-    /// count at each chain's end.
+    /// Follows each cluster's reduce chain or tree to its gateway (every member's value
+    /// is 1): the partial count at each gateway.
     fn chain_partials(routes: &HashMap<NodeId, ChunkRoute>) -> HashMap<NodeId, usize> {
-        let mut partial = HashMap::new();
-        for (m, r) in routes {
-            if r.reduce_from.is_none() {
-                let (mut at, mut sum) = (*m, 1);
-                while let Some(next) = routes[&at].reduce_to {
-                    assert_eq!(routes[&next].reduce_from, Some(at));
-                    at = next;
-                    sum += 1;
-                }
-                partial.insert(at, sum);
-            }
+        fn count(routes: &HashMap<NodeId, ChunkRoute>, m: NodeId) -> usize {
+            let from = &routes[&m].reduce_from;
+            let below: usize = from
+                .iter()
+                .map(|c| {
+                    assert_eq!(routes[c].reduce_to, Some(m));
+                    count(routes, *c)
+                })
+                .sum();
+            1 + below
         }
-        partial
+        (routes.iter())
+            .filter(|(_, r)| r.gateway())
+            .map(|(m, _)| (*m, count(routes, *m)))
+            .collect()
     }
 
     /// Simulates the routes: every node's value is 1; counts, per chunk, how many
@@ -319,10 +363,13 @@ pub(crate) mod tests {
             }
             for (m, r) in &routes {
                 if r.gather_from.is_none() {
-                    let mut at = *m;
-                    while let Some(next) = routes[&at].gather_to {
-                        result.insert(next, result[m]);
-                        at = next;
+                    let mut next = vec![*m];
+                    while let Some(at) = next.pop() {
+                        for to in &routes[&at].gather_to {
+                            assert_eq!(routes[to].gather_from, Some(at));
+                            assert!(result.insert(*to, result[m]).is_none(), "reached twice");
+                            next.push(*to);
+                        }
                     }
                 }
             }
@@ -334,10 +381,11 @@ pub(crate) mod tests {
     #[test]
     fn clustered_and_hierarchical_routes_reduce_everything_exactly_once() {
         for algorithm in [Algorithm::Clustered, Algorithm::Hierarchical] {
-            check(&plan(algorithm, &[4, 2, 3, 1], None));
-            check(&plan(algorithm, &[1], None));
-            check(&plan(algorithm, &[5], None));
-            check(&plan(algorithm, &[1, 1, 1], None));
+            for inside in [Inside::Chain, Inside::Binomial] {
+                for sizes in [&[4, 2, 3, 1][..], &[1], &[5], &[1, 1, 1], &[16, 7, 13]] {
+                    check(&with_inside(plan(algorithm, sizes, None), inside));
+                }
+            }
         }
     }
 
@@ -350,7 +398,7 @@ pub(crate) mod tests {
             let routes = routes_of(plan, &chunk);
             let nothing_back = routes
                 .values()
-                .all(|r| r.gather_from.is_none() && r.gather_to.is_none());
+                .all(|r| r.gather_from.is_none() && r.gather_to.is_empty());
             assert!(nothing_back);
             let partial = chain_partials(&routes);
             let owners: Vec<&NodeId> = routes
@@ -379,15 +427,41 @@ pub(crate) mod tests {
 
     #[test]
     fn reduce_routes_bring_every_contribution_to_the_root_once() {
-        for algorithm in [Algorithm::Clustered, Algorithm::Hierarchical] {
-            for sizes in [&[4, 2, 3, 1][..], &[1], &[5], &[1, 1, 1]] {
-                let mut p = plan(algorithm, sizes, None);
+        for (algorithm, inside) in [Algorithm::Clustered, Algorithm::Hierarchical]
+            .into_iter()
+            .flat_map(|a| [(a, Inside::Chain), (a, Inside::Binomial)])
+        {
+            for sizes in [&[4, 2, 3, 1][..], &[1], &[5], &[1, 1, 1], &[9, 2]] {
+                let mut p = with_inside(plan(algorithm, sizes, None), inside);
                 for root in [0, p.members.len() - 1, p.members.len() / 2] {
                     p.root = Some(p.members[root]);
                     check_reduce(&p);
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_binomial_tree_takes_log2_hops_and_a_chain_every_member() {
+        let depth = |p: &BulkPlan| {
+            let c = chunks(p)[0];
+            let routes = routes_of(p, &c);
+            let hops = |m: NodeId| {
+                let (mut at, mut n) = (m, 0);
+                while let Some(up) = routes[&at].reduce_to {
+                    (at, n) = (up, n + 1);
+                }
+                n
+            };
+            p.members.iter().map(|m| hops(*m)).max().unwrap()
+        };
+        let p = plan(Algorithm::Hierarchical, &[16], None);
+        assert_eq!(depth(&p), 15);
+        assert_eq!(depth(&with_inside(p, Inside::Binomial)), 4);
+        // 13 members: the gateway has four children, the deepest member (position 7 or
+        // 11) is three hops away.
+        let p = with_inside(plan(Algorithm::Clustered, &[13, 3], None), Inside::Binomial);
+        assert_eq!(depth(&p), 3);
     }
 
     #[test]
