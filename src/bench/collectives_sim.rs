@@ -210,23 +210,26 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
 }
 
 /// The patterns the model chose inside the clusters for a default allreduce or reduce,
-/// and the same plan timed with chains everywhere (side by side, same pipes).
+/// and the same plan timed with chains and with binomial trees everywhere (side by side,
+/// same pipes).
 fn inside_against_chains(
     plan: &crate::proto::bulk::BulkPlan,
     seconds: f64,
     replay: &dyn Fn(&[dag::Transfer]) -> Duration,
 ) -> String {
-    let names: Vec<&str> = (0..plan.groups.len())
-        .map(|g| plan.inside(g).name())
-        .collect();
-    let chains = crate::proto::bulk::BulkPlan {
-        inside: Vec::new(),
-        ..plan.clone()
+    use crate::proto::bulk::{BulkPlan, Inside};
+    let names: Vec<&str> = (0..plan.groups.len()).map(|g| plan.inside(g).name()).collect();
+    let every = |inside: Inside| {
+        let p = BulkPlan {
+            inside: vec![inside; plan.groups.len()],
+            ..plan.clone()
+        };
+        replay(&dag::of_bulk(&p)).as_secs_f64()
     };
-    let with_chains = replay(&dag::of_bulk(&chains)).as_secs_f64();
+    let (chains, trees) = (every(Inside::Chain), every(Inside::Binomial));
     format!(
-        "collectives-sim:   inside the clusters {names:?}: {seconds:.3} s; chains everywhere: \
-         {with_chains:.3} s ({:.2}x)",
-        seconds / with_chains.max(1e-9)
+        "collectives-sim:   inside the clusters {names:?}: {seconds:.3} s; chains everywhere \
+         {chains:.3} s, binomial trees everywhere {trees:.3} s; chosen / best {:.2}",
+        seconds / chains.min(trees).max(1e-9)
     )
 }
