@@ -218,7 +218,9 @@ fn inside_against_chains(
     replay: &dyn Fn(&[dag::Transfer]) -> Duration,
 ) -> String {
     use crate::proto::bulk::{BulkPlan, Inside};
-    let names: Vec<&str> = (0..plan.groups.len()).map(|g| plan.inside(g).name()).collect();
+    let names: Vec<&str> = (0..plan.groups.len())
+        .map(|g| plan.inside(g).name())
+        .collect();
     let every = |inside: Inside| {
         let p = BulkPlan {
             inside: vec![inside; plan.groups.len()],

@@ -54,8 +54,8 @@ async fn grouped(comm: &Comm<'_>, plan: &BulkPlan, input: &[u8]) -> Result<Vec<u
 }
 
 /// One chunk: along the reduce chain or tree, across clusters if this node is the
-/// gateway, back along the gather chain or tree (a reduce: to the root alone). Returns the chunk's result, if
-/// this node gets one.
+/// gateway, back along the gather chain or tree (a reduce: to the root alone). Returns
+/// the chunk's result, if this node gets one.
 async fn chunk(
     comm: &Comm<'_>,
     plan: &BulkPlan,
