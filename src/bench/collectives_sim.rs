@@ -167,7 +167,7 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
                     if let Control::Plan(p) = &plan
                         && contender == Contender::Default
                     {
-                        progress(&inside_against_chains(p, seconds, &|t| {
+                        progress(&patterns_side_by_side(p, seconds, &|t| {
                             crate::sim::bulk::replay(&net, &cluster_of, t)
                         }));
                     }
@@ -212,7 +212,7 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
 /// The patterns the model chose inside the clusters for a default allreduce or reduce,
 /// and the same plan timed with chains and with binomial trees everywhere (side by side,
 /// same pipes).
-fn inside_against_chains(
+fn patterns_side_by_side(
     plan: &crate::proto::bulk::BulkPlan,
     seconds: f64,
     replay: &dyn Fn(&[dag::Transfer]) -> Duration,
