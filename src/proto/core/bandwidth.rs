@@ -7,9 +7,12 @@
 //! so the probe traffic on a wide-area link does not grow with the clusters' sizes. The
 //! first three rounds come every couple of seconds, so an overlay that just formed knows
 //! its links before its first large broadcast, and so do up to [`CATCH_UP_ROUNDS`] more
-//! while a cluster is still unmeasured (they ask only those). Each routine round a prober also asks one
-//! member of its own cluster for a short train ([`INTRA_TRAIN`]): the in-cluster rate sets
-//! how wide the tree inside the cluster may be (`crate::proto::stripe::fanout`).
+//! while a cluster is still unmeasured (they ask only those). Each routine round a prober
+//! also asks one member of its own cluster for a short train ([`INTRA_TRAIN`]): the
+//! in-cluster rate sets how wide the tree inside the cluster may be
+//! (`crate::proto::stripe::fanout`). Nobody asks before its sweep has met every member, a
+//! round asks a bounded number of clusters, and a node that is no prober forgets its
+//! figures after a few intervals (the `round` part says why).
 //!
 //! What it costs, bounded twice: a train is sized to spread over about
 //! [`TRAIN_SPREAD`] at the link's estimated rate (at least [`MIN_TRAIN`] datagrams), and
@@ -39,7 +42,7 @@
 
 use super::Core;
 use crate::proto::id::{IdMap, NodeId};
-use crate::proto::message::{BandwidthEdge, MAX_BANDWIDTH_EDGES, MAX_TRAIN_PACKETS, Message};
+use crate::proto::message::{BandwidthEdge, MAX_BANDWIDTH_EDGES};
 use crate::proto::rng::SplitMix64;
 use crate::proto::time::Time;
 use std::collections::VecDeque;
@@ -47,6 +50,7 @@ use std::time::Duration;
 
 mod arrivals;
 mod recheck;
+mod round;
 mod saturation;
 
 use self::recheck::Recheck;
@@ -138,6 +142,8 @@ pub(super) struct Bandwidth {
     catch_up: bool,
     /// Per target cluster (named by its smallest member): earliest next train.
     next_to_cluster: IdMap<NodeId, Time>,
+    /// Per target cluster: when a routine round last asked it (the least recent go first).
+    last_asked: IdMap<NodeId, Time>,
     /// Token bucket of train bytes this node may still send, and when it was refilled.
     tokens: f64,
     refilled: Time,
@@ -164,6 +170,7 @@ impl Bandwidth {
             rounds: 0,
             catch_up: false,
             next_to_cluster: IdMap::default(),
+            last_asked: IdMap::default(),
             suspect: IdMap::default(),
             suspected_at: IdMap::default(),
             told_saturated: IdMap::default(),
@@ -244,181 +251,37 @@ impl Bandwidth {
     }
 }
 
-/// Whether two lists of published figures differ enough to publish again: another set of
-/// peers, or a rate that moved by more than an eighth.
-pub(super) fn differs(old: &[BandwidthEdge], new: &[BandwidthEdge]) -> bool {
+/// Whether two lists of published figures differ enough to publish again: a cluster
+/// (`cluster_of` names a peer's) gained or lost its figures, or the median of its figures
+/// moved by more than an eighth. Compared by cluster, not by peer: a prober asks another
+/// member each round, so its freshest peers change every round while what it says of
+/// the links does not, and every republish is spread to every member.
+pub(super) fn differs(
+    old: &[BandwidthEdge],
+    new: &[BandwidthEdge],
+    cluster_of: impl Fn(&NodeId) -> NodeId,
+) -> bool {
+    let medians = |edges: &[BandwidthEdge]| {
+        let mut by: Vec<(NodeId, u32)> = edges
+            .iter()
+            .map(|e| (cluster_of(&e.from), e.kbps))
+            .collect();
+        by.sort_unstable();
+        let mut out: Vec<(NodeId, f64)> = Vec::new();
+        for run in by.chunk_by(|a, b| a.0 == b.0) {
+            out.push((run[0].0, run[run.len() / 2].1 as f64));
+        }
+        out
+    };
+    let (old, new) = (medians(old), medians(new));
     old.len() != new.len()
-        || old.iter().zip(new).any(|(a, b)| {
-            a.from != b.from || (a.kbps as f64 - b.kbps as f64).abs() > a.kbps as f64 / 8.0
-        })
+        || old
+            .iter()
+            .zip(&new)
+            .any(|(a, b)| a.0 != b.0 || (a.1 - b.1).abs() > a.1 / 8.0)
 }
 
 impl Core {
-    /// Once per housekeeping round: forget trains that never came, and if this node is one
-    /// of its cluster's probers and a round is due, ask one member of each other cluster
-    /// for a train.
-    pub(super) fn bandwidth_round(&mut self) {
-        let now = self.now;
-        self.bw
-            .asked
-            .retain(|(_, _, at)| now.saturating_since(*at) < TRAIN_WAIT);
-        self.bw
-            .told_saturated
-            .retain(|_, t| now.saturating_since(*t) < saturation::TELL_EVERY);
-        let view = self.clusters();
-        let groups = view.partition(1);
-        if groups.len() < 2 || self.config.bw_probers == 0 {
-            return;
-        }
-        let Some(mine) = groups.iter().position(|g| g.contains(&self.id)) else {
-            return;
-        };
-        let mut own: Vec<NodeId> = groups[mine].clone();
-        own.sort_unstable();
-        let prober = own
-            .iter()
-            .take(self.config.bw_probers)
-            .any(|p| *p == self.id);
-        let interval = self.config.bw_probe_interval;
-        self.bw
-            .suspected_at
-            .retain(|_, t| now.saturating_since(*t) < interval);
-        self.bw.suspect.retain(|name, r| {
-            r.rounds < RECHECK_ROUNDS
-                && groups
-                    .iter()
-                    .find(|g| g.contains(name))
-                    .is_some_and(|g| g.iter().any(|m| !r.measured.contains(m)))
-        });
-        // Only probers ask routinely; any member rechecks a cluster a peer's saturated
-        // connection made suspect, since it holds the estimate in question.
-        if (!prober && self.bw.suspect.is_empty()) || self.probing.loaded(now) {
-            return;
-        }
-        // Routine rounds ask every other cluster; rechecks only the suspect ones.
-        let routine = prober && now >= *self.bw.next_round.get_or_insert(now);
-        let recheck = !self.bw.suspect.is_empty() && self.bw.next_recheck.is_none_or(|t| now >= t);
-        if !routine && !recheck {
-            return;
-        }
-        let catch_up = routine && std::mem::take(&mut self.bw.catch_up);
-        if routine {
-            self.bw.rounds += 1;
-            // Trains asked in the start-up rounds are often refused (every prober of every
-            // cluster asks at once, and the senders' budgets start empty): a cluster still
-            // unmeasured is asked again a quick period later, not a whole interval (a
-            // real-QUIC das-4 run waited 30 s for its last pair in two runs out of three).
-            let unmeasured = groups
-                .iter()
-                .enumerate()
-                .any(|(gi, g)| gi != mine && !self.bw.holds_any(g));
-            let quick = self.bw.rounds <= QUICK_ROUNDS;
-            self.bw.catch_up =
-                !quick && unmeasured && self.bw.rounds <= QUICK_ROUNDS + CATCH_UP_ROUNDS;
-            let period = if quick || self.bw.catch_up {
-                QUICK_PERIOD
-            } else {
-                interval
-            };
-            let jitter = 0.75 + 0.5 * self.bw.rng.unit();
-            self.bw.next_round = Some(now + period.mul_f64(jitter));
-        }
-        if recheck {
-            self.bw.next_recheck = Some(now + QUICK_PERIOD);
-        }
-        for (gi, g) in groups.iter().enumerate() {
-            if gi == mine || g.is_empty() {
-                continue;
-            }
-            let mut g = g.clone();
-            g.sort_unstable();
-            let name = g[0];
-            let measured = catch_up && self.bw.holds_any(&g);
-            let suspect = if recheck {
-                self.bw.suspect.get_mut(&name)
-            } else {
-                None
-            };
-            let spaced = self.bw.next_to_cluster.get(&name).is_some_and(|t| now < *t);
-            if suspect.is_none() && (!routine || spaced || measured) {
-                continue;
-            }
-            // A recheck after a low figure sizes its train for that figure: a train sized
-            // for the old rate costs the sender's budget several times over, and once
-            // left a recheck refused until its rounds ran out.
-            let (target, slower) = match suspect {
-                Some(r) => {
-                    r.rounds += 1;
-                    let members = &self.members;
-                    let target = r
-                        .target(&g, |m| members.is_alive(m))
-                        .unwrap_or(g[self.bw.rounds as usize % g.len()]);
-                    (target, r.first.2.then_some(r.first.1))
-                }
-                None => (g[self.bw.rounds as usize % g.len()], None),
-            };
-            if !self.members.is_alive(&target) {
-                continue;
-            }
-            self.ask_train(name, target, &g, (MAX_TRAIN_PACKETS, slower));
-        }
-        // Inside the cluster too (one member per routine round, rotating): how fast a
-        // member forwards to another sets how many children it can feed in a stripe
-        // (chain or wider tree, see `striping`). Capped smaller: a fast LAN needs no
-        // long train to tell it is several times faster than the wide area.
-        if routine && !catch_up && own.len() > 1 {
-            let others: Vec<NodeId> = own.iter().copied().filter(|m| *m != self.id).collect();
-            let target = others[self.bw.rounds as usize % others.len()];
-            let spaced = self
-                .bw
-                .next_to_cluster
-                .get(&own[0])
-                .is_some_and(|t| now < *t);
-            if !spaced && self.members.is_alive(&target) {
-                self.ask_train(own[0], target, &others, (INTRA_TRAIN, None));
-            }
-        }
-    }
-
-    /// Asks `target` (of the cluster named `name`, whose members are `group`) for a train
-    /// of at most `cap` datagrams, sized from the best figure held for the cluster, or
-    /// from `slower` if that is lower (a recheck after a low figure).
-    fn ask_train(
-        &mut self,
-        name: NodeId,
-        target: NodeId,
-        group: &[NodeId],
-        (cap, slower): (u16, Option<f64>),
-    ) {
-        let now = self.now;
-        let est = group
-            .iter()
-            .filter_map(|p| self.bw.estimate(p))
-            .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))))
-            .map(|e| slower.map_or(e, |s| e.min(s)));
-        let bits = est.map_or(0.0, |e| e * TRAIN_SPREAD.as_secs_f64());
-        let packets = ((bits / (TRAIN_DATAGRAM as f64 * 8.0)).ceil() as u16 + 1)
-            .clamp(MIN_TRAIN, cap.max(MIN_TRAIN));
-        let bytes = packets as f64 * TRAIN_DATAGRAM as f64;
-        // At most LINK_SHARE of the link on average, whatever the configured interval.
-        if let Some(e) = est {
-            let gap = Duration::from_secs_f64((bytes * 8.0 / (LINK_SHARE * e)).min(3600.0));
-            self.bw.next_to_cluster.insert(name, now + gap);
-        }
-        let id = self.bw.next_id;
-        self.bw.next_id = self.bw.next_id.wrapping_add(1);
-        self.bw.asked.push((id, target, now));
-        self.bw.stats.trains_asked += 1;
-        self.send(
-            target,
-            Message::TrainRequest {
-                id,
-                packets,
-                size: TRAIN_DATAGRAM,
-            },
-        );
-    }
-
     /// What measuring bandwidth cost and found so far.
     pub fn bandwidth_stats(&self) -> BandwidthStats {
         self.bw.stats
@@ -451,5 +314,38 @@ impl Core {
             table.edges(),
             self.now,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge(from: u8, kbps: u32) -> BandwidthEdge {
+        BandwidthEdge {
+            from: NodeId([from; 16]),
+            kbps,
+            samples: 1,
+        }
+    }
+
+    /// Peers 1-9 form the cluster named 1, peers 10-19 the one named 10.
+    fn cluster_of(p: &NodeId) -> NodeId {
+        NodeId([if p.0[0] < 10 { 1 } else { 10 }; 16])
+    }
+
+    #[test]
+    fn figures_differ_by_cluster_not_by_which_members_were_measured() {
+        let old = [edge(2, 26_000), edge(3, 25_000), edge(11, 4_000)];
+        // A prober's rotation: other members of the same clusters, at the same rates.
+        let rotated = [edge(4, 26_500), edge(5, 24_800), edge(12, 4_100)];
+        assert!(!differs(&old, &rotated, cluster_of));
+        // A link that moved by more than an eighth.
+        let slower = [edge(2, 26_000), edge(3, 25_000), edge(11, 3_000)];
+        assert!(differs(&old, &slower, cluster_of));
+        // A cluster gained or lost its figures.
+        assert!(differs(&old, &old[..2], cluster_of));
+        assert!(differs(&old[..2], &old, cluster_of));
+        assert!(!differs(&[], &[], cluster_of));
     }
 }

@@ -42,6 +42,8 @@ pub(super) struct Discovery {
     republish_tokens: f64,
     /// When the tokens were last topped up.
     tokens_at: Time,
+    /// When this node last republished for news of its bandwidth figures.
+    bandwidth_at: Option<Time>,
 }
 
 impl Discovery {
@@ -53,6 +55,7 @@ impl Discovery {
             next_sync: now + sync,
             republish_tokens: REPUBLISH_BURST,
             tokens_at: now,
+            bandwidth_at: None,
         }
     }
 
@@ -67,6 +70,24 @@ impl Discovery {
             return false;
         }
         self.republish_tokens -= 1.0;
+        true
+    }
+
+    /// Whether this node may republish now for news of its bandwidth figures: once per
+    /// `interval` (the probe interval), whatever the overlay's size. Under the general
+    /// allowance alone a prober at 256 members waited 256 s to publish what its trains
+    /// found, and the matrix every node planned on was that much behind. Few nodes have
+    /// such news (the probers, two per cluster by default, and nodes rechecking a link),
+    /// and a prober's figures move only when a link does ([`super::bandwidth::differs`]
+    /// compares them by cluster).
+    fn may_republish_bandwidth(&mut self, now: Time, interval: Duration) -> bool {
+        if self
+            .bandwidth_at
+            .is_some_and(|t| now.saturating_since(t) < interval)
+        {
+            return false;
+        }
+        self.bandwidth_at = Some(now);
         true
     }
 
@@ -120,12 +141,36 @@ impl Core {
             let own = self.discovery.table.own_edges();
             let edges = summary::choose(&row, own, &params);
             let bandwidth = self.bw.edges();
-            let bw_moved =
-                super::bandwidth::differs(self.discovery.table.own_bandwidth(), &bandwidth);
-            let alive = self.members.alive().len();
-            if (summary::differs(own, &edges, &params) || bw_moved)
-                && self.discovery.may_republish(self.now, alive)
-            {
+            let groups = self.clusters().partition(1);
+            let cluster_of = |p: &NodeId| {
+                groups
+                    .iter()
+                    .find(|g| g.contains(p))
+                    .and_then(|g| g.iter().min().copied())
+                    .unwrap_or(*p)
+            };
+            let bw_moved = super::bandwidth::differs(
+                self.discovery.table.own_bandwidth(),
+                &bandwidth,
+                cluster_of,
+            );
+            let rtt_moved = summary::differs(own, &edges, &params);
+            let (now, alive) = (self.now, self.members.alive().len());
+            let interval = self.config.bw_probe_interval;
+            // News of the links first spends the allowance kept for it, RTT news the
+            // general one; either may use the other's.
+            let publish = match (rtt_moved, bw_moved) {
+                (true, _) => {
+                    self.discovery.may_republish(now, alive)
+                        || (bw_moved && self.discovery.may_republish_bandwidth(now, interval))
+                }
+                (false, true) => {
+                    self.discovery.may_republish_bandwidth(now, interval)
+                        || self.discovery.may_republish(now, alive)
+                }
+                (false, false) => false,
+            };
+            if publish {
                 tracing::debug!(
                     edges = edges.len(),
                     bandwidth = bandwidth.len(),
@@ -204,5 +249,20 @@ mod tests {
         while small.may_republish(at(0), 4) {}
         assert!(!small.may_republish(at(9), 4));
         assert!(small.may_republish(at(11), 4));
+    }
+
+    #[test]
+    fn news_of_the_links_is_republished_once_per_interval_whatever_the_size() {
+        let at = |s: u64| Time::from_micros(s * 1_000_000);
+        let every = Duration::from_secs(30);
+        let mut d = Discovery::new(NodeId([7; 16]), 1, at(0), Duration::from_secs(2));
+        while d.may_republish(at(0), 256) {}
+        assert!(d.may_republish_bandwidth(at(1), every));
+        assert!(!d.may_republish_bandwidth(at(30), every));
+        assert!(d.may_republish_bandwidth(at(31), every), "not 256 s");
+        assert!(
+            !d.may_republish(at(31), 256),
+            "the general allowance is untouched"
+        );
     }
 }

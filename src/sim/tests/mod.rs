@@ -8,4 +8,5 @@ mod late;
 mod lost;
 mod mechanics;
 mod trains;
+mod trains_crowd;
 mod trains_das4;

@@ -29,14 +29,14 @@ fn das4(bandwidth: bool) -> (Topology, Sim) {
 }
 
 /// The topology's cluster of a discovered one (that of its first member).
-fn declared(sim: &Sim, members: &[NodeId]) -> Option<usize> {
+pub(super) fn declared(sim: &Sim, members: &[NodeId]) -> Option<usize> {
     let i = sim.index_of(*members.first()?)?;
     Some(sim.cluster_of(i))
 }
 
 /// Runs until every node's view holds every cluster (a view of one cluster is complete
 /// too) and every pair measured; how long that took.
-fn run_until_measured(topo: &Topology, sim: &mut Sim) -> Duration {
+pub(super) fn run_until_measured(topo: &Topology, sim: &mut Sim) -> Duration {
     let k = topo.clusters.len();
     let complete = |sim: &Sim| {
         sim.live_nodes().iter().all(|&i| {
@@ -54,7 +54,7 @@ fn run_until_measured(topo: &Topology, sim: &mut Sim) -> Duration {
 }
 
 /// Whether `got` is within `share` of `want`.
-fn near(got: f64, want: f64, share: f64) -> bool {
+pub(super) fn near(got: f64, want: f64, share: f64) -> bool {
     (got - want).abs() <= share * want
 }
 
