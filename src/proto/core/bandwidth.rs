@@ -144,6 +144,9 @@ pub(super) struct Bandwidth {
     next_to_cluster: IdMap<NodeId, Time>,
     /// Per target cluster: when a routine round last asked it (the least recent go first).
     last_asked: IdMap<NodeId, Time>,
+    /// Per target cluster (this node's own too): the length to ask next after a train
+    /// came back too fast for its length to measure.
+    longer: IdMap<NodeId, u16>,
     /// Token bucket of train bytes this node may still send, and when it was refilled.
     tokens: f64,
     refilled: Time,
@@ -171,6 +174,7 @@ impl Bandwidth {
             catch_up: false,
             next_to_cluster: IdMap::default(),
             last_asked: IdMap::default(),
+            longer: IdMap::default(),
             suspect: IdMap::default(),
             suspected_at: IdMap::default(),
             told_saturated: IdMap::default(),
@@ -294,6 +298,15 @@ impl Core {
 }
 
 impl Core {
+    /// The name (smallest member) of `peer`'s discovered cluster.
+    fn cluster_name(&self, peer: &NodeId) -> Option<NodeId> {
+        self.clusters()
+            .partition(1)
+            .into_iter()
+            .find(|g| g.contains(peer))
+            .and_then(|g| g.into_iter().min())
+    }
+
     /// The name (smallest member) of `peer`'s discovered cluster, unless it is this
     /// node's own: the link a train or report from `peer` measures is then wide-area.
     fn other_cluster_name(&self, peer: &NodeId) -> Option<NodeId> {

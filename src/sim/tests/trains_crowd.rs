@@ -8,8 +8,10 @@ use crate::proto;
 use crate::sim::{Sim, SimConfig};
 use crate::topology::Topology;
 
-/// Every node's matrix is the topology's within 15 % four probe intervals after every
-/// view completed; only the probers hold figures; no node asked more than the cap allows.
+/// Every node's matrix is the topology's within 15 % five probe intervals after every
+/// view completed, the 400 Mbit/s LANs included (a first train sized from no estimate is
+/// too short to measure one); only the probers hold figures; no node asked more than the
+/// cap allows.
 #[test]
 fn crowded_clusters_measure_the_topology_and_only_the_probers_keep_figures() {
     let mut topo = Topology::builtin("das-4").expect("shipped topology");
@@ -36,7 +38,12 @@ fn crowded_clusters_measure_the_topology_and_only_the_probers_keep_figures() {
     for i in sim.live_nodes() {
         let view = sim.core(i).bandwidth_view();
         assert_eq!(view.clusters.len(), k);
-        for l in view.links.iter().filter(|l| l.from != l.to) {
+        assert_eq!(
+            view.links.len(),
+            k * k,
+            "node {i}: every pair and every LAN"
+        );
+        for l in &view.links {
             let a = declared(&sim, &view.clusters[l.from]).expect("known nodes");
             let b = declared(&sim, &view.clusters[l.to]).expect("known nodes");
             let want = topo.bandwidth_mbit(a, b).expect("das-4 gives every link") * 1e6;

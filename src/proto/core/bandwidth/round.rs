@@ -71,9 +71,9 @@ impl Core {
                     .find(|g| g.contains(name))
                     .is_some_and(|g| g.iter().any(|m| !r.measured.contains(m)))
         });
-        self.bw
-            .last_asked
-            .retain(|name, _| groups.iter().any(|g| g.contains(name)));
+        let known = |name: &NodeId| groups.iter().any(|g| g.contains(name));
+        self.bw.last_asked.retain(|name, _| known(name));
+        self.bw.longer.retain(|name, _| known(name));
         // Only probers ask routinely; any member rechecks a cluster a peer's saturated
         // connection made suspect, since it holds the estimate in question.
         if (!prober && self.bw.suspect.is_empty())
@@ -196,7 +196,9 @@ impl Core {
             .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))))
             .map(|e| slower.map_or(e, |s| e.min(s)));
         let bits = est.map_or(0.0, |e| e * TRAIN_SPREAD.as_secs_f64());
+        let longer = self.bw.longer.get(&name).copied().unwrap_or(0);
         let packets = ((bits / (TRAIN_DATAGRAM as f64 * 8.0)).ceil() as u16 + 1)
+            .max(longer)
             .clamp(MIN_TRAIN, cap.max(MIN_TRAIN));
         let bytes = packets as f64 * TRAIN_DATAGRAM as f64;
         // At most LINK_SHARE of the link on average, whatever the configured interval.
