@@ -142,6 +142,8 @@ pub(super) struct Bandwidth {
     catch_up: bool,
     /// Per target cluster (named by its smallest member): earliest next train.
     next_to_cluster: IdMap<NodeId, Time>,
+    /// Whether the first sweep has met every member (no trains are asked before).
+    swept: bool,
     /// Per target cluster: when a routine round last asked it (the least recent go first).
     last_asked: IdMap<NodeId, Time>,
     /// Per target cluster (this node's own too): the length to ask next after a train
@@ -173,6 +175,7 @@ impl Bandwidth {
             rounds: 0,
             catch_up: false,
             next_to_cluster: IdMap::default(),
+            swept: false,
             last_asked: IdMap::default(),
             longer: IdMap::default(),
             suspect: IdMap::default(),

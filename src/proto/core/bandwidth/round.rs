@@ -1,8 +1,8 @@
 //! The probers' rounds (see the parent module's documentation): who asks, which clusters,
 //! and how large a train.
 //!
-//! Bounded whatever the view says: a node asks nothing before its sweep has met every
-//! member (until then it cannot know the clusters, and it publishes no summary anyway),
+//! Bounded whatever the view says: a node asks nothing before its first sweep has met
+//! every member (until then it cannot know the clusters, and it publishes no summary),
 //! and at most [`MAX_CLUSTERS_PER_ROUND`] clusters per routine round, the least recently
 //! asked first. A node that is no prober forgets its figures after [`FIGURE_LIFE`]
 //! intervals: it measured them in a recheck or while it wrongly thought itself a prober,
@@ -76,10 +76,11 @@ impl Core {
         self.bw.longer.retain(|name, _| known(name));
         // Only probers ask routinely; any member rechecks a cluster a peer's saturated
         // connection made suspect, since it holds the estimate in question.
-        if (!prober && self.bw.suspect.is_empty())
-            || self.probing.loaded(now)
-            || !self.probing.met_everyone()
-        {
+        // Once the first sweep is done the groups mean something; a member who joins
+        // later is met within a probe round and changes no one's cluster, so later
+        // sweeps do not hold the trains back (under churn they might never end).
+        self.bw.swept |= self.probing.met_everyone();
+        if (!prober && self.bw.suspect.is_empty()) || self.probing.loaded(now) || !self.bw.swept {
             return;
         }
         // Routine rounds ask every other cluster; rechecks only the suspect ones.
