@@ -74,12 +74,12 @@ impl Core {
         let known = |name: &NodeId| groups.iter().any(|g| g.contains(name));
         self.bw.last_asked.retain(|name, _| known(name));
         self.bw.longer.retain(|name, _| known(name));
-        // Only probers ask routinely; any member rechecks a cluster a peer's saturated
-        // connection made suspect, since it holds the estimate in question.
         // Once the first sweep is done the groups mean something; a member who joins
         // later is met within a probe round and changes no one's cluster, so later
         // sweeps do not hold the trains back (under churn they might never end).
         self.bw.swept |= self.probing.met_everyone();
+        // Only probers ask routinely; any member rechecks a cluster a peer's saturated
+        // connection made suspect, since it holds the estimate in question.
         if (!prober && self.bw.suspect.is_empty()) || self.probing.loaded(now) || !self.bw.swept {
             return;
         }
