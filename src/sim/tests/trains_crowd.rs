@@ -81,7 +81,7 @@ fn crowded_clusters_measure_the_topology_and_only_the_probers_keep_figures() {
         }
     }
     // Quick and catch-up rounds, then one per interval, each at most eight others and
-    // one inside (rechecks aside, which this run has none of).
+    // one inside; rechecks would come on top, and the bound leaves no room for a storm.
     let elapsed = sim.now().saturating_since(proto::Time::ZERO);
     let rounds = 3 + 10 + (elapsed.as_secs_f64() / (interval.as_secs_f64() * 0.75)).ceil() as u64;
     for i in sim.live_nodes() {
