@@ -302,22 +302,19 @@ impl Core {
 
 impl Core {
     /// The name (smallest member) of `peer`'s discovered cluster.
-    fn cluster_name(&self, peer: &NodeId) -> Option<NodeId> {
-        self.clusters()
-            .partition(1)
-            .into_iter()
-            .find(|g| g.contains(peer))
-            .and_then(|g| g.into_iter().min())
+    pub(super) fn cluster_name(&self, peer: &NodeId) -> Option<NodeId> {
+        let group = self.clusters().group_of(1, peer)?;
+        group.members.first().copied()
     }
 
     /// The name (smallest member) of `peer`'s discovered cluster, unless it is this
     /// node's own: the link a train or report from `peer` measures is then wide-area.
     fn other_cluster_name(&self, peer: &NodeId) -> Option<NodeId> {
-        self.clusters()
-            .partition(1)
-            .into_iter()
-            .find(|g| g.contains(peer) && !g.contains(&self.id))
-            .and_then(|g| g.into_iter().min())
+        let group = self.clusters().group_of(1, peer)?;
+        if group.members.binary_search(&self.id).is_ok() {
+            return None;
+        }
+        group.members.first().copied()
     }
 
     /// The discovered clusters with the bandwidth and latency between them, aggregated

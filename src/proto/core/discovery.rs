@@ -141,19 +141,10 @@ impl Core {
             let own = self.discovery.table.own_edges();
             let edges = summary::choose(&row, own, &params);
             let bandwidth = self.bw.edges();
-            let published = self.discovery.table.own_bandwidth();
-            // (Most nodes hold no figures: they need not partition the view to say so.)
-            let bw_moved = !(published.is_empty() && bandwidth.is_empty()) && {
-                let groups = self.clusters().partition(1);
-                let cluster_of = |p: &NodeId| {
-                    groups
-                        .iter()
-                        .find(|g| g.contains(p))
-                        .and_then(|g| g.iter().min().copied())
-                        .unwrap_or(*p)
-                };
-                super::bandwidth::differs(published, &bandwidth, cluster_of)
-            };
+            let bw_moved =
+                super::bandwidth::differs(self.discovery.table.own_bandwidth(), &bandwidth, |p| {
+                    self.cluster_name(p).unwrap_or(*p)
+                });
             let rtt_moved = summary::differs(own, &edges, &params);
             let (now, alive) = (self.now, self.members.alive().len());
             let interval = self.config.bw_probe_interval;

@@ -40,16 +40,18 @@ impl Core {
         self.bw
             .told_saturated
             .retain(|_, t| now.saturating_since(*t) < saturation::TELL_EVERY);
-        let view = self.clusters();
-        let groups = view.partition(1);
-        if groups.len() < 2 || self.config.bw_probers == 0 {
+        if self.config.bw_probers == 0 {
+            return;
+        }
+        // Sorted groups of sorted members: each cluster is named by its first.
+        let groups = self.clusters().partition(1);
+        if groups.len() < 2 {
             return;
         }
         let Some(mine) = groups.iter().position(|g| g.contains(&self.id)) else {
             return;
         };
-        let mut own: Vec<NodeId> = groups[mine].clone();
-        own.sort_unstable();
+        let own: &[NodeId] = &groups[mine];
         let prober = own
             .iter()
             .take(self.config.bw_probers)
@@ -103,15 +105,13 @@ impl Core {
             if gi == mine || g.is_empty() {
                 continue;
             }
-            let mut g = g.clone();
-            g.sort_unstable();
             let name = g[0];
             let suspect = recheck && self.bw.suspect.contains_key(&name);
-            let measured = catch_up && self.bw.holds_any(&g);
+            let measured = catch_up && self.bw.holds_any(g);
             let spaced = self.bw.next_to_cluster.get(&name).is_some_and(|t| now < *t);
             if suspect || (routine && !spaced && !measured) {
                 let last = (!suspect).then(|| self.bw.last_asked.get(&name).copied());
-                due.push((last, g));
+                due.push((last, g.clone()));
             }
         }
         // Suspect first (`None`), then never asked (`Some(None)`), then the least recent.
