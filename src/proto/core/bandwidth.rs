@@ -10,7 +10,7 @@
 //! while a cluster is still unmeasured (they ask only those). Each routine round a prober
 //! also asks one member of its own cluster for a short train ([`INTRA_TRAIN`]): the
 //! in-cluster rate sets how wide the tree inside the cluster may be
-//! (`crate::proto::stripe::fanout`). Nobody asks before its sweep has met every member, a
+//! (`crate::proto::stripe::fanout`). Nobody asks before its first sweep has met everyone, a
 //! round asks a bounded number of clusters, and a node that is no prober forgets its
 //! figures after a few intervals (the `round` part says why).
 //!
