@@ -10,7 +10,10 @@
 //! A peer's rate is taken over a *busy period*, from the first of its transfers to start
 //! while none was open to the last one ending, not per transfer: a collective keeps
 //! several transfers from one peer in flight at once (`WINDOW` in the API's comm), each
-//! of which gets only its share of the path.
+//! of which gets only its share of the path. A transfer that starts less than [`GAP`]
+//! after the peer's last one ended continues the period: a pipelined collective sends
+//! its segments back to back, and one 256 KiB segment alone often spans less than
+//! [`MIN_SPAN`], so it would measure nothing.
 
 use crate::proto::NodeId;
 use std::collections::{HashMap, VecDeque};
@@ -22,6 +25,9 @@ pub const MAX_RATES: usize = 64;
 /// Shortest busy period reported: bytes that waited in QUIC's receive window before the
 /// header was read arrive at once, and over a short period they would make the rate.
 pub const MIN_SPAN: Duration = Duration::from_millis(50);
+/// Longest pause between two transfers from one peer that still makes one busy period;
+/// the pause counts in the span, so the rate errs low, never high.
+pub const GAP: Duration = Duration::from_millis(20);
 
 #[derive(Default)]
 struct Inner {
@@ -39,6 +45,39 @@ struct Period {
     open: usize,
     start: Instant,
     bytes: u64,
+    /// When the last transfer ended, while none is open.
+    idle_since: Option<Instant>,
+}
+
+impl Inner {
+    /// Ends `peer`'s period and keeps its rate if it spans long enough.
+    fn close(&mut self, peer: NodeId) {
+        let Some(p) = self.periods.remove(&peer) else {
+            return;
+        };
+        let span = p.idle_since.map_or(Duration::ZERO, |end| end - p.start);
+        if p.bytes > 0 && span >= MIN_SPAN {
+            if self.rates.len() == MAX_RATES {
+                self.rates.pop_front();
+            }
+            self.rates.push_back((peer, p.bytes, span));
+        }
+    }
+
+    /// Ends every period idle for longer than [`GAP`] at `now`.
+    fn close_idle(&mut self, now: Instant) {
+        let mut idle: Vec<(Instant, NodeId)> = self
+            .periods
+            .iter()
+            .filter_map(|(peer, p)| Some((p.idle_since?, *peer)))
+            .filter(|(t, _)| now.saturating_duration_since(*t) > GAP)
+            .collect();
+        // The oldest first, so that a full queue drops the oldest.
+        idle.sort_unstable();
+        for (_, peer) in idle {
+            self.close(peer);
+        }
+    }
 }
 
 /// Transfers in flight and the rates of those that arrived; shared by a node's
@@ -73,12 +112,15 @@ impl Activity {
     fn receiving_at(&self, peer: NodeId, now: Instant) -> Receiving<'_> {
         let mut inner = self.lock();
         inner.moving += 1;
+        inner.close_idle(now);
         let p = inner.periods.entry(peer).or_insert(Period {
             open: 0,
             start: now,
             bytes: 0,
+            idle_since: None,
         });
         p.open += 1;
+        p.idle_since = None;
         Receiving {
             activity: self,
             peer,
@@ -92,9 +134,16 @@ impl Activity {
         inner.moving > 0 || inner.last_end.is_some_and(|t| t.elapsed() < hold)
     }
 
-    /// The busy periods that ended since the last call: (peer, bytes, span).
+    /// The busy periods that ended since the last call: (peer, bytes, span). A period
+    /// ends once its peer's transfers have paused for longer than [`GAP`].
     pub fn take_rates(&self) -> Vec<(NodeId, u64, Duration)> {
-        self.lock().rates.drain(..).collect()
+        self.take_rates_at(Instant::now())
+    }
+
+    fn take_rates_at(&self, now: Instant) -> Vec<(NodeId, u64, Duration)> {
+        let mut inner = self.lock();
+        inner.close_idle(now);
+        inner.rates.drain(..).collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -115,17 +164,8 @@ impl Activity {
         };
         p.open -= 1;
         p.bytes += bytes;
-        if p.open > 0 {
-            return;
-        }
-        let span = now.duration_since(p.start);
-        let bytes = p.bytes;
-        inner.periods.remove(&peer);
-        if bytes > 0 && span >= MIN_SPAN {
-            if inner.rates.len() == MAX_RATES {
-                inner.rates.pop_front();
-            }
-            inner.rates.push_back((peer, bytes, span));
+        if p.open == 0 {
+            p.idle_since = Some(now);
         }
     }
 }
@@ -170,18 +210,20 @@ mod tests {
         assert!(a.take_rates().is_empty(), "a transfer from p is still open");
         second.arrived(3000);
         drop(second);
-        let rates = a.take_rates();
+        assert!(a.take_rates().is_empty(), "p may send again within GAP");
+        let later = Instant::now() + GAP * 2;
+        let rates = a.take_rates_at(later);
         assert_eq!(rates.len(), 1);
         assert_eq!((rates[0].0, rates[0].1), (p, 4000));
         // q's transfer failed: no bytes, no rate, and nothing is moving any more; a
         // period shorter than MIN_SPAN is not reported.
         other.arrived(0);
         drop(other);
-        assert!(a.take_rates().is_empty());
+        assert!(a.take_rates_at(Instant::now() + GAP * 2).is_empty());
         let mut short = a.receiving(q);
         short.arrived(1 << 20);
         drop(short);
-        assert!(a.take_rates().is_empty());
+        assert!(a.take_rates_at(Instant::now() + GAP * 2).is_empty());
         assert!(!a.moving(Duration::ZERO));
         assert!(
             a.moving(Duration::from_secs(60)),
@@ -203,8 +245,35 @@ mod tests {
             r.arrived(i as u64 + 1);
             drop(r);
         }
-        let rates = a.take_rates();
+        let rates = a.take_rates_at(Instant::now() + GAP * 2);
         assert_eq!(rates.len(), MAX_RATES);
         assert_eq!(rates[0].1, 11, "the oldest were dropped");
+    }
+
+    #[test]
+    fn transfers_back_to_back_make_one_period_and_a_pause_ends_it() {
+        let a = Activity::default();
+        let p = NodeId::from_bytes([5; 16]);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Three segments one after the other, 30 ms each, 5 ms apart: one period of
+        // 100 ms, though none of them alone spans MIN_SPAN.
+        for i in 0..3u32 {
+            let start = t0 + ms(35) * i;
+            // Ended by hand at a chosen instant, not by the guard's drop.
+            std::mem::forget(a.receiving_at(p, start));
+            a.received(p, 1000, start + ms(30));
+        }
+        assert!(
+            a.take_rates_at(t0 + ms(100) + GAP).is_empty(),
+            "not over yet"
+        );
+        let rates = a.take_rates_at(t0 + ms(101) + GAP);
+        assert_eq!(rates, vec![(p, 3000, ms(100))]);
+        // A pause longer than GAP starts a new period, which alone is too short.
+        let start = t0 + ms(200);
+        std::mem::forget(a.receiving_at(p, start));
+        a.received(p, 1000, start + ms(30));
+        assert!(a.take_rates_at(start + ms(31) + GAP).is_empty());
     }
 }
