@@ -1,7 +1,8 @@
 //! Real QUIC, in one process: 27 nodes on 127.0.0.1 over the emulated-latency socket with
 //! the phoenix-27 topology. Every tree must become wide-area optimal, and every node must
 //! discover the three clusters from its measurements; after a graceful leave the others
-//! must drop the departed node, its tree and its place in the clusters, and stay optimal.
+//! must drop the departed node, its tree and its place in the clusters, and stay optimal;
+//! what QUIC put on the wire is counted, the departed node's connection included.
 
 use overlay::local::LocalOverlay;
 use overlay::proto::{Config, Liveness, NodeId};
@@ -74,6 +75,24 @@ async fn phoenix_27_over_quic_becomes_wide_area_optimal_and_survives_a_leave() {
         took.as_millis()
     );
 
+    // What QUIC put on the wire is counted beneath the frames.
+    let before: BTreeMap<NodeId, overlay::QuicCounters> = overlay
+        .statuses()
+        .await
+        .into_iter()
+        .map(|s| (s.id, s.quic))
+        .collect();
+    for q in before.values() {
+        assert!(
+            q.datagrams_sent > 0 && q.datagrams_received > 0,
+            "datagrams counted: {q:?}"
+        );
+        assert!(
+            q.ack_frames_sent > 0 && q.stream_frames_sent > 0,
+            "frames counted: {q:?}"
+        );
+    }
+
     // A node of cluster B leaves gracefully.
     let leaving = overlay.nodes.remove(12);
     let cluster = overlay.clusters.remove(12);
@@ -100,6 +119,15 @@ async fn phoenix_27_over_quic_becomes_wide_area_optimal_and_survives_a_leave() {
         assert!(
             status.trees.iter().all(|t| t.root != id),
             "tree of the departed node kept"
+        );
+        // The closed connection's counters stay in the totals.
+        let (was, now) = (before[&status.id], status.quic);
+        assert!(
+            now.datagrams_sent >= was.datagrams_sent
+                && now.datagrams_received >= was.datagrams_received
+                && now.ack_frames_sent >= was.ack_frames_sent,
+            "{}: QUIC counters went back: {was:?} then {now:?}",
+            status.name
         );
     }
     eprintln!(

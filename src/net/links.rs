@@ -22,6 +22,7 @@
 //! peer look far.
 
 use super::link::{self, LinkContext};
+use super::view::QuicCounters;
 use crate::proto::{NodeId, Packet};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -30,6 +31,7 @@ use tracing::debug;
 
 mod dial;
 mod saturation;
+mod wire;
 
 /// Packets kept for a peer while it is being dialed.
 const PENDING_PER_PEER: usize = 1024;
@@ -176,6 +178,8 @@ pub struct Links {
     pub idle_closed: u64,
     /// When idle connections are closed.
     idle: IdleLimits,
+    /// What QUIC put on the wire for connections no longer in the table.
+    retired: QuicCounters,
 }
 
 impl Links {
@@ -205,7 +209,25 @@ impl Links {
             lost: BTreeSet::new(),
             idle_closed: 0,
             idle,
+            retired: QuicCounters::default(),
         }
+    }
+
+    /// What QUIC put on the wire for this node's peer connections since start, closed
+    /// ones included.
+    pub fn quic_counters(&self) -> QuicCounters {
+        let mut total = self.retired;
+        for link in self.links.values() {
+            total += wire::counters(&link.conn);
+        }
+        total
+    }
+
+    /// Takes `peer`'s connection out of the table, keeping its counters.
+    fn unlink(&mut self, peer: &NodeId) -> Option<Link> {
+        let link = self.links.remove(peer)?;
+        self.retired += wire::counters(&link.conn);
+        Some(link)
     }
 
     /// Open connections.
@@ -261,7 +283,7 @@ impl Links {
                 return Sent::Written;
             }
             // Closed, its `Closed` not handled yet: what its writer still held is gone.
-            self.links.remove(&to);
+            self.unlink(&to);
             self.lost.insert(to);
         }
         if addr(to).is_none() {
@@ -289,7 +311,7 @@ impl Links {
             .get(&peer)
             .is_some_and(|l| l.conn.stable_id() == conn)
         {
-            let link = self.links.remove(&peer).expect("looked up");
+            let link = self.unlink(&peer).expect("looked up");
             // Frames still queued or in flight on it are gone with it; unless the peer
             // closed it for idleness and it carried nothing since we last looked (then
             // nothing was in flight: the peer saw nothing for its idle limit either).
@@ -309,7 +331,7 @@ impl Links {
 
     /// The member is gone: close its connection, drop what waited for it.
     pub fn forget(&mut self, peer: NodeId, close: Option<&'static [u8]>) {
-        if let Some(link) = self.links.remove(&peer)
+        if let Some(link) = self.unlink(&peer)
             && let Some(why) = close
         {
             link.conn.close(super::auth::CLOSE_LEAVING.into(), why);
@@ -336,7 +358,7 @@ impl Links {
             "closing the connection and keeping the peer out: too many messages nobody \
              asked for"
         );
-        if let Some(link) = self.links.remove(&peer) {
+        if let Some(link) = self.unlink(&peer) {
             let why = b"too many messages nobody asked for";
             link.conn.close(super::auth::CLOSE_PROTOCOL.into(), why);
         }
@@ -360,7 +382,7 @@ impl Links {
             }
         }
         for peer in idle {
-            if let Some(link) = self.links.remove(&peer) {
+            if let Some(link) = self.unlink(&peer) {
                 debug!(peer = %peer, "closing an idle connection");
                 link.conn.close(super::auth::CLOSE_IDLE.into(), b"idle");
                 self.idle_closed += 1;
@@ -427,7 +449,7 @@ impl Links {
             }
         }
         let path = saturation::PathWindow::start(&conn, Instant::now());
-        self.links.insert(
+        let replaced = self.links.insert(
             peer,
             Link {
                 path,
@@ -439,6 +461,9 @@ impl Links {
                 idle_after,
             },
         );
+        if let Some(old) = replaced {
+            self.retired += wire::counters(&old.conn);
+        }
     }
 }
 

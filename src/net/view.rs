@@ -202,6 +202,48 @@ pub struct NodeStatus {
     /// Frames and bytes by kind of message, each way (kinds that carried nothing left out).
     #[serde(default)]
     pub traffic: Vec<KindTraffic>,
+    /// What QUIC put on the wire for the peer connections, beneath the frames above.
+    #[serde(default)]
+    pub quic: QuicCounters,
+}
+
+/// What QUIC put on the wire for a node's admitted peer connections since it started,
+/// closed connections included (handshakes refused before admission are not counted).
+///
+/// Every datagram costs the sender a system call and the receiver a wake-up, whatever it
+/// carries, so on an idle overlay these, more than bytes, are what CPU follows. A datagram
+/// may carry several frames; one that carries only ACK frames is an acknowledgement the
+/// peer's packets asked for.
+///
+/// ```
+/// let q = overlay::QuicCounters::default();
+/// assert_eq!(q.datagrams_sent, 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuicCounters {
+    /// UDP datagrams sent.
+    pub datagrams_sent: u64,
+    /// UDP datagrams received.
+    pub datagrams_received: u64,
+    /// ACK frames sent (alone or with other frames).
+    pub ack_frames_sent: u64,
+    /// PING frames sent: keep-alives of idle connections and loss probes.
+    pub ping_frames_sent: u64,
+    /// STREAM frames sent: the overlay's messages and data.
+    pub stream_frames_sent: u64,
+    /// Packets QUIC declared lost.
+    pub packets_lost: u64,
+}
+
+impl std::ops::AddAssign for QuicCounters {
+    fn add_assign(&mut self, o: QuicCounters) {
+        self.datagrams_sent += o.datagrams_sent;
+        self.datagrams_received += o.datagrams_received;
+        self.ack_frames_sent += o.ack_frames_sent;
+        self.ping_frames_sent += o.ping_frames_sent;
+        self.stream_frames_sent += o.stream_frames_sent;
+        self.packets_lost += o.packets_lost;
+    }
 }
 
 /// What one kind of message cost a node (see [`crate::proto::packet_kind::PacketKind`]).

@@ -128,6 +128,17 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             .collect();
         println!("bytes in/out by kind: {}", kinds.join(", "));
     }
+    let q = &s.quic;
+    println!(
+        "quic: {} datagrams sent, {} received; frames sent: {} ack, {} ping, {} stream; \
+         {} packets lost",
+        q.datagrams_sent,
+        q.datagrams_received,
+        q.ack_frames_sent,
+        q.ping_frames_sent,
+        q.stream_frames_sent,
+        q.packets_lost
+    );
     Ok(())
 }
 

@@ -162,6 +162,7 @@ impl Driver {
             tasks: tokio::runtime::Handle::try_current()
                 .map_or(0, |h| h.metrics().num_alive_tasks() as u64),
             traffic: stats.by_kind.snapshot(),
+            quic: self.links.quic_counters(),
         }
     }
 }

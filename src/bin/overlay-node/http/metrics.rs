@@ -110,6 +110,7 @@ pub fn render(s: &NodeStatus, extra: &Extra) -> String {
         o.sample("overlay_own_tree_depth", &[], &depth.to_string());
     }
     traffic(&mut o, s);
+    quic::counters(&mut o, &s.quic);
     clusters(&mut o, s, &name_of);
     collectives(&mut o, &extra.collectives);
     o.text
@@ -481,6 +482,8 @@ impl Out {
         let _ = writeln!(self.text, " {value}");
     }
 }
+
+mod quic;
 
 #[cfg(test)]
 #[path = "metrics_tests.rs"]

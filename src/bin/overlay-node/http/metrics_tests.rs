@@ -216,6 +216,11 @@ fn status() -> NodeStatus {
             frames_out: 5,
             bytes_out: 700,
         }],
+        quic: overlay::QuicCounters {
+            datagrams_sent: 11,
+            ack_frames_sent: 4,
+            ..Default::default()
+        },
     }
 }
 
@@ -271,6 +276,14 @@ fn every_line_parses_and_the_values_are_the_status() {
     assert_eq!(one("overlay_light_joins_total", &[]), 5.0);
     assert_eq!(one("overlay_tokio_tasks", &[]), 42.0);
     assert_eq!(one("overlay_local_health", &[]), 2.0);
+    assert_eq!(
+        one("overlay_quic_datagrams_total", &[("direction", "out")]),
+        11.0
+    );
+    assert_eq!(
+        one("overlay_quic_frames_sent_total", &[("kind", "ack")]),
+        4.0
+    );
     let advert = |d| [("kind", "advert"), ("direction", d)];
     assert_eq!(one("overlay_messages_total", &advert("in")), 3.0);
     assert_eq!(one("overlay_message_bytes_total", &advert("out")), 700.0);
