@@ -208,7 +208,8 @@ pub struct NodeStatus {
 }
 
 /// What QUIC put on the wire for a node's admitted peer connections since it started,
-/// closed connections included (handshakes refused before admission are not counted).
+/// closed connections included up to when the node let them go (their closing frames
+/// and handshakes refused before admission are not counted).
 ///
 /// Every datagram costs the sender a system call and the receiver a wake-up, whatever it
 /// carries, so on an idle overlay these, more than bytes, are what CPU follows. A datagram
