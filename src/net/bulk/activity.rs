@@ -50,12 +50,12 @@ struct Period {
 }
 
 impl Inner {
-    /// Ends `peer`'s period and keeps its rate if it spans long enough.
-    fn close(&mut self, peer: NodeId) {
+    /// Ends `peer`'s period, idle since `end`, and keeps its rate if it spans long enough.
+    fn close(&mut self, peer: NodeId, end: Instant) {
         let Some(p) = self.periods.remove(&peer) else {
             return;
         };
-        let span = p.idle_since.map_or(Duration::ZERO, |end| end - p.start);
+        let span = end.saturating_duration_since(p.start);
         if p.bytes > 0 && span >= MIN_SPAN {
             if self.rates.len() == MAX_RATES {
                 self.rates.pop_front();
@@ -74,8 +74,8 @@ impl Inner {
             .collect();
         // The oldest first, so that a full queue drops the oldest.
         idle.sort_unstable();
-        for (_, peer) in idle {
-            self.close(peer);
+        for (end, peer) in idle {
+            self.close(peer, end);
         }
     }
 }
