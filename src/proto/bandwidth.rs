@@ -99,7 +99,7 @@ impl BandwidthView {
                 links.push(ClusterLink {
                     from: a,
                     to: b,
-                    bps: vals[vals.len() / 2],
+                    bps: median(vals),
                     figures: vals.len() as u32,
                     age: at.map_or(Duration::ZERO, |t| now.saturating_since(t)),
                 });
@@ -144,6 +144,17 @@ impl BandwidthView {
             }
         }
         cap
+    }
+}
+
+/// The median of sorted, non-empty `vals`; of an even count, the mean of the middle two, so
+/// that one figure read high (or low) of two moves the result half as far.
+pub(crate) fn median(vals: &[f64]) -> f64 {
+    let n = vals.len();
+    if n % 2 == 1 {
+        vals[n / 2]
+    } else {
+        (vals[n / 2 - 1] + vals[n / 2]) / 2.0
     }
 }
 
@@ -202,6 +213,13 @@ mod tests {
         assert_eq!(v.latency_us[1][0], 3_500);
         assert!(v.complete());
         assert_eq!(v.capacities()[0][1], 6e6);
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[28e6, 47e6]), 37.5e6);
+        assert_eq!(median(&[1.0, 2.0, 4.0, 9.0]), 3.0);
+        assert_eq!(median(&[5.0]), 5.0);
     }
 
     #[test]

@@ -121,9 +121,12 @@ impl PeerRate {
     /// link, so their rate says what the plan asked, not what the path carries (published
     /// alone, such figures once took UvA->VU from 25 to 2.4 Mbit/s in the matrix).
     fn estimate(&self) -> Option<f64> {
+        if self.trains.is_empty() {
+            return None;
+        }
         let mut t: Vec<f64> = self.trains.iter().copied().collect();
         t.sort_by(f64::total_cmp);
-        let median = t.get(t.len() / 2).copied()?;
+        let median = crate::proto::bandwidth::median(&t);
         Some(self.transfer.map_or(median, |(r, _)| median.max(r)))
     }
 }
