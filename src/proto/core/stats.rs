@@ -23,6 +23,9 @@ pub struct CoreStats {
     pub root_asks: u64,
     /// Parent queries sent.
     pub parent_queries: u64,
+    /// Our state in a tree sent unasked to a cluster neighbour no worse off under us,
+    /// with a parent query.
+    pub states_told: u64,
     /// Versions of its own cluster summary this node published.
     pub cluster_publishes: u64,
     /// Cluster discovery messages sent (summaries, digests, version lists).
