@@ -265,6 +265,16 @@ mod tests {
         (at, last)
     }
 
+    /// Stamps `at[from..]` as read together, `by` after the last of them arrived; returns
+    /// that instant.
+    fn read_late_from(at: &mut [Instant], from: usize, by: Duration) -> Instant {
+        let late = *at.last().expect("some") + by;
+        for a in &mut at[from..] {
+            *a = late;
+        }
+        late
+    }
+
     #[test]
     fn an_even_tail_is_measured_whole() {
         let (at, last) = stamps(16, 343, 0);
@@ -289,10 +299,7 @@ mod tests {
     fn a_tail_read_late_at_its_end_is_measured_to_the_last_stamp_on_time() {
         let (mut at, _) = stamps(16, 343, 0);
         // The last four were read together, 2 ms after the last of them arrived.
-        let late = at[15] + Duration::from_millis(2);
-        for a in &mut at[12..] {
-            *a = late;
-        }
+        let late = read_late_from(&mut at, 12, Duration::from_millis(2));
         assert_eq!(
             tail_span(&at, late, 16),
             (12, Duration::from_micros(11 * 343))
@@ -302,10 +309,7 @@ mod tests {
     #[test]
     fn a_late_start_and_a_late_end_together_still_read_the_link() {
         let (mut at, _) = stamps(24, 343, 5);
-        let late = at[23] + Duration::from_millis(1);
-        for a in &mut at[20..] {
-            *a = late;
-        }
+        let late = read_late_from(&mut at, 20, Duration::from_millis(1));
         let (spread, span) = tail_span(&at, late, 24);
         let gap = span / (spread as u32 - 1);
         assert_eq!(

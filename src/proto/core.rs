@@ -373,6 +373,12 @@ impl Core {
         self.nbrs.cands.watched().collect()
     }
 
+    /// The farthest a peer may be and count as a cluster neighbour, µs: a tenth of the
+    /// shortcut threshold, the bound the oscillation guard uses (see [`crate::proto::tree`]).
+    fn near_us(&self) -> u32 {
+        self.config.shortcut_threshold.as_micros() as u32 / 10
+    }
+
     /// Queues `msg` to `to`.
     fn send(&mut self, to: NodeId, msg: Message) {
         self.out.send(to, msg);

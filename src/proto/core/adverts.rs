@@ -271,7 +271,7 @@ impl Core {
         if !due.is_empty() {
             self.changes_flushed();
         }
-        let near_us = self.config.shortcut_threshold.as_micros() as u32 / 10;
+        let near_us = self.near_us();
         let owed = Owed {
             full: std::mem::take(&mut self.adverts.owed_full),
             sample: std::mem::take(&mut self.adverts.owed_sample),

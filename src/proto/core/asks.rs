@@ -236,7 +236,7 @@ impl Core {
     /// oscillation guard calls a cluster neighbour). Its path to the root cannot pass
     /// through us, so it enters our cluster elsewhere.
     fn entered_twice(&self, ri: RootIdx, view: &CandidateView) -> bool {
-        let near = self.config.shortcut_threshold.as_micros() as u32 / 10;
+        let near = self.near_us();
         let t = self.trees.live(ri);
         t.connected
             && t.children.is_empty()

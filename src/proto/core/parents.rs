@@ -155,7 +155,7 @@ impl Core {
     /// query.
     fn tell_state(&mut self, ri: RootIdx, view: &CandidateView) {
         let t = self.trees.live(ri);
-        let near = self.config.shortcut_threshold.as_micros() as u32 / 10;
+        let near = self.near_us();
         if t.connected
             && view.lat_us <= near
             && t.dist_us.saturating_add(view.lat_us) <= view.dist_us
