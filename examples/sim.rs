@@ -302,7 +302,12 @@ fn explain_entries<N: SimNode>(sim: &Sim<N>) {
         (!d.bad_clusters.is_empty()).then_some((r, d))
     });
     for (r, d) in bad.take(12) {
-        for (_, _, edges) in &d.bad_clusters {
+        for (_, want, edges) in &d.bad_clusters {
+            if *want == 0 {
+                // The root's own cluster entered from outside: how the entry judges the
+                // members of its own cluster.
+                explain_cluster_mates(sim, r, edges);
+            }
             for (a, _) in edges {
                 for (b, _) in edges.iter().filter(|(b, _)| b != a) {
                     let Some(core) = sim.node(*a).core() else {
@@ -315,6 +320,28 @@ fn explain_entries<N: SimNode>(sim: &Sim<N>) {
                     );
                 }
             }
+        }
+    }
+}
+
+/// For each edge entering the root's own cluster, how its lower end judges the members of
+/// that cluster (at most eight of them, the root first).
+fn explain_cluster_mates<N: SimNode>(sim: &Sim<N>, r: usize, edges: &[(usize, usize)]) {
+    for (a, _) in edges {
+        let Some(core) = sim.node(*a).core() else {
+            return;
+        };
+        let mates = (0..sim.total_nodes())
+            .filter(|&b| b != *a && sim.cluster_of(b) == sim.cluster_of(*a))
+            .filter(|b| sim.live_nodes().contains(b));
+        let mut mates: Vec<usize> = mates.collect();
+        mates.sort_by_key(|&b| (b != r, b));
+        for b in mates.into_iter().take(8) {
+            let why = core.explain_candidate(sim.id(r), sim.id(b));
+            eprintln!(
+                "  root {r}: entry {a} on cluster mate {b}: {}",
+                why.unwrap_or_else(|| "tree not tracked".into())
+            );
         }
     }
 }

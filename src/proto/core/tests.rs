@@ -457,3 +457,26 @@ fn with_the_far_budget_spent_cluster_neighbours_still_hear_changes_and_the_far_c
     let sent = flush(&mut core, 3_000);
     assert!(heard_by(&sent, far).contains(&r2));
 }
+
+#[test]
+fn a_node_whose_route_leaves_the_roots_own_cluster_asks_the_root() {
+    // r is a cluster neighbour (100 µs away), f far (3 ms); our route to r runs through
+    // f, 6 ms, within the shortcut threshold of the direct link, so only the detour out
+    // of r's cluster and back says something is wrong.
+    let (f, r) = (id(1), id(3));
+    let mut core = core_measuring(Config::test(), &[(f, 6_000), (r, 200)]);
+    receive(&mut core, 20, f, advert(r, 4, 3_000));
+    assert_eq!(core.parent(r), Some(f));
+    let mut asked = false;
+    for ms in (100..3_000).step_by(50) {
+        core.handle(at(ms), Input::Timeout);
+        asked |= drain(&mut core).iter().any(|t| {
+            t.to == r
+                && matches!(&t.msg, Message::AdvertRequest { roots }
+                    if roots.iter().any(|&(root, _)| root == r))
+        });
+    }
+    assert!(asked, "the root is asked for its state in its tree");
+    receive(&mut core, 3_000, r, advert(r, 4, 0));
+    assert_eq!(core.parent(r), Some(r), "its answer is taken");
+}
