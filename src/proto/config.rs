@@ -73,6 +73,13 @@ pub struct Config {
     pub probe_backoff: u32,
     /// See `probe_backoff`.
     pub steady_samples: u32,
+    /// The longest backoff, in rounds: a peer still steady after `steady_samples` more
+    /// samples at its backoff has it doubled, up to this (12 by default: a peer whose RTT
+    /// has held for about three minutes is probed every 12 rounds). Probes were still most
+    /// of a settled node's frames at a backoff of 3, and a node's CPU follows its
+    /// datagrams. Raise `inbound_expiry` with it (see there); at or below
+    /// `probe_backoff`, no doubling.
+    pub probe_backoff_max: u32,
     /// A node that gets a probe from a peer it watches answers with a
     /// [`crate::proto::Message::PongPing`] when its own probe of that peer is due (three
     /// quarters of its period have passed since the last sample): one exchange of three
@@ -113,7 +120,7 @@ pub struct Config {
     pub serial_request_gap: Duration,
     /// A peer that has not probed us for this long stops receiving our adverts. It must
     /// exceed the longest gap between two probes of a backed-off peer
-    /// (`probe_backoff` + 1 rounds, a round being up to 1.25 `probe_interval`).
+    /// (`probe_backoff_max` + 1 rounds, a round being up to 1.25 `probe_interval`).
     pub inbound_expiry: Duration,
     /// Collective operations spread inside this node's cluster by a planned schedule
     /// instead of along the tree (zero: never). The cluster is the level-1 group cluster
@@ -164,6 +171,7 @@ impl Config {
             probe_interval: Duration::from_secs(1),
             probe_backoff: 3,
             steady_samples: 20,
+            probe_backoff_max: 12,
             merge_probes: true,
             shortcut_threshold: Duration::from_millis(10),
             max_near: 16,
@@ -175,7 +183,7 @@ impl Config {
             rtt_window: 64,
             rtt_hold: true,
             serial_request_gap: Duration::from_millis(20),
-            inbound_expiry: Duration::from_secs(10),
+            inbound_expiry: Duration::from_secs(20),
             cluster_rtt: Duration::from_millis(2),
             send_cost: Duration::from_micros(30),
             descendants_first: true,
@@ -196,7 +204,7 @@ impl Config {
             advert_max_interval: Duration::from_millis(160),
             probe_interval: Duration::from_millis(500),
             explore_rotate: Duration::from_secs(1),
-            inbound_expiry: Duration::from_secs(6),
+            inbound_expiry: Duration::from_secs(10),
             cluster_sync: Duration::from_secs(1),
             ..Self::wan()
         }

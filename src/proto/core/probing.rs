@@ -19,6 +19,19 @@ use std::time::Duration;
 /// asked to be measured (see [`Core::measure`]).
 pub(super) const STALE_SAMPLES_PERIODS: u32 = 3;
 
+/// Every how many rounds a peer whose estimate has held still for `steady` samples is
+/// probed: every round until `Config::steady_samples`, then `Config::probe_backoff`,
+/// doubled after each further `steady_samples` samples up to `Config::probe_backoff_max`.
+pub(super) fn probe_backoff(config: &crate::proto::Config, steady: u32) -> u32 {
+    let per = config.steady_samples.max(1);
+    if steady < per {
+        return 1;
+    }
+    let base = config.probe_backoff.max(1);
+    let doublings = ((steady - per) / per).min(8);
+    (base << doublings).min(config.probe_backoff_max.max(base))
+}
+
 /// The measuring sweep and the probes of the current round.
 #[derive(Default)]
 pub(super) struct Probing {
@@ -173,13 +186,8 @@ impl Core {
     /// probing parents every round grew a settled node's traffic with the overlay, and a
     /// parent that goes is seen by its link and membership, not by a probe.
     fn probe_period(&self, peer: &NodeId) -> Duration {
-        let steady =
-            (self.nbrs.get(peer)).is_some_and(|e| e.steady() >= self.config.steady_samples);
-        let backoff = if !steady {
-            1
-        } else {
-            self.config.probe_backoff.max(1)
-        };
+        let steady = self.nbrs.get(peer).map_or(0, |e| e.steady());
+        let backoff = probe_backoff(&self.config, steady);
         self.config.probe_interval * backoff * self.probing.stretch()
     }
 
@@ -306,17 +314,15 @@ impl Core {
     pub(super) fn on_probe_round(&mut self) {
         self.refill();
         self.probing.round += 1;
-        let backoff = u64::from(self.config.probe_backoff.max(1));
         let round = self.probing.round;
-        let steady = self.config.steady_samples;
-        let nbrs = &self.nbrs;
+        let (config, nbrs) = (&self.config, &self.nbrs);
         // Watched peers and parents whose estimate has held still are probed every
         // `backoff` rounds, each in a phase of its own so the probes stay spread over the
         // rounds.
         let due = |p: &NodeId| {
             let phase = u64::from(p.0[15]);
-            (round + phase).is_multiple_of(backoff)
-                || nbrs.get(p).is_none_or(|e| e.steady() < steady)
+            let steady = nbrs.get(p).map_or(0, |e| e.steady());
+            (round + phase).is_multiple_of(u64::from(probe_backoff(config, steady)))
         };
         let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().collect();
         let parents = self.trees.parents();
@@ -455,5 +461,25 @@ impl Core {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_backoff;
+    use crate::proto::Config;
+
+    #[test]
+    fn a_steady_peer_backs_off_doubling_up_to_the_max() {
+        let c = Config::wan();
+        let at = |steady| probe_backoff(&c, steady);
+        assert_eq!((at(0), at(19)), (1, 1), "moving: every round");
+        assert_eq!((at(20), at(39)), (3, 3));
+        assert_eq!((at(40), at(60), at(1_000_000)), (6, 12, 12));
+        let flat = Config {
+            probe_backoff_max: 1,
+            ..Config::wan()
+        };
+        assert_eq!(probe_backoff(&flat, 100), 3, "a max below the base keeps the base");
     }
 }
