@@ -58,15 +58,19 @@ pub struct IdleLimits {
 
 impl IdleLimits {
     /// The limits for a core configured so: [`LINK_IDLE`], or four of its longest regular
-    /// period (serials, probes) where that is longer, and [`MEASURE_IDLE`]. A child probes
-    /// its parents and a node its candidates every probe period (jittered by up to a
-    /// quarter; tree state itself travels only when it changes), so neither link idles out
-    /// however slow the clock (`Config::slowed`, `Config::dilated`), while links that
-    /// gossip alone used still close.
+    /// period (serials, probes), or the longest gap between two probes of a backed-off
+    /// peer plus a probe period, where that is longer; and [`MEASURE_IDLE`]. A child
+    /// probes its parents and a node its candidates at least once per
+    /// `probe_backoff_max` + 1 rounds (a round jittered by up to a quarter; tree state
+    /// itself travels only when it changes), so neither link idles out however slow the
+    /// clock (`Config::slowed`, `Config::dilated`), while links that gossip alone used
+    /// still close.
     pub fn for_config(config: &crate::proto::Config) -> IdleLimits {
         let period = config.serial_period.max(config.probe_interval);
+        let rounds = config.probe_backoff.max(config.probe_backoff_max).max(1) + 1;
+        let probe_gap = config.probe_interval * rounds * 5 / 4 + config.probe_interval;
         IdleLimits {
-            link: LINK_IDLE.max(period * 4),
+            link: LINK_IDLE.max(period * 4).max(probe_gap),
             measure: MEASURE_IDLE,
         }
     }

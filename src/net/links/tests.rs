@@ -162,9 +162,13 @@ fn idle_limits_are_the_constants_at_default_periods_and_grow_with_slower_clocks(
     assert_eq!(wan.link, LINK_IDLE);
     assert_eq!(wan.measure, MEASURE_IDLE);
     assert_eq!(IdleLimits::for_config(&Config::lan()), wan);
-    // A tree link gets a serial every 20 s on this clock: it must outlive several.
-    let slow = IdleLimits::for_config(&Config::wan().dilated(20));
-    assert_eq!(slow.link, Config::wan().serial_period * 20 * 4);
+    // On this clock a steady peer is probed every 12 rounds of 20 s (up to 25 s each):
+    // its link must outlive the longest gap.
+    let config = Config::wan().dilated(20);
+    let slow = IdleLimits::for_config(&config);
+    let rounds = config.probe_backoff_max + 1;
+    assert!(slow.link > config.probe_interval * rounds * 5 / 4, "{slow:?}");
+    assert!(slow.link >= config.serial_period * 4);
     assert_eq!(slow.measure, MEASURE_IDLE);
 }
 
