@@ -331,10 +331,9 @@ fn explain_cluster_mates<N: SimNode>(sim: &Sim<N>, r: usize, edges: &[(usize, us
         let Some(core) = sim.node(*a).core() else {
             return;
         };
-        let mates = (0..sim.total_nodes())
+        let mut mates: Vec<usize> = (sim.live_nodes().into_iter())
             .filter(|&b| b != *a && sim.cluster_of(b) == sim.cluster_of(*a))
-            .filter(|b| sim.live_nodes().contains(b));
-        let mut mates: Vec<usize> = mates.collect();
+            .collect();
         mates.sort_by_key(|&b| (b != r, b));
         for b in mates.into_iter().take(8) {
             let why = core.explain_candidate(sim.id(r), sim.id(b));
