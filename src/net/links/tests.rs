@@ -167,7 +167,10 @@ fn idle_limits_are_the_constants_at_default_periods_and_grow_with_slower_clocks(
     let config = Config::wan().dilated(20);
     let slow = IdleLimits::for_config(&config);
     let rounds = config.probe_backoff_max + 1;
-    assert!(slow.link > config.probe_interval * rounds * 5 / 4, "{slow:?}");
+    assert!(
+        slow.link > config.probe_interval * rounds * 5 / 4,
+        "{slow:?}"
+    );
     assert!(slow.link >= config.serial_period * 4);
     assert_eq!(slow.measure, MEASURE_IDLE);
 }

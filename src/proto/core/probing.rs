@@ -480,6 +480,10 @@ mod tests {
             probe_backoff_max: 1,
             ..Config::wan()
         };
-        assert_eq!(probe_backoff(&flat, 100), 3, "a max below the base keeps the base");
+        assert_eq!(
+            probe_backoff(&flat, 100),
+            3,
+            "a max below the base keeps the base"
+        );
     }
 }
