@@ -67,7 +67,7 @@ impl IdleLimits {
     /// still close.
     pub fn for_config(config: &crate::proto::Config) -> IdleLimits {
         let period = config.serial_period.max(config.probe_interval);
-        let rounds = config.probe_backoff.max(config.probe_backoff_max).max(1) + 1;
+        let rounds = config.longest_probe_backoff() + 1;
         let probe_gap = config.probe_interval * rounds * 5 / 4 + config.probe_interval;
         IdleLimits {
             link: LINK_IDLE.max(period * 4).max(probe_gap),

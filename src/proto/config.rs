@@ -215,6 +215,12 @@ impl Config {
         Self::lan()
     }
 
+    /// The longest probe backoff in rounds that a steady peer reaches: `probe_backoff_max`,
+    /// or `probe_backoff` where that is larger (then no doubling), at least 1.
+    pub fn longest_probe_backoff(&self) -> u32 {
+        self.probe_backoff_max.max(self.probe_backoff).max(1)
+    }
+
     /// Every period multiplied by `factor`; latencies, thresholds and sizes unchanged. The
     /// same protocol on a slower clock: fewer messages per second, the same trees, slower
     /// convergence. For many nodes sharing few cores (the in-process benchmarks).

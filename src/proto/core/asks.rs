@@ -10,7 +10,7 @@ use super::trees::RootIdx;
 use crate::proto::id::{IdMap as HashMap, NodeId};
 use crate::proto::message::Message;
 use crate::proto::time::Time;
-use crate::proto::tree::CandidateView;
+use crate::proto::tree::{CandidateView, TreeState};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -169,11 +169,7 @@ impl Core {
             return;
         };
         let threshold = self.config.shortcut_threshold.as_micros() as u32;
-        let near = self.near_us();
-        let detour = direct <= near
-            && t.parent
-                .and_then(|p| self.nbrs.lat_us(&p))
-                .is_some_and(|pl| pl > near);
+        let detour = direct <= self.near_us() && self.parent_is_far(t);
         if (t.dist_us <= direct.saturating_add(threshold) && !detour)
             || self
                 .heard
@@ -248,14 +244,19 @@ impl Core {
     /// oscillation guard calls a cluster neighbour). Its path to the root cannot pass
     /// through us, so it enters our cluster elsewhere.
     fn entered_twice(&self, ri: RootIdx, view: &CandidateView) -> bool {
-        let near = self.near_us();
         let t = self.trees.live(ri);
         t.connected
             && t.children.is_empty()
-            && view.lat_us <= near
-            && t.parent
-                .and_then(|p| self.nbrs.lat_us(&p))
-                .is_some_and(|pl| pl > near)
+            && view.lat_us <= self.near_us()
+            && self.parent_is_far(t)
+    }
+
+    /// Whether our parent in tree `t` is measured and not a cluster neighbour (farther
+    /// than [`Core::near_us`]): we enter our cluster in that tree.
+    fn parent_is_far(&self, t: &TreeState) -> bool {
+        t.parent
+            .and_then(|p| self.nbrs.lat_us(&p))
+            .is_some_and(|pl| pl > self.near_us())
     }
 
     /// Asks the root for a fresh serial: a node without a path needs one to accept a new

@@ -29,7 +29,7 @@ pub(super) fn probe_backoff(config: &crate::proto::Config, steady: u32) -> u32 {
     }
     let base = config.probe_backoff.max(1);
     let doublings = ((steady - per) / per).min(8);
-    (base << doublings).min(config.probe_backoff_max.max(base))
+    (base << doublings).min(config.longest_probe_backoff())
 }
 
 /// The measuring sweep and the probes of the current round.
