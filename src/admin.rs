@@ -178,7 +178,7 @@ pub async fn serve(node: Node, data_dir: PathBuf) -> std::io::Result<()> {
                     continue;
                 }
             },
-            _ = wait_stopped(&node) => break,
+            () = node.stopped() => break,
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             tokio::spawn(refuse_busy(stream));
@@ -236,12 +236,6 @@ async fn refuse_with(mut stream: tokio::net::UnixStream, why: String) {
     if let Ok(mut out) = serde_json::to_vec(&busy) {
         out.push(b'\n');
         let _ = tokio::time::timeout(ADMIN_READ_TIMEOUT, stream.write_all(&out)).await;
-    }
-}
-
-async fn wait_stopped(node: &Node) {
-    while !node.is_stopped() {
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -315,6 +315,19 @@ impl Node {
         }
     }
 
+    /// Returns once the driver task has stopped (`leave`, every handle but this one
+    /// gone is not enough: the driver stops on `leave` or when every handle is dropped).
+    ///
+    /// ```no_run
+    /// # async fn demo(node: overlay::Node) {
+    /// node.stopped().await; // e.g. after `overlay-node leave` from another process
+    /// # }
+    /// ```
+    pub async fn stopped(&self) {
+        // The driver holds the command queue's receiving end until it returns.
+        self.commands.closed().await;
+    }
+
     /// Whether the driver task has stopped.
     pub fn is_stopped(&self) -> bool {
         // An aborted task drops its command queue only when the runtime gets to it: the

@@ -243,12 +243,11 @@ pub(super) fn read_peers(dir: &Path) -> Vec<SocketAddr> {
 pub(super) async fn save_peers(node: Node, dir: PathBuf, lock: Option<DirLock>) {
     let mut last = Vec::new();
     loop {
-        let Ok(status) = node.status().await else {
+        let Ok(members) = node.members().await else {
             drop(lock);
             return;
         };
-        let mut addrs: Vec<SocketAddr> = status
-            .members
+        let mut addrs: Vec<SocketAddr> = members
             .iter()
             .filter(|m| m.id != node.id && m.state == Liveness::Alive)
             .map(|m| m.addr)
@@ -260,13 +259,13 @@ pub(super) async fn save_peers(node: Node, dir: PathBuf, lock: Option<DirLock>) 
                 last = addrs;
             }
         }
-        // Wake often enough to hand the lock back soon after the node stops.
-        for _ in 0..10 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if node.is_stopped() {
+        // The lock goes back as soon as the node stops, without polling for it.
+        tokio::select! {
+            () = node.stopped() => {
                 drop(lock);
                 return;
             }
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
         }
     }
 }

@@ -9,6 +9,7 @@
 //! - [`emulated`]: a UDP socket that adds a topology's WAN latency on loopback.
 //! - [`view`]: what the driver reports to the API (status, events, deliveries).
 //! - [`meter`]: how long a send takes to leave this node, measured at the socket.
+//! - [`quiet_timer`]: quinn's runtime with timers that wake tokio only when due.
 
 // Without the `testkit` feature this module is private to the crate, and the parts only
 // the harnesses and the attack tests use would be reported unused.
@@ -29,6 +30,7 @@ pub mod links;
 pub mod meter;
 pub mod ops;
 pub mod pace;
+pub mod quiet_timer;
 pub mod record_auth;
 pub mod sockbuf;
 pub mod stream;
@@ -39,7 +41,7 @@ pub mod train;
 pub mod view;
 
 /// A quinn endpoint on `socket` (real or emulated, metered or not), a server if
-/// `server_config` is given, on the tokio runtime.
+/// `server_config` is given, on the tokio runtime (with [`quiet_timer::QuietRuntime`]'s timers).
 pub fn endpoint_on(
     socket: std::sync::Arc<dyn quinn::AsyncUdpSocket>,
     server_config: Option<quinn::ServerConfig>,
@@ -48,7 +50,7 @@ pub fn endpoint_on(
         quinn::EndpointConfig::default(),
         server_config,
         socket,
-        std::sync::Arc::new(quinn::TokioRuntime),
+        std::sync::Arc::new(quiet_timer::QuietRuntime),
     )
 }
 

@@ -130,7 +130,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!("signal received: leaving");
             node.leave().await;
         }
-        _ = wait_stopped(&node) => tracing::info!("left the overlay"),
+        () = node.stopped() => tracing::info!("left the overlay"),
     }
     let _ = admin.await;
     Ok(())
@@ -153,13 +153,6 @@ fn local(listener: &tokio::net::TcpListener) -> String {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "?".into())
-}
-
-/// Returns once the node has stopped (`overlay-node leave`).
-async fn wait_stopped(node: &Node) {
-    while !node.is_stopped() {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
