@@ -19,11 +19,26 @@ pub enum Role {
     Hinted { expires: Time },
 }
 
+/// How many of a prober's own gaps between two watching probes we wait before it stops
+/// getting our adverts: a round is jittered by a quarter either way (a gap of n rounds
+/// spans 0.75n to 1.25n periods) and a steady peer's backoff doubles, so the next gap can
+/// be up to 2 x 1.25 / 0.75 = 3.3 times the last.
+const INBOUND_GAPS: u32 = 4;
+
+/// A peer that probes us with `watch` set.
+#[derive(Clone, Copy, Debug)]
+struct Inbound {
+    /// Its last watching probe.
+    seen: Time,
+    /// The gap between its last two watching probes, once it sent two.
+    gap: Option<std::time::Duration>,
+}
+
 /// The watched set plus the inbound probers.
 #[derive(Clone, Debug, Default)]
 pub struct CandidateSet {
     watched: BTreeMap<NodeId, Role>,
-    inbound: HashMap<NodeId, Time>,
+    inbound: HashMap<NodeId, Inbound>,
     seq: u64,
 }
 
@@ -141,7 +156,23 @@ impl CandidateSet {
 
     /// Records a probe from `id`; true if it was not inbound before.
     pub fn note_inbound(&mut self, id: NodeId, now: Time) -> bool {
-        self.inbound.insert(id, now).is_none()
+        match self.inbound.get_mut(&id) {
+            Some(i) => {
+                i.gap = Some(now.saturating_since(i.seen));
+                i.seen = now;
+                false
+            }
+            None => {
+                self.inbound.insert(
+                    id,
+                    Inbound {
+                        seen: now,
+                        gap: None,
+                    },
+                );
+                true
+            }
+        }
     }
 
     /// Re-sorts near and explorers by RTT: the `max_near` lowest measured RTTs are near,
@@ -186,16 +217,28 @@ impl CandidateSet {
         dropped
     }
 
-    /// Drops inbound peers silent since `now - inbound_expiry` and hinted peers past their
-    /// expiry unless `keep` says they are still needed (e.g. they are a parent).
+    /// Drops inbound peers gone quiet and hinted peers past their expiry unless `keep`
+    /// says they are still needed (e.g. they are a parent).
+    ///
+    /// An inbound peer is quiet after [`INBOUND_GAPS`] times its own last gap between two
+    /// watching probes, at least `floor` and at most `inbound_expiry` (which it gets until
+    /// it has sent two): an explorer that rotated away, probed every round on its trial,
+    /// stops getting our adverts within seconds, while a settled peer probing us every
+    /// dozen rounds keeps them. With one expiry for all, sized for the slowest prober,
+    /// every explorer of the past `inbound_expiry` got our adverts.
     pub fn expire(
         &mut self,
         now: Time,
         inbound_expiry: std::time::Duration,
+        floor: std::time::Duration,
         keep: impl Fn(&NodeId) -> bool,
     ) -> Vec<NodeId> {
-        self.inbound
-            .retain(|_, seen| now.saturating_since(*seen) < inbound_expiry);
+        self.inbound.retain(|_, i| {
+            let quiet = i.gap.map_or(inbound_expiry, |g| {
+                (g * INBOUND_GAPS).clamp(floor.min(inbound_expiry), inbound_expiry)
+            });
+            now.saturating_since(i.seen) < quiet
+        });
         let gone: Vec<NodeId> = self
             .watched
             .iter()
@@ -243,9 +286,11 @@ mod tests {
         assert!(c.add_hinted(id(2), Time(20), 2));
         assert!(c.add_hinted(id(3), Time(30), 2));
         assert_eq!(c.role(&id(1)), None, "the first to expire made room");
-        let gone = c.expire(Time(25), Duration::from_secs(1), |_| false);
+        let gone = c.expire(Time(25), Duration::from_secs(1), Duration::ZERO, |_| false);
         assert_eq!(gone, vec![id(2)]);
-        let gone = c.expire(Time(35), Duration::from_secs(1), |k| *k == id(3));
+        let gone = c.expire(Time(35), Duration::from_secs(1), Duration::ZERO, |k| {
+            *k == id(3)
+        });
         assert!(gone.is_empty(), "a hinted peer that is a parent stays");
     }
 
@@ -256,7 +301,60 @@ mod tests {
         assert!(c.note_inbound(id(2), Time(0)));
         assert!(!c.note_inbound(id(2), Time(5)));
         assert_eq!(c.advert_targets().len(), 2);
-        c.expire(Time(2_000_000), Duration::from_secs(1), |_| false);
+        c.expire(
+            Time(2_000_000),
+            Duration::from_secs(1),
+            Duration::ZERO,
+            |_| false,
+        );
         assert_eq!(c.advert_targets(), vec![id(1)]);
+    }
+
+    /// The advert targets, as a set.
+    fn targets(c: &CandidateSet) -> std::collections::BTreeSet<NodeId> {
+        c.advert_targets().into_iter().collect()
+    }
+
+    fn ids(ns: &[u64]) -> std::collections::BTreeSet<NodeId> {
+        ns.iter().map(|&n| id(n)).collect()
+    }
+
+    /// Seconds (from an origin 100 s in) as `Time`.
+    fn secs(s: f64) -> Time {
+        Time(((100.0 + s) * 1e6) as u64)
+    }
+
+    #[test]
+    fn an_inbound_prober_goes_quiet_after_four_of_its_own_gaps() {
+        let expiry = Duration::from_secs(20);
+        let floor = Duration::from_secs(3);
+        let mut c = CandidateSet::default();
+        // An explorer on trial, probing every second, then rotated away.
+        c.note_inbound(id(1), secs(0.0));
+        c.note_inbound(id(1), secs(1.0));
+        // A settled peer probing every 12 s.
+        c.note_inbound(id(2), secs(-11.0));
+        c.note_inbound(id(2), secs(1.0));
+        // A peer heard once: the full expiry.
+        c.note_inbound(id(3), secs(1.0));
+        c.expire(secs(4.5), expiry, floor, |_| false);
+        assert_eq!(targets(&c), ids(&[1, 2, 3]), "within 4 gaps of 1 s");
+        c.expire(secs(5.5), expiry, floor, |_| false);
+        assert_eq!(targets(&c), ids(&[2, 3]), "the explorer is quiet after 4 s");
+        c.expire(secs(20.5), expiry, floor, |_| false);
+        assert_eq!(
+            targets(&c),
+            ids(&[2, 3]),
+            "4 x 12 s is capped at 20 s, not yet"
+        );
+        c.expire(secs(21.5), expiry, floor, |_| false);
+        assert!(c.advert_targets().is_empty());
+        // A burst of two probes close together does not drop a peer below the floor.
+        c.note_inbound(id(4), secs(30.0));
+        c.note_inbound(id(4), secs(30.1));
+        c.expire(secs(32.5), expiry, floor, |_| false);
+        assert_eq!(c.advert_targets(), vec![id(4)]);
+        c.expire(secs(33.5), expiry, floor, |_| false);
+        assert!(c.advert_targets().is_empty());
     }
 }

@@ -118,8 +118,10 @@ pub struct Config {
     pub rtt_hold: bool,
     /// A root answers serial requests at most this often.
     pub serial_request_gap: Duration,
-    /// A peer that has not probed us for this long stops receiving our adverts. It must
-    /// exceed the longest gap between two probes of a backed-off peer
+    /// A peer that probes us (with `watch`) gets our adverts until it has been quiet for
+    /// four of its own last gaps between two such probes (at least three
+    /// `probe_interval`s), and at most this long; this long until it has probed twice. It
+    /// must exceed the longest gap between two probes of a backed-off peer
     /// (`probe_backoff_max` + 1 rounds, a round being up to 1.25 `probe_interval`).
     pub inbound_expiry: Duration,
     /// Collective operations spread inside this node's cluster by a planned schedule

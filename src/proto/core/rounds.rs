@@ -146,9 +146,11 @@ impl Core {
         let period = self.config.serial_period;
         self.schedule.housekeeping_rounds += 1;
         let parents = self.trees.parents();
-        self.nbrs
-            .cands
-            .expire(now, self.config.inbound_expiry, |k| parents.contains(k));
+        // An inbound prober is quiet after a few of its own gaps, never under three rounds.
+        let floor = self.config.probe_interval * 3;
+        (self.nbrs.cands).expire(now, self.config.inbound_expiry, floor, |k| {
+            parents.contains(k)
+        });
         // Forget what we heard from peers we no longer trade with.
         let targets = self.nbrs.cands.advert_targets();
         let mut keep: HashSet<NodeId> = targets.iter().copied().collect();
