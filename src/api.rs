@@ -315,8 +315,9 @@ impl Node {
         }
     }
 
-    /// Returns once the driver task has stopped (`leave`, every handle but this one
-    /// gone is not enough: the driver stops on `leave` or when every handle is dropped).
+    /// Returns once the driver task has stopped: after [`Node::leave`], from this handle
+    /// or another. (The driver also stops when every handle is dropped, which cannot
+    /// happen while this one waits.) Waits without polling.
     ///
     /// ```no_run
     /// # async fn demo(node: overlay::Node) {
