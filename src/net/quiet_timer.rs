@@ -49,7 +49,6 @@ impl quinn::Runtime for QuietRuntime {
 #[derive(Debug)]
 pub struct QuietTimer {
     sleep: Pin<Box<Sleep>>,
-    at: Instant,
 }
 
 impl QuietTimer {
@@ -57,27 +56,25 @@ impl QuietTimer {
     pub fn new(at: Instant) -> Self {
         QuietTimer {
             sleep: Box::pin(sleep_until(at.into())),
-            at,
         }
     }
 
     /// When the timer is due.
     pub fn deadline(&self) -> Instant {
-        self.at
+        self.sleep.deadline().into_std()
     }
 }
 
 impl quinn::AsyncTimer for QuietTimer {
     fn reset(self: Pin<&mut Self>, at: Instant) {
         let this = self.get_mut();
-        if at > this.at {
+        if at > this.deadline() {
             // Dropping the old `Sleep` takes it out of the wheel; the new one registers
             // at `at` when polled.
             this.sleep.set(sleep_until(at.into()));
         } else {
             this.sleep.as_mut().reset(at.into());
         }
-        this.at = at;
     }
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context) -> Poll<()> {
