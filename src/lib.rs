@@ -98,5 +98,6 @@ pub use crate::proto::collective::{
 };
 pub use crate::proto::gossip::GossipConfig;
 pub use crate::proto::{
-    Config, DeliveryKind, DownReason, Liveness, NodeId, NumKind, OpId, Reducer, WireError,
+    Config, CoreStats, DeliveryKind, DownReason, Liveness, NodeId, NumKind, OpId, Reducer,
+    WireError,
 };

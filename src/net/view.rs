@@ -205,6 +205,10 @@ pub struct NodeStatus {
     /// What QUIC put on the wire for the peer connections, beneath the frames above.
     #[serde(default)]
     pub quic: QuicCounters,
+    /// What the protocol core did: parent switches, adverts by reason, peers watched,
+    /// probes merged (see [`crate::CoreStats`]).
+    #[serde(default)]
+    pub core: crate::proto::CoreStats,
 }
 
 /// What QUIC put on the wire for a node's admitted peer connections since it started,

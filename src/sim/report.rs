@@ -54,6 +54,10 @@ pub struct Report {
     pub control_bytes_per_node_per_s_by_kind: BTreeMap<String, f64>,
     /// [`Report::steady_control_bytes_per_node_per_s`] by message kind.
     pub steady_control_bytes_per_node_per_s_by_kind: Option<BTreeMap<String, f64>>,
+    /// Control messages sent per live node per second since the current stable period
+    /// began, when the run is converged: on real nodes each is a datagram, and datagrams,
+    /// not bytes, are what an idle node's CPU goes on.
+    pub steady_messages_per_node_per_s: Option<f64>,
     /// Packet-train datagram bytes sent per live node per second, over the whole run:
     /// bandwidth measurement, kept out of the control figures so they stay comparable
     /// with runs without trains.
@@ -141,6 +145,9 @@ impl fmt::Display for Report {
             self.steady_control_bytes_per_node_per_s
                 .map_or_else(|| "-".to_string(), |x| format!("{x:.0} B/node/s"))
         )?;
+        if let Some(m) = self.steady_messages_per_node_per_s {
+            writeln!(f, "steady messages     {m:.1} /node/s")?;
+        }
         let by_kind = self
             .steady_control_bytes_per_node_per_s_by_kind
             .as_ref()

@@ -4,7 +4,8 @@
 //! concern counts what it does there.
 
 /// Counters of what the core did, for diagnostics and the simulator's report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct CoreStats {
     /// Parent switches under conditions (1)-(4).
     pub switches_rules: u64,

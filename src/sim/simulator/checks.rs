@@ -225,6 +225,14 @@ impl<N: SimNode> Sim<N> {
             let d = traffic::since(&self.stats.traffic, &self.good_traffic);
             per_kind(&d, node_us - self.good_mark.1)
         });
+        let steady_messages = self.converged_at().map(|_| {
+            let d = traffic::since(&self.stats.traffic, &self.good_traffic);
+            let messages = (d.iter())
+                .filter(|(k, _)| **k != traffic::TRAIN)
+                .map(|(_, v)| v.messages)
+                .sum();
+            per_node_s(messages, node_us - self.good_mark.1)
+        });
         let repairs = self.repairs();
         let done: Vec<f64> = repairs.iter().filter_map(|r| r.repair_ms).collect();
         Report {
@@ -249,6 +257,7 @@ impl<N: SimNode> Sim<N> {
                 .collect(),
             control_bytes_per_node_per_s_by_kind: per_kind(&self.stats.traffic, node_us),
             steady_control_bytes_per_node_per_s_by_kind: steady_by_kind,
+            steady_messages_per_node_per_s: steady_messages,
             train_bytes_per_node_per_s: per_node_s(
                 self.stats
                     .traffic

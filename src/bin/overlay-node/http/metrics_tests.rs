@@ -221,6 +221,7 @@ fn status() -> NodeStatus {
             ack_frames_sent: 4,
             ..Default::default()
         },
+        core: overlay::CoreStats::default(),
     }
 }
 
