@@ -92,9 +92,14 @@ pub struct Config {
     pub shortcut_threshold: Duration,
     /// How many of the lowest-RTT peers found so far are kept as candidates.
     pub max_near: usize,
-    /// How many random peers are kept as explorers, one rotated every `explore_rotate`.
+    /// How many random peers are kept as explorers, one rotated every `explore_rotate`,
+    /// while this node's trees or members change; fewer (at least one) once they hold
+    /// still and the rotation slows down. An explorer measured enough to be judged is
+    /// probed every `probe_backoff` rounds, not every round.
     pub explorers: usize,
-    /// How often one explorer is replaced by a random member.
+    /// How often one explorer is replaced by a random member while this node's trees or
+    /// members change. Each rotation after which nothing changed doubles the gap, up to
+    /// eight times this; a parent switch or a member coming or going restores it.
     pub explore_rotate: Duration,
     /// How many peers learnt through parent hints may be watched at once.
     pub max_hinted: usize,

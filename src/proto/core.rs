@@ -30,6 +30,7 @@
 //! | `entries` | `HeardTable` | what peers told us about each tree |
 //! | `neighbours` | `Neighbours` | RTT estimates, candidate set |
 //! | `probing` | `Probing` | the measuring sweep, the round's probes |
+//! | `explore` | `Exploring` | the pace of explorer rotation |
 //! | `adverts` | `Adverts` | adverts due, full adverts owed, budget |
 //! | `asks` | `Asks` | requests waiting, sent (rate limits), batched |
 //! | `resync` | `Resync` | peers to resync after lost messages |
@@ -66,6 +67,7 @@ mod bandwidth;
 mod collectives;
 mod discovery;
 mod entries;
+mod explore;
 mod hints;
 mod inputs;
 mod neighbours;
@@ -86,6 +88,7 @@ pub use self::bandwidth::BandwidthStats;
 use self::collectives::CollectiveBridge;
 use self::discovery::Discovery;
 use self::entries::HeardTable;
+use self::explore::Exploring;
 use self::hints::Hints;
 use self::neighbours::Neighbours;
 use self::outputs::Outputs;
@@ -115,6 +118,8 @@ pub struct Core {
     nbrs: Neighbours,
     /// The measuring sweep and the probes of the current round.
     probing: Probing,
+    /// The pace of explorer rotation.
+    exploring: Exploring,
     /// Adverts due, full adverts owed, and the advert budget.
     adverts: Adverts,
     /// Advert requests, parent queries and serial requests.
@@ -142,6 +147,7 @@ impl Core {
         let schedule = Schedule::new(&config, &mut rng, now);
         let discovery = Discovery::new(id, seed, now, config.cluster_sync);
         let adverts = Adverts::new(&config, now);
+        let exploring = Exploring::new(&config);
         Core {
             id,
             config,
@@ -154,6 +160,7 @@ impl Core {
             heard: HeardTable::default(),
             nbrs: Neighbours::default(),
             probing: Probing::default(),
+            exploring,
             adverts,
             asks: Asks::default(),
             resync: Resync::default(),

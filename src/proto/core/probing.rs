@@ -7,6 +7,7 @@
 use super::Core;
 use super::parents::MIN_SAMPLES_TO_MOVE;
 use super::trees::OWN_ROOT;
+use crate::proto::candidates::Role;
 use crate::proto::id::{IdMap, IdSet as HashSet, NodeId};
 use crate::proto::message::{AdvertEntry, Message};
 use crate::proto::timers::Timer;
@@ -30,6 +31,26 @@ pub(super) fn probe_backoff(config: &crate::proto::Config, steady: u32) -> u32 {
     let base = config.probe_backoff.max(1);
     let doublings = ((steady - per) / per).min(8);
     (base << doublings).min(config.longest_probe_backoff())
+}
+
+/// Every how many rounds `peer` is probed: [`probe_backoff`] of its steady samples, and
+/// an explorer that has the samples to be judged by at least `Config::probe_backoff`
+/// rounds. Explorers rotate every few seconds, so none ever reached a backoff of its own:
+/// probed every round, they were most of a settled node's probes, and the answers to
+/// other nodes' explorers as many again.
+fn peer_backoff(
+    config: &crate::proto::Config,
+    nbrs: &super::neighbours::Neighbours,
+    peer: &NodeId,
+) -> u32 {
+    let entry = nbrs.get(peer);
+    let backoff = probe_backoff(config, entry.map_or(0, |e| e.steady()));
+    let judged = entry.is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE);
+    if judged && matches!(nbrs.cands.role(peer), Some(Role::Explorer { .. })) {
+        backoff.max(config.probe_backoff)
+    } else {
+        backoff
+    }
 }
 
 /// The measuring sweep and the probes of the current round.
@@ -186,8 +207,7 @@ impl Core {
     /// probing parents every round grew a settled node's traffic with the overlay, and a
     /// parent that goes is seen by its link and membership, not by a probe.
     fn probe_period(&self, peer: &NodeId) -> Duration {
-        let steady = self.nbrs.get(peer).map_or(0, |e| e.steady());
-        let backoff = probe_backoff(&self.config, steady);
+        let backoff = peer_backoff(&self.config, &self.nbrs, peer);
         self.config.probe_interval * backoff * self.probing.stretch()
     }
 
@@ -237,7 +257,7 @@ impl Core {
             }
         }
         self.nbrs
-            .rebalance(self.config.max_near, self.config.explorers);
+            .rebalance(self.config.max_near, self.exploring.explorers());
         if !self.heard.knows(&peer) {
             return; // Nothing heard from it yet: no tree to re-judge.
         }
@@ -321,8 +341,7 @@ impl Core {
         // rounds.
         let due = |p: &NodeId| {
             let phase = u64::from(p.0[15]);
-            let steady = nbrs.get(p).map_or(0, |e| e.steady());
-            (round + phase).is_multiple_of(u64::from(probe_backoff(config, steady)))
+            (round + phase).is_multiple_of(u64::from(peer_backoff(config, nbrs, p)))
         };
         let mut targets: HashSet<NodeId> = self.nbrs.cands.watched().collect();
         let parents = self.trees.parents();
@@ -383,25 +402,6 @@ impl Core {
         }
     }
 
-    /// Replaces one explorer by a random member (on trial: it is probed and asked for its state).
-    pub(super) fn on_explore_rotate(&mut self) {
-        if let Some(peer) = self.random_unwatched()
-            && self.nbrs.cands.add_explorer(peer)
-        {
-            // On trial: our watching probe makes it send us its state in the trees of
-            // the roots nearest it (where it could be our entry into its part of the
-            // network), then its changes. Neither side sends its whole state: at a
-            // thousand trees, a full advert each way every rotation would cost more than
-            // all the rest of a settled node's traffic.
-            self.stats.watches += 1;
-            self.ping(peer, true);
-            self.nbrs
-                .rebalance(self.config.max_near, self.config.explorers + 1);
-        }
-        self.schedule
-            .set(Timer::ExploreRotate, self.now + self.config.explore_rotate);
-    }
-
     /// Probes `peer`; `watch` subscribes us to its adverts (candidates and parents).
     pub(super) fn ping(&mut self, peer: NodeId, watch: bool) {
         let rtt_hint_us = (self.nbrs.get(&peer))
@@ -433,34 +433,6 @@ impl Core {
         self.adverts.owe_full(peer);
         self.ping(peer, true);
         self.send(peer, Message::Resync);
-    }
-
-    /// Tops the candidate set up to its size with random members.
-    pub(super) fn refill(&mut self) {
-        let want = self.config.max_near + self.config.explorers;
-        let mut tries = 0;
-        while self.nbrs.cands.watched_len() < want && tries < want * 2 {
-            tries += 1;
-            match self.random_unwatched() {
-                Some(p) => self.watch(p),
-                None => break,
-            }
-        }
-    }
-
-    /// A random live member not in the candidate set (a few tries; `None` if none found).
-    pub(super) fn random_unwatched(&mut self) -> Option<NodeId> {
-        let alive = self.members.alive();
-        if alive.is_empty() {
-            return None;
-        }
-        for _ in 0..8 {
-            let p = alive[self.rng.below(alive.len() as u64) as usize];
-            if self.nbrs.cands.role(&p).is_none() {
-                return Some(p);
-            }
-        }
-        None
     }
 }
 

@@ -62,6 +62,11 @@ impl Schedule {
         self.timers.set_if_idle(timer, at);
     }
 
+    /// When `timer` is due, if it is armed.
+    pub(super) fn deadline(&self, timer: Timer) -> Option<Time> {
+        self.timers.deadline(timer)
+    }
+
     /// Whether `timer` is armed.
     pub(super) fn is_armed(&self, timer: Timer) -> bool {
         self.timers.is_armed(timer)
@@ -161,6 +166,7 @@ impl Core {
         self.asks.expire(now, period);
         self.hints.expire(now);
         self.resync.expire(now, period);
+        self.keep_exploring_pace();
         // Rolling anti-entropy: each target gets a full advert every `full_advert_every` rounds
         // (more in a large overlay, see `Config::refresh_entries_per_s`).
         let trees = self.trees.iter().count() as u64;
