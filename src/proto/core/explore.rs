@@ -21,6 +21,14 @@ use std::time::Duration;
 /// nothing changes.
 pub(super) const MAX_SLOWDOWN: u32 = 8;
 
+/// This node's parent events so far (switches and losses) and its alive members: apart,
+/// since a lost parent and a member gone would cancel out in one sum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ChangeMark {
+    parents: u64,
+    alive: usize,
+}
+
 /// The pace of exploring.
 pub(super) struct Exploring {
     /// How many times `Config::explore_rotate` the next rotation waits: 1 while things
@@ -31,7 +39,7 @@ pub(super) struct Exploring {
     /// rotation adds, not at once: topping the set up takes full adverts both ways.
     kept: usize,
     /// [`Core::change_mark`] at the last rotation.
-    mark: u64,
+    mark: ChangeMark,
 }
 
 impl Exploring {
@@ -40,7 +48,7 @@ impl Exploring {
         Exploring {
             slowdown: 1,
             kept: config.explorers,
-            mark: 0,
+            mark: ChangeMark::default(),
         }
     }
 
@@ -60,7 +68,7 @@ impl Exploring {
     }
 
     /// A rotation at change mark `mark`: the pace of the next one.
-    fn rotated(&mut self, config: &Config, mark: u64) {
+    fn rotated(&mut self, config: &Config, mark: ChangeMark) {
         if mark == self.mark {
             self.slowdown = (self.slowdown * 2).min(MAX_SLOWDOWN);
             let share = config.explorers / self.slowdown as usize;
@@ -74,16 +82,19 @@ impl Exploring {
 }
 
 impl Core {
-    /// A number that moves whenever this node switches or loses a parent, or its alive
-    /// members change.
-    fn change_mark(&self) -> u64 {
+    /// What moves whenever this node switches or loses a parent, or its alive members
+    /// change.
+    fn change_mark(&self) -> ChangeMark {
         let s = &self.stats;
-        s.switches_rules
+        let parents = s.switches_rules
             + s.switches_shortcut
             + s.switches_repair
             + s.parents_lost
-            + s.parents_quiet
-            + self.members.alive().len() as u64
+            + s.parents_quiet;
+        ChangeMark {
+            parents,
+            alive: self.members.alive().len(),
+        }
     }
 
     /// Replaces one explorer by a random member (on trial: it is probed and asked for its
@@ -159,12 +170,16 @@ impl Core {
 mod tests {
     use super::*;
 
+    fn mark(parents: u64) -> ChangeMark {
+        ChangeMark { parents, alive: 0 }
+    }
+
     #[test]
     fn exploring_slows_while_nothing_changes_and_keeps_pace_on_a_change() {
         let c = Config::wan();
         let mut e = Exploring::new(&c);
         assert_eq!((e.gap(&c), e.explorers()), (c.explore_rotate, c.explorers));
-        e.rotated(&c, 0);
+        e.rotated(&c, mark(0));
         assert_eq!(
             e.gap(&c),
             c.explore_rotate * 2,
@@ -172,28 +187,28 @@ mod tests {
         );
         assert_eq!(e.explorers(), c.explorers / 2);
         for _ in 0..10 {
-            e.rotated(&c, 0);
+            e.rotated(&c, mark(0));
         }
         assert_eq!(e.gap(&c), c.explore_rotate * MAX_SLOWDOWN);
         assert_eq!(e.explorers(), 1, "never fewer than one");
-        e.rotated(&c, 1);
+        e.rotated(&c, mark(1));
         assert_eq!(
             e.gap(&c),
             c.explore_rotate,
             "a change: the first pace at once"
         );
         assert_eq!(e.explorers(), 2, "one more explorer per rotation");
-        e.rotated(&c, 2);
-        e.rotated(&c, 3);
-        e.rotated(&c, 4);
+        e.rotated(&c, mark(2));
+        e.rotated(&c, mark(3));
+        e.rotated(&c, mark(4));
         assert_eq!(e.explorers(), c.explorers);
         let none = Config {
             explorers: 0,
             ..Config::wan()
         };
         let mut e = Exploring::new(&none);
-        e.rotated(&none, 0);
-        e.rotated(&none, 1);
+        e.rotated(&none, mark(0));
+        e.rotated(&none, mark(1));
         assert_eq!(e.explorers(), 0);
     }
 }
