@@ -72,7 +72,7 @@ impl Exploring {
         if mark == self.mark {
             self.slowdown = (self.slowdown * 2).min(MAX_SLOWDOWN);
             let share = config.explorers / self.slowdown as usize;
-            self.kept = self.kept.min(share.max(1)).min(config.explorers);
+            self.kept = self.kept.min(share.max(1));
         } else {
             self.slowdown = 1;
             self.kept = (self.kept + 1).min(config.explorers);
@@ -102,7 +102,7 @@ impl Core {
     pub(super) fn on_explore_rotate(&mut self) {
         let mark = self.change_mark();
         self.exploring.rotated(&self.config, mark);
-        let explorers = self.exploring.explorers();
+        let mut keep = self.exploring.explorers();
         if let Some(peer) = self.random_unwatched()
             && self.nbrs.cands.add_explorer(peer)
         {
@@ -113,10 +113,9 @@ impl Core {
             // all the rest of a settled node's traffic.
             self.stats.watches += 1;
             self.ping(peer, true);
-            self.nbrs.rebalance(self.config.max_near, explorers + 1);
-        } else {
-            self.nbrs.rebalance(self.config.max_near, explorers);
+            keep += 1; // The new one stays; the oldest goes at the next re-ranking.
         }
+        self.nbrs.rebalance(self.config.max_near, keep);
         let next = self.now + self.exploring.gap(&self.config);
         self.schedule.set(Timer::ExploreRotate, next);
     }
