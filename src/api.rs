@@ -50,7 +50,8 @@ pub use crate::net::frame::FrameError;
 pub use crate::net::link::{DialError, DialFailure};
 pub use crate::net::view::{
     BroadcastPlan, ClusterBandwidth, ClusterGroup, ClusterLevel, DecodeError, Delivery,
-    KindTraffic, MemberInfo, NodeEvent, NodeStatus, QuicCounters, TreeInfo, TreeNode, TreeSnapshot,
+    KindTraffic, LinkCounters, MemberInfo, NodeEvent, NodeStatus, QuicCounters, TreeInfo, TreeNode,
+    TreeSnapshot,
 };
 
 use crate::net::driver::ApiCommand;

@@ -56,8 +56,8 @@ pub use crate::api::{
     AuthError, BroadcastReport, COUNT_KEY, ClusterBandwidth, ClusterGroup, ClusterLevel,
     DEFAULT_DELIVERY_BUFFER, DecodeError, Deliveries, Delivery, DeliveryError, DialError,
     DialFailure, Forwarding, FrameError, Gathered, Group, INFO_KEY, IoStep, KindTraffic, Lagged,
-    MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus, NotReady,
-    QuicCounters, Reduced, RendezvousOptions, Round, RoundChanges, ScatterReport, Spread,
+    LinkCounters, MemberInfo, Node, NodeBuilder, NodeError, NodeEvent, NodeInfo, NodeStatus,
+    NotReady, QuicCounters, Reduced, RendezvousOptions, Round, RoundChanges, ScatterReport, Spread,
     Transport, TreeInfo, TreeNode, TreeSnapshot, decode_reduce_outcome,
 };
 pub use crate::net::identity::{Identity, IdentityError};

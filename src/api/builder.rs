@@ -280,8 +280,13 @@ impl NodeBuilder {
             ) as crate::net::token_ring::OnChange
         });
         let ring = Arc::new(TokenRing::new(token, generation, previous, persist));
+        let longest_idle = crate::net::links::IdleLimits::for_config(
+            &self.config,
+            self.gossip.probe_interval,
+        )
+        .most();
         let mut server_config = identity.server_config()?;
-        server_config.transport_config(Arc::new(transport_config()));
+        server_config.transport_config(Arc::new(transport_config(longest_idle)));
         let meter = SendMeter::new();
         let socket = match &self.transport {
             Transport::Udp => udp_socket(listen),
@@ -298,7 +303,7 @@ impl NodeBuilder {
         )
         .map_err(io(IoStep::Listen(listen)))?;
         let mut client_config = identity.client_config()?;
-        client_config.transport_config(Arc::new(transport_config()));
+        client_config.transport_config(Arc::new(transport_config(longest_idle)));
         let local_addr = endpoint.local_addr().map_err(io(IoStep::LocalAddr))?;
         let advertised = advertised_addr(local_addr, advertise, &join)?;
         if let Some(dir) = &self.data_dir {
@@ -463,18 +468,18 @@ fn udp_socket(addr: SocketAddr) -> std::io::Result<Arc<dyn quinn::AsyncUdpSocket
     quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, socket)
 }
 
-/// QUIC transport settings: keep-alives so idle links stay open and dead peers are noticed.
+/// QUIC transport settings for links the connection table closes after at most
+/// `longest` without stream data ([`crate::net::links::IdleLimits::most`]).
 ///
-/// A keep-alive goes out on a connection that sent nothing for 15 s, half the idle
-/// timeout. Links in use carry probes at least every `probe_backoff_max` + 1 rounds
-/// (about 16 s at most), so keep-alives mostly fall on links kept for a while after a
-/// one-off use; at 5 s, a node of the 120-process netns join storm, with about 90 open
-/// connections, sent 10 PINGs a second, each answered by an acknowledgement.
-pub(crate) fn transport_config() -> quinn::TransportConfig {
+/// No keep-alives: an idle link costs nothing, and dead peers are noticed by membership,
+/// which closes their links (at 15 s, a node of the 120-process netns join storm sent 7-8
+/// PINGs a second, each answered by an acknowledgement, on links kept only for the next
+/// membership probe). QUIC's own idle timeout is a minute past `longest`, so it never
+/// closes a link the table keeps.
+pub(crate) fn transport_config(longest: Duration) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
-    t.keep_alive_interval(Some(Duration::from_secs(15)));
-    t.max_idle_timeout(Some(
-        quinn::IdleTimeout::try_from(Duration::from_secs(30)).expect("30 s fits"),
-    ));
+    t.keep_alive_interval(None);
+    let timeout = longest.saturating_add(Duration::from_secs(60));
+    t.max_idle_timeout(quinn::IdleTimeout::try_from(timeout).ok());
     t
 }

@@ -140,7 +140,10 @@ pub struct DriverParts {
 impl Driver {
     /// Assembles a driver; [`Driver::run`] starts it.
     pub fn new(parts: DriverParts) -> Driver {
-        let idle = super::links::IdleLimits::for_config(parts.node.core().config());
+        let idle = super::links::IdleLimits::for_config(
+            parts.node.core().config(),
+            parts.node.gossip().config().probe_interval,
+        );
         let token_changes = parts.ctx.ring.subscribe();
         let driver = Driver {
             me: parts.node.id(),
@@ -253,7 +256,8 @@ impl Driver {
                     self.stripes.prune();
                     if Instant::now() >= self.next_idle_check {
                         self.next_idle_check = Instant::now() + IDLE_CHECK;
-                        self.links.close_idle();
+                        let members = self.node.gossip().live_members().count();
+                        self.links.close_idle(members);
                         self.feed_saturated_paths();
                         self.refresh_members();
                         self.tree_log.tick(Instant::now(), self.node.core());

@@ -2,9 +2,8 @@
 //! a dial, and when a connection is closed again. Owned by the driver ([`super::driver`]).
 //!
 //! Why it is bounded: every member is measured once and gossip probes every member in
-//! turn, so without closing, every node ends up connected to every other (a full mesh of
-//! QUIC connections with their timers and keep-alives), and a large overlay started at once
-//! spends its CPU on handshakes. So:
+//! turn, so without closing, every node ends up connected to every other, and a large
+//! overlay started at once spends its CPU on handshakes. So:
 //! - at most [`MAX_DIALS_IN_FLIGHT`] dials run at once; the rest wait in two queues, and
 //!   one-off RTT measurements ([`Priority::Background`]) wait behind everything else, at
 //!   most [`MAX_BACKGROUND_IN_FLIGHT`] at a time, so measuring every member once costs a
@@ -16,13 +15,18 @@
 //!   limits grow with the protocol's periods, so a slowed or dilated clock does not close
 //!   tree links between two serials. A connection opened only for a measurement is closed
 //!   after [`MEASURE_IDLE`].
+//! - but a link to a member that carried protocol traffic is kept about as long as
+//!   membership takes to probe every member once (up to [`MOST_MEMBER_IDLE`]): closed
+//!   sooner, every membership probe of an overlay past twenty members would pay a
+//!   handshake at both ends (about one a second per node), while an open idle link costs
+//!   nothing (links send no keep-alives: membership notices dead peers).
 //!
 //! An RTT probe that waited for a dial is re-stamped when it finally goes out: the wait is
 //! not round-trip time, and a measurement that included the handshake would make a near
 //! peer look far.
 
 use super::link::{self, LinkContext};
-use super::view::QuicCounters;
+use super::view::{LinkCounters, QuicCounters};
 use crate::proto::{NodeId, Packet};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -46,6 +50,8 @@ pub const MAX_BACKGROUND_IN_FLIGHT: usize = 2;
 pub const LINK_IDLE: Duration = Duration::from_secs(20);
 /// The same for a connection that only ever carried measurements.
 pub const MEASURE_IDLE: Duration = Duration::from_secs(3);
+/// The longest a link to a member is kept without stream data, however many members.
+pub const MOST_MEMBER_IDLE: Duration = Duration::from_secs(300);
 
 /// When connections without stream data are closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +60,13 @@ pub struct IdleLimits {
     pub link: Duration,
     /// A connection that only ever carried measurements.
     pub measure: Duration,
+    /// A connection that carried protocol traffic is also kept this long per live member
+    /// (up to [`MOST_MEMBER_IDLE`]): membership probes one member a period, round robin,
+    /// so a link to a member that is not otherwise used carries a probe about every
+    /// members x period. Kept that long, the next probe finds it open instead of paying a
+    /// handshake (which costs both ends more than a minute of an idle link's traffic:
+    /// nothing, as links send no keep-alives).
+    pub per_member: Duration,
 }
 
 impl IdleLimits {
@@ -65,14 +78,34 @@ impl IdleLimits {
     /// itself travels only when it changes), so neither link idles out however slow the
     /// clock (`Config::slowed`, `Config::dilated`), while links that gossip alone used
     /// still close.
-    pub fn for_config(config: &crate::proto::Config) -> IdleLimits {
+    ///
+    /// `per_member` is one and a half membership probe periods (`gossip_probe`): the
+    /// round robin visits a member about once per members x period, late by up to a
+    /// period when the order is shuffled again.
+    pub fn for_config(config: &crate::proto::Config, gossip_probe: Duration) -> IdleLimits {
         let period = config.serial_period.max(config.probe_interval);
         let rounds = config.longest_probe_backoff() + 1;
         let probe_gap = config.probe_interval * rounds * 5 / 4 + config.probe_interval;
         IdleLimits {
             link: LINK_IDLE.max(period * 4).max(probe_gap),
             measure: MEASURE_IDLE,
+            per_member: gossip_probe * 3 / 2,
         }
+    }
+
+    /// How long a connection goes without stream data before it is closed, with
+    /// `members` live members.
+    pub fn limit(&self, measure_only: bool, members: usize) -> Duration {
+        if measure_only {
+            return self.measure;
+        }
+        let by_members = (self.per_member).saturating_mul(members.min(u32::MAX as usize) as u32);
+        self.link.max(by_members.min(MOST_MEMBER_IDLE))
+    }
+
+    /// The longest [`IdleLimits::limit`] can be: the QUIC idle timeout must be longer.
+    pub fn most(&self) -> Duration {
+        self.link.max(MOST_MEMBER_IDLE)
     }
 }
 
@@ -115,8 +148,9 @@ struct Link {
     /// STREAM frames sent plus received when last looked at, and when that count moved.
     frames_seen: u64,
     active_at: Instant,
-    /// Closed after this long without stream data.
-    idle_after: Duration,
+    /// Whether it only ever carried measurements (closed after [`IdleLimits::measure`]
+    /// without stream data, else after [`IdleLimits::limit`]).
+    measure_only: bool,
     /// QUIC's counters when last read for a saturated window.
     path: saturation::PathWindow,
 }
@@ -178,8 +212,8 @@ pub struct Links {
     /// Peers frames may have been lost to since [`Links::take_lost`]: a frame dropped, or a
     /// connection closed with frames perhaps unsent.
     lost: BTreeSet<NodeId>,
-    /// Connections closed for idleness.
-    pub idle_closed: u64,
+    /// How connections came and went.
+    pub counters: LinkCounters,
     /// When idle connections are closed.
     idle: IdleLimits,
     /// What QUIC put on the wire for connections no longer in the table.
@@ -211,7 +245,7 @@ impl Links {
             background_in_flight: 0,
             dropped: 0,
             lost: BTreeSet::new(),
-            idle_closed: 0,
+            counters: LinkCounters::default(),
             idle,
             retired: QuicCounters::default(),
         }
@@ -274,7 +308,7 @@ impl Links {
         if let Some(link) = self.links.get_mut(&to) {
             if link.conn.close_reason().is_none() {
                 if priority == Priority::Urgent {
-                    link.idle_after = self.idle.link;
+                    link.measure_only = false;
                 }
                 let frame = match out {
                     Outgoing::Frame(f) | Outgoing::Probe { frame: f, .. } => f,
@@ -319,7 +353,10 @@ impl Links {
             // Frames still queued or in flight on it are gone with it; unless the peer
             // closed it for idleness and it carried nothing since we last looked (then
             // nothing was in flight: the peer saw nothing for its idle limit either).
-            if !link.quiet_close_by_idle_peer() {
+            if link.quiet_close_by_idle_peer() {
+                self.counters.closed_idle_by_peer += 1;
+            } else {
+                self.counters.closed_otherwise += 1;
                 self.lost.insert(peer);
             }
             return true;
@@ -369,8 +406,9 @@ impl Links {
         self.pending.remove(&peer);
     }
 
-    /// Closes connections that carried no stream data for their idle limit.
-    pub fn close_idle(&mut self) {
+    /// Closes connections that carried no stream data for their idle limit, with
+    /// `members` live members ([`IdleLimits::limit`]).
+    pub fn close_idle(&mut self, members: usize) {
         let now = Instant::now();
         let mut idle = Vec::new();
         for (peer, link) in self.links.iter_mut() {
@@ -379,7 +417,8 @@ impl Links {
             if seen != link.frames_seen {
                 link.frames_seen = seen;
                 link.active_at = now;
-            } else if now.duration_since(link.active_at) >= link.idle_after
+            } else if now.duration_since(link.active_at)
+                >= self.idle.limit(link.measure_only, members)
                 && self.pending.get(peer).is_none_or(|q| q.is_empty())
             {
                 idle.push(*peer);
@@ -389,7 +428,8 @@ impl Links {
             if let Some(link) = self.unlink(&peer) {
                 debug!(peer = %peer, "closing an idle connection");
                 link.conn.close(super::auth::CLOSE_IDLE.into(), b"idle");
-                self.idle_closed += 1;
+                self.counters.closed_idle += 1;
+                self.counters.closed_idle_measure += u64::from(link.measure_only);
             }
         }
     }
@@ -407,13 +447,19 @@ impl Links {
         peer: NodeId,
         conn: quinn::Connection,
         dialed: bool,
-        mut idle_after: Duration,
+        mut measure_only: bool,
     ) {
         let opened_by = if dialed { self.me } else { peer };
         let preferred = self.me.min(peer);
         (self.ctx.stats.links_opened).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if dialed {
+            self.counters.dialed += 1;
+        } else {
+            self.counters.accepted += 1;
+        }
         if let Some(existing) = self.links.get(&peer) {
             let existing_alive = existing.conn.close_reason().is_none();
+            self.counters.duplicates += u64::from(existing_alive);
             // The same side opening a second connection has given up the first (e.g. it
             // restarted): the new one wins. Otherwise both dialed at once: the connection
             // opened by the smaller id wins, on both sides.
@@ -441,7 +487,7 @@ impl Links {
             let now_us = self.start.elapsed().as_micros() as u64;
             for out in queue {
                 if matches!(out, Outgoing::Frame(_)) {
-                    idle_after = self.idle.link; // protocol traffic waited for it
+                    measure_only = false; // protocol traffic waited for it
                 }
                 let Some(frame) = out.into_frame(now_us) else {
                     continue;
@@ -462,7 +508,7 @@ impl Links {
                 opened_by,
                 frames_seen: 0,
                 active_at: Instant::now(),
-                idle_after,
+                measure_only,
             },
         );
         if let Some(old) = replaced {

@@ -205,6 +205,9 @@ pub struct NodeStatus {
     /// What QUIC put on the wire for the peer connections, beneath the frames above.
     #[serde(default)]
     pub quic: QuicCounters,
+    /// How this node's peer connections came and went.
+    #[serde(default)]
+    pub links: LinkCounters,
     /// What the protocol core did: parent switches, adverts by reason, peers watched,
     /// probes merged (see [`crate::CoreStats`]).
     #[serde(default)]
@@ -476,7 +479,9 @@ impl MemberView {
 }
 
 mod broadcast_plan;
+mod links;
 #[cfg(test)]
 mod tests;
 
 pub use broadcast_plan::{BroadcastPlan, PlannedTree};
+pub use links::LinkCounters;

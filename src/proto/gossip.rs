@@ -206,6 +206,11 @@ impl Gossip {
         self.forged
     }
 
+    /// The settings it runs with.
+    pub fn config(&self) -> &GossipConfig {
+        &self.config
+    }
+
     /// This node's own record.
     pub fn me(&self) -> &MemberRecord {
         &self.me

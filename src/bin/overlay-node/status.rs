@@ -139,6 +139,19 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         q.stream_frames_sent,
         q.packets_lost
     );
+    let l = &s.links;
+    println!(
+        "connections: {} dialed ({} to measure), {} accepted, {} duplicates; closed: {} idle \
+         ({} measure-only), {} idle by the peer, {} otherwise",
+        l.dialed,
+        l.measure_dialed,
+        l.accepted,
+        l.duplicates,
+        l.closed_idle,
+        l.closed_idle_measure,
+        l.closed_idle_by_peer,
+        l.closed_otherwise
+    );
     Ok(())
 }
 

@@ -163,6 +163,7 @@ impl Driver {
                 .map_or(0, |h| h.metrics().num_alive_tasks() as u64),
             traffic: stats.by_kind.snapshot(),
             quic: self.links.quic_counters(),
+            links: self.links.counters,
             core: core_stats,
         }
     }

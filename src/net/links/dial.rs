@@ -127,17 +127,13 @@ impl Links {
                 if std::mem::take(&mut d.background) {
                     self.background_in_flight -= 1;
                     measure_only = true;
+                    self.counters.measure_dialed += 1;
                 }
             }
             d.failures = 0;
             d.retry_at = None;
         }
-        let idle_after = if measure_only {
-            self.idle.measure
-        } else {
-            self.idle.link
-        };
-        self.adopt(peer, conn, dialed, idle_after);
+        self.adopt(peer, conn, dialed, measure_only);
     }
 
     /// A dial failed: back off, drop what waited (the protocols resend what matters).

@@ -10,6 +10,9 @@ use crate::proto::Config;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
+/// The default membership probe period.
+const GOSSIP_PROBE: Duration = Duration::from_secs(1);
+
 /// A node's links on a loopback UDP endpoint that accepts connections, and what its
 /// connection tasks report (the driver's inbox).
 fn links_on_loopback(token: &Arc<JoinToken>) -> (Links, mpsc::Receiver<LinkInput>, SocketAddr) {
@@ -40,7 +43,7 @@ fn links_with_ring(
     };
     tokio::spawn(link::accept_loop(endpoint.clone(), ctx.clone()));
     let client = identity.client_config().expect("client config");
-    let idle = IdleLimits::for_config(&Config::wan());
+    let idle = IdleLimits::for_config(&Config::wan(), GOSSIP_PROBE);
     let links = Links::new(ctx.me, Instant::now(), endpoint, client, ctx, idle);
     (links, inbox, addr)
 }
@@ -141,7 +144,7 @@ async fn frames_that_may_be_lost_are_reported_per_peer() {
     // idleness: nothing was in flight, so nothing is reported.
     let (ends_a, ends_b) = ((&mut a, &mut a_inbox), (&mut b, &mut b_inbox));
     connect(ends_a, ends_b, b_addr, frame()).await;
-    a.close_idle();
+    a.close_idle(1);
     let idle = crate::net::auth::CLOSE_IDLE;
     b.conn(&a_id)
         .expect("b's new link")
@@ -158,14 +161,14 @@ async fn frames_that_may_be_lost_are_reported_per_peer() {
 
 #[test]
 fn idle_limits_are_the_constants_at_default_periods_and_grow_with_slower_clocks() {
-    let wan = IdleLimits::for_config(&Config::wan());
+    let wan = IdleLimits::for_config(&Config::wan(), GOSSIP_PROBE);
     assert_eq!(wan.link, LINK_IDLE);
     assert_eq!(wan.measure, MEASURE_IDLE);
-    assert_eq!(IdleLimits::for_config(&Config::lan()), wan);
+    assert_eq!(IdleLimits::for_config(&Config::lan(), GOSSIP_PROBE), wan);
     // On this clock a steady peer is probed every 12 rounds of 20 s (up to 25 s each):
     // its link must outlive the longest gap.
     let config = Config::wan().dilated(20);
-    let slow = IdleLimits::for_config(&config);
+    let slow = IdleLimits::for_config(&config, GOSSIP_PROBE);
     let rounds = config.probe_backoff_max + 1;
     assert!(
         slow.link > config.probe_interval * rounds * 5 / 4,
@@ -173,6 +176,20 @@ fn idle_limits_are_the_constants_at_default_periods_and_grow_with_slower_clocks(
     );
     assert!(slow.link >= config.serial_period * 4);
     assert_eq!(slow.measure, MEASURE_IDLE);
+}
+
+#[test]
+fn member_links_outlive_a_round_of_membership_probes_and_measurements_do_not() {
+    let idle = IdleLimits::for_config(&Config::wan(), GOSSIP_PROBE);
+    // A small overlay: the protocol's own limit.
+    assert_eq!(idle.limit(false, 5), LINK_IDLE);
+    // 120 members: a member is probed about every 120 s; its link waits longer than that.
+    assert!(idle.limit(false, 120) > GOSSIP_PROBE * 120, "{idle:?}");
+    // Capped however many members, and QUIC's own timeout is set past the cap.
+    assert_eq!(idle.limit(false, 100_000), MOST_MEMBER_IDLE);
+    assert!(idle.most() >= idle.limit(false, usize::MAX));
+    // A link only ever used to measure closes soon whatever the size.
+    assert_eq!(idle.limit(true, 120), MEASURE_IDLE);
 }
 
 /// After a rotation, over real QUIC: a member still holding the old token is let in and

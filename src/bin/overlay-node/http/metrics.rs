@@ -111,6 +111,7 @@ pub fn render(s: &NodeStatus, extra: &Extra) -> String {
     }
     traffic(&mut o, s);
     quic::counters(&mut o, &s.quic);
+    quic::links(&mut o, &s.links);
     clusters(&mut o, s, &name_of);
     collectives(&mut o, &extra.collectives);
     o.text

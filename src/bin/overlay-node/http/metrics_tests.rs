@@ -221,6 +221,11 @@ fn status() -> NodeStatus {
             ack_frames_sent: 4,
             ..Default::default()
         },
+        links: overlay::LinkCounters {
+            dialed: 7,
+            measure_dialed: 2,
+            ..Default::default()
+        },
         core: overlay::CoreStats::default(),
     }
 }
@@ -284,6 +289,12 @@ fn every_line_parses_and_the_values_are_the_status() {
     assert_eq!(
         one("overlay_quic_frames_sent_total", &[("kind", "ack")]),
         4.0
+    );
+    let by = |how| [("how", how)];
+    assert_eq!(one("overlay_links_opened_by_total", &by("dialed")), 5.0);
+    assert_eq!(
+        one("overlay_links_opened_by_total", &by("dialed_to_measure")),
+        2.0
     );
     let advert = |d| [("kind", "advert"), ("direction", d)];
     assert_eq!(one("overlay_messages_total", &advert("in")), 3.0);

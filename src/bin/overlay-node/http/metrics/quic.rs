@@ -1,8 +1,8 @@
-//! What QUIC put on the wire for the peer connections: datagrams each way, frames sent by
-//! type, packets lost.
+//! What QUIC put on the wire for the peer connections (datagrams each way, frames sent by
+//! type, packets lost), and how those connections came and went.
 
 use super::Out;
-use overlay::QuicCounters;
+use overlay::{LinkCounters, QuicCounters};
 
 /// The QUIC counters of `q` as three families.
 pub(super) fn counters(o: &mut Out, q: &QuicCounters) {
@@ -43,4 +43,37 @@ pub(super) fn counters(o: &mut Out, q: &QuicCounters) {
         "Packets QUIC declared lost on the peer connections.",
     );
     o.sample(lost, &[], &q.packets_lost.to_string());
+}
+
+/// How the peer connections came and went, as two families.
+pub(super) fn links(o: &mut Out, l: &LinkCounters) {
+    let opened = "overlay_links_opened_by_total";
+    o.family(
+        opened,
+        "counter",
+        "Admitted peer connections by who opened them and why: dialed for protocol \
+         traffic, dialed for a one-off measurement, accepted.",
+    );
+    for (how, n) in [
+        ("dialed", l.dialed - l.measure_dialed),
+        ("dialed_to_measure", l.measure_dialed),
+        ("accepted", l.accepted),
+    ] {
+        o.sample(opened, &[("how", how)], &n.to_string());
+    }
+    let closed = "overlay_links_closed_total";
+    o.family(
+        closed,
+        "counter",
+        "Peer connections closed: by this node for idleness (protocol links and \
+         measurement-only ones), by the peer for idleness, otherwise.",
+    );
+    for (why, n) in [
+        ("idle", l.closed_idle - l.closed_idle_measure),
+        ("idle_measure", l.closed_idle_measure),
+        ("idle_by_peer", l.closed_idle_by_peer),
+        ("other", l.closed_otherwise),
+    ] {
+        o.sample(closed, &[("why", why)], &n.to_string());
+    }
 }
