@@ -92,7 +92,7 @@ impl Core {
         match self.judge_sampled(ri, &view, samples) {
             Judgement::Switch(why) => self.switch_to(ri, view, why),
             other => {
-                self.remeasure_stale(&view, samples, other);
+                self.remeasure_stale(ri, &view, samples, other);
                 self.follow_up(ri, &view, other)
             }
         }
@@ -102,12 +102,34 @@ impl Core {
     /// [`MIN_SAMPLES_TO_MOVE`] samples, none of them recent, is measured again: a peer
     /// that watches us without our watching it may have only the sample the sweep took in
     /// a cold start's rush (at 1000 nodes, 14.6 ms for a cluster neighbour 280 µs away),
-    /// and judged by it, the better of two entries into one cluster was never taken.
-    fn remeasure_stale(&mut self, view: &CandidateView, samples: usize, verdict: Judgement) {
+    /// and judged by it, the better of two entries into one cluster was never taken. So is
+    /// one judged by old samples however many, when it is nearer the root than we are and
+    /// in our discovered cluster, yet looks farther than a cluster neighbour: in the join
+    /// storm of 120 processes, a cluster's second entry kept its samples of the first from
+    /// the rush (42.6 ms for a neighbour 150 µs away), and that alone kept the cluster
+    /// entered twice for good.
+    fn remeasure_stale(
+        &mut self,
+        ri: RootIdx,
+        view: &CandidateView,
+        samples: usize,
+        verdict: Judgement,
+    ) {
+        if verdict != Judgement::No || !self.probing.met_everyone() {
+            return;
+        }
+        // Discovery groups the members by everyone's measurements, so one bad sample of
+        // ours does not move a neighbour out of our cluster.
+        let suspect = || {
+            let t = self.trees.live(ri);
+            t.connected
+                && view.dist_us < t.dist_us
+                && view.lat_us > self.near_us()
+                && (self.clusters().group_of(1, &self.id))
+                    .is_some_and(|g| g.members.binary_search(&view.id).is_ok())
+        };
         let fresh = self.config.serial_period * super::probing::STALE_SAMPLES_PERIODS;
-        if verdict == Judgement::No
-            && samples < MIN_SAMPLES_TO_MOVE
-            && self.probing.met_everyone()
+        if (samples < MIN_SAMPLES_TO_MOVE || suspect())
             && !self.probing.sampled_within(&view.id, self.now, fresh)
         {
             self.measure(view.id);
@@ -139,7 +161,11 @@ impl Core {
             }
             Judgement::NeedMeasure => self.measure(view.id),
             Judgement::No if self.probing.met_everyone() && self.entry_walk(ri, view) => {
-                self.query_parent(ri, view);
+                // The walk finds a better entry only above the peer; when we are that
+                // better entry, the peer must hear of us, and it may not watch us.
+                if self.query_parent(ri, view) {
+                    self.tell_state(ri, view);
+                }
             }
             Judgement::Switch(_) | Judgement::No => {}
         }
@@ -151,8 +177,9 @@ impl Core {
     /// only above it; this lets it judge us. Without it, two entries into one cluster whose
     /// dists tie across the hop between them stayed two: das-4 at 100 nodes (simulator,
     /// seed 1) kept a tree with UvA entered twice from 9 s to 65 s, the entry that
-    /// should move never having heard the other in that tree. Rate-limited with the
-    /// query.
+    /// should move never having heard the other in that tree; and in the join storm of
+    /// 120 processes, entries whose dists were 2 ms apart stayed two for good, the worse
+    /// one not watching the better. Rate-limited with the query.
     fn tell_state(&mut self, ri: RootIdx, view: &CandidateView) {
         let t = self.trees.live(ri);
         let near = self.near_us();
@@ -221,7 +248,7 @@ impl Core {
                     }
                 }
                 other => {
-                    self.remeasure_stale(&view, samples, other);
+                    self.remeasure_stale(ri, &view, samples, other);
                     self.follow_up(ri, &view, other)
                 }
             }
