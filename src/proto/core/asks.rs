@@ -238,6 +238,12 @@ impl Core {
         true
     }
 
+    /// Whether the parent query to `peer` in tree `ri` just sent is the first since our
+    /// parent or its dist last changed (a repeat would get the same answer).
+    pub(super) fn first_query(&self, peer: NodeId, ri: RootIdx) -> bool {
+        (self.asks.queried.get(&(peer, ri))).is_some_and(|q| q.repeats == 0)
+    }
+
     /// Whether asking `view.id` for its parent in tree `ri` means our cluster is entered
     /// twice: we are a connected leaf whose parent is not a cluster neighbour, and
     /// `view.id` is one (within a tenth of the shortcut threshold, the bound the

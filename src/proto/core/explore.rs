@@ -21,6 +21,9 @@ use std::time::Duration;
 /// nothing changes.
 pub(super) const MAX_SLOWDOWN: u32 = 8;
 
+/// Members looked at per probe round for one this node never measured.
+const UNMEASURED_SCAN: usize = 16;
+
 /// This node's parent events so far (switches and losses) and its alive members: apart,
 /// since a lost parent and a member gone would cancel out in one sum.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,6 +43,8 @@ pub(super) struct Exploring {
     kept: usize,
     /// [`Core::change_mark`] at the last rotation.
     mark: ChangeMark,
+    /// Where [`Core::unmeasured_member`] looks next in the alive members.
+    scan_at: usize,
 }
 
 impl Exploring {
@@ -49,6 +54,7 @@ impl Exploring {
             slowdown: 1,
             kept: config.explorers,
             mark: ChangeMark::default(),
+            scan_at: 0,
         }
     }
 
@@ -147,6 +153,24 @@ impl Core {
                 None => break,
             }
         }
+    }
+
+    /// A member this node holds no RTT sample of, found among the next
+    /// [`UNMEASURED_SCAN`] alive members (round robin), for the probe round to measure
+    /// once the sweep is over. The sweep measures every member once, but its probe is
+    /// lost when its dial fails or waits too long, and nothing else is sure to measure
+    /// that member: in the join storm of 120 processes, 167 pairs were still unmeasured
+    /// minutes after every tree was optimal, the latest nodes up missing most.
+    pub(super) fn unmeasured_member(&mut self) -> Option<NodeId> {
+        let alive = self.members.alive();
+        for _ in 0..alive.len().min(UNMEASURED_SCAN) {
+            let p = alive[self.exploring.scan_at % alive.len()];
+            self.exploring.scan_at = self.exploring.scan_at.wrapping_add(1);
+            if !self.nbrs.measured(&p) {
+                return Some(p);
+            }
+        }
+        None
     }
 
     /// A random live member not in the candidate set (a few tries; `None` if none found).

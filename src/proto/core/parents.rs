@@ -162,8 +162,10 @@ impl Core {
             Judgement::NeedMeasure => self.measure(view.id),
             Judgement::No if self.probing.met_everyone() && self.entry_walk(ri, view) => {
                 // The walk finds a better entry only above the peer; when we are that
-                // better entry, the peer must hear of us, and it may not watch us.
-                if self.query_parent(ri, view) {
+                // better entry, the peer must hear of us, and it may not watch us. Once per
+                // change: in a settled cluster the walks repeat every minute, into our own
+                // subtree.
+                if self.query_parent(ri, view) && self.first_query(view.id, ri) {
                     self.tell_state(ri, view);
                 }
             }

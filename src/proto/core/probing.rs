@@ -375,6 +375,12 @@ impl Core {
                 round.push((peer, false));
             }
         }
+        if self.probing.met_everyone()
+            && let Some(peer) = self.unmeasured_member()
+            && !round.iter().any(|(p, _)| *p == peer)
+        {
+            round.push((peer, false));
+        }
         for i in (1..round.len()).rev() {
             let j = self.rng.below(i as u64 + 1) as usize;
             round.swap(i, j);
