@@ -280,11 +280,9 @@ impl NodeBuilder {
             ) as crate::net::token_ring::OnChange
         });
         let ring = Arc::new(TokenRing::new(token, generation, previous, persist));
-        let longest_idle = crate::net::links::IdleLimits::for_config(
-            &self.config,
-            self.gossip.probe_interval,
-        )
-        .most();
+        let longest_idle =
+            crate::net::links::IdleLimits::for_config(&self.config, self.gossip.probe_interval)
+                .most();
         let mut server_config = identity.server_config()?;
         server_config.transport_config(Arc::new(transport_config(longest_idle)));
         let meter = SendMeter::new();

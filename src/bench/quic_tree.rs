@@ -52,14 +52,18 @@ impl StaticNet {
     pub fn start(map: Arc<LatencyMap>, clusters: &[usize]) -> anyhow::Result<StaticNet> {
         let any = Identity::generate()?;
         let mut client = any.client_config()?;
-        client.transport_config(Arc::new(crate::api::transport_config(crate::net::links::LINK_IDLE)));
+        client.transport_config(Arc::new(crate::api::transport_config(
+            crate::net::links::LINK_IDLE,
+        )));
         let mut endpoints = Vec::new();
         let mut addrs = Vec::new();
         let mut ids = Vec::new();
         for &c in clusters {
             let identity = Identity::generate()?;
             let mut server = identity.server_config()?;
-            server.transport_config(Arc::new(crate::api::transport_config(crate::net::links::LINK_IDLE)));
+            server.transport_config(Arc::new(crate::api::transport_config(
+                crate::net::links::LINK_IDLE,
+            )));
             let ep = emulated::endpoint("127.0.0.1:0".parse()?, map.clone(), c, Some(server))?;
             addrs.push(ep.local_addr()?);
             ids.push(identity.id());

@@ -198,6 +198,44 @@ mod tests {
     }
 
     #[test]
+    fn a_member_the_sweep_missed_is_measured_by_a_later_round() {
+        use crate::proto::{Input, Message, Time};
+        let peers: Vec<NodeId> = (1..=40).map(|i| NodeId::from_seed(7, i)).collect();
+        let lost = peers[39];
+        // No explorers: nothing else would ever probe a member with no estimate.
+        let config = Config {
+            explorers: 0,
+            ..Config::test()
+        };
+        let mut core = Core::new(NodeId::from_seed(7, 0), config, 1, Time::ZERO);
+        for &p in &peers {
+            core.handle(Time::ZERO, Input::MemberUp { id: p });
+        }
+        // The sweep is over, and its probe of `lost` went nowhere.
+        core.probing.finish_sweep();
+        let rtt = Duration::from_millis(2);
+        for &peer in &peers[..39] {
+            core.handle(Time::ZERO, Input::RttSample { peer, rtt });
+        }
+        let mut pinged = 0;
+        let mut now = Time::ZERO;
+        while now < Time::ZERO + Duration::from_secs(10) {
+            while let Some(t) = core.poll_transmit() {
+                pinged += usize::from(t.to == lost && matches!(t.msg, Message::Ping { .. }));
+            }
+            now = core.poll_timeout().expect("running");
+            core.handle(now, Input::Timeout);
+        }
+        assert!(pinged >= 1, "the member the sweep missed is probed");
+        // Rounds of 375-625 ms: at most 26 in 10 s, and a pass over the 40 members, 16 a
+        // round, takes two and a half.
+        assert!(
+            pinged <= 11,
+            "once per pass over the members, not each round: {pinged}"
+        );
+    }
+
+    #[test]
     fn exploring_slows_while_nothing_changes_and_keeps_pace_on_a_change() {
         let c = Config::wan();
         let mut e = Exploring::new(&c);
