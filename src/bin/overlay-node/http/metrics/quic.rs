@@ -55,7 +55,7 @@ pub(super) fn links(o: &mut Out, l: &LinkCounters) {
          traffic, dialed for a one-off measurement, accepted.",
     );
     for (how, n) in [
-        ("dialed", l.dialed - l.measure_dialed),
+        ("dialed", l.dialed.saturating_sub(l.measure_dialed)),
         ("dialed_to_measure", l.measure_dialed),
         ("accepted", l.accepted),
     ] {
@@ -69,7 +69,7 @@ pub(super) fn links(o: &mut Out, l: &LinkCounters) {
          measurement-only ones), by the peer for idleness, otherwise.",
     );
     for (why, n) in [
-        ("idle", l.closed_idle - l.closed_idle_measure),
+        ("idle", l.closed_idle.saturating_sub(l.closed_idle_measure)),
         ("idle_measure", l.closed_idle_measure),
         ("idle_by_peer", l.closed_idle_by_peer),
         ("other", l.closed_otherwise),
