@@ -6,36 +6,25 @@ use overlay::{LinkCounters, QuicCounters};
 
 /// The QUIC counters of `q` as three families.
 pub(super) fn counters(o: &mut Out, q: &QuicCounters) {
-    let datagrams = "overlay_quic_datagrams_total";
-    o.family(
-        datagrams,
-        "counter",
+    by_label(
+        o,
+        "overlay_quic_datagrams_total",
         "UDP datagrams QUIC sent and received on the peer connections.",
+        "direction",
+        &[("out", q.datagrams_sent), ("in", q.datagrams_received)],
     );
-    o.sample(
-        datagrams,
-        &[("direction", "out")],
-        &q.datagrams_sent.to_string(),
+    by_label(
+        o,
+        "overlay_quic_frames_sent_total",
+        "Frames QUIC sent on the peer connections: acknowledgements, PINGs (loss probes; \
+         no keep-alives are sent) and STREAM frames (the overlay's messages and data).",
+        "kind",
+        &[
+            ("ack", q.ack_frames_sent),
+            ("ping", q.ping_frames_sent),
+            ("stream", q.stream_frames_sent),
+        ],
     );
-    o.sample(
-        datagrams,
-        &[("direction", "in")],
-        &q.datagrams_received.to_string(),
-    );
-    let frames = "overlay_quic_frames_sent_total";
-    o.family(
-        frames,
-        "counter",
-        "Frames QUIC sent on the peer connections: acknowledgements, PINGs (keep-alives, \
-         loss probes) and STREAM frames (the overlay's messages and data).",
-    );
-    for (kind, n) in [
-        ("ack", q.ack_frames_sent),
-        ("ping", q.ping_frames_sent),
-        ("stream", q.stream_frames_sent),
-    ] {
-        o.sample(frames, &[("kind", kind)], &n.to_string());
-    }
     let lost = "overlay_quic_packets_lost_total";
     o.family(
         lost,
@@ -47,33 +36,37 @@ pub(super) fn counters(o: &mut Out, q: &QuicCounters) {
 
 /// How the peer connections came and went, as two families.
 pub(super) fn links(o: &mut Out, l: &LinkCounters) {
-    let opened = "overlay_links_opened_by_total";
-    o.family(
-        opened,
-        "counter",
+    by_label(
+        o,
+        "overlay_links_opened_by_total",
         "Admitted peer connections by who opened them and why: dialed for protocol \
          traffic, dialed for a one-off measurement, accepted.",
+        "how",
+        &[
+            ("dialed", l.dialed.saturating_sub(l.measure_dialed)),
+            ("dialed_to_measure", l.measure_dialed),
+            ("accepted", l.accepted),
+        ],
     );
-    for (how, n) in [
-        ("dialed", l.dialed.saturating_sub(l.measure_dialed)),
-        ("dialed_to_measure", l.measure_dialed),
-        ("accepted", l.accepted),
-    ] {
-        o.sample(opened, &[("how", how)], &n.to_string());
-    }
-    let closed = "overlay_links_closed_total";
-    o.family(
-        closed,
-        "counter",
+    by_label(
+        o,
+        "overlay_links_closed_total",
         "Peer connections closed: by this node for idleness (protocol links and \
          measurement-only ones), by the peer for idleness, otherwise.",
+        "why",
+        &[
+            ("idle", l.closed_idle.saturating_sub(l.closed_idle_measure)),
+            ("idle_measure", l.closed_idle_measure),
+            ("idle_by_peer", l.closed_idle_by_peer),
+            ("other", l.closed_otherwise),
+        ],
     );
-    for (why, n) in [
-        ("idle", l.closed_idle.saturating_sub(l.closed_idle_measure)),
-        ("idle_measure", l.closed_idle_measure),
-        ("idle_by_peer", l.closed_idle_by_peer),
-        ("other", l.closed_otherwise),
-    ] {
-        o.sample(closed, &[("why", why)], &n.to_string());
+}
+
+/// One counter family `name` with a sample per value of `label`.
+fn by_label(o: &mut Out, name: &str, help: &str, label: &str, samples: &[(&str, u64)]) {
+    o.family(name, "counter", help);
+    for (value, n) in samples {
+        o.sample(name, &[(label, value)], &n.to_string());
     }
 }
