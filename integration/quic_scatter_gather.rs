@@ -177,6 +177,78 @@ async fn every_algorithm_allgathers_every_piece_whole_to_every_member() {
     overlay.shutdown().await;
 }
 
+/// Ours with each pattern inside the clusters forced, over two given clusters of four (so
+/// a chain has four members and a binomial tree a member with two children): every piece
+/// whole everywhere, and the report names the pattern. A star inside a reduction is
+/// refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pattern_inside_the_clusters_allgathers_every_piece_whole() {
+    use overlay::bulk::Inside;
+    let _net = crate::common::real_network();
+    let (_topo, overlay) = start_das4().await;
+    let nodes: Vec<Node> = overlay.nodes.clone();
+    let n = nodes.len();
+    let mut ids: Vec<NodeId> = nodes.iter().map(Node::id).collect();
+    ids.sort();
+    let groups = vec![ids[..n / 2].to_vec(), ids[n / 2..].to_vec()];
+    let len_of = |i: usize| 70_000 + 3001 * i;
+    for inside in [Inside::Chain, Inside::Binomial, Inside::Star] {
+        let start = Instant::now();
+        let calls = nodes.iter().enumerate().map(|(i, node)| {
+            let node = node.clone();
+            let options = BulkOptions {
+                groups: Some(groups.clone()),
+                inside: Some(inside),
+                ..options(Some(Algorithm::Relayed))
+            };
+            async move {
+                let got = node.allgather_pieces("inside", piece(node.id(), len_of(i)), options);
+                (
+                    i,
+                    got.await
+                        .unwrap_or_else(|e| panic!("{inside:?}, node {i}: {e}")),
+                )
+            }
+        });
+        for (i, (all, report)) in futures::future::join_all(calls).await {
+            assert_eq!(report.inside, vec![inside; 2], "node {i}");
+            assert_eq!(all.len(), n, "{inside:?}, node {i}");
+            for (id, p) in all {
+                let j = nodes.iter().position(|x| x.id() == id).expect("a member");
+                assert_eq!(
+                    p,
+                    piece(id, len_of(j)),
+                    "{inside:?}: node {i}, piece of {j}"
+                );
+            }
+        }
+        eprintln!("allgather inside {inside:?}: {:?}", start.elapsed());
+    }
+    // Every member calls, so the planner plans at once; it refuses, and tells them all.
+    let calls = nodes.iter().map(|node| {
+        let node = node.clone();
+        async move {
+            let star = BulkOptions {
+                inside: Some(Inside::Star),
+                ..options(Some(Algorithm::Clustered))
+            };
+            let mut data = vec![1.0f32; 1000];
+            let sum = overlay::bulk::ReduceOp::Sum;
+            node.allreduce_slice_with("star", &mut data, sum, star)
+                .await
+        }
+    });
+    for (i, got) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let e = got.expect_err("a star inside a reduction");
+        assert!(e.to_string().contains("star"), "node {i}: {e}");
+    }
+    overlay.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_crashed_mid_allgather_leaves_every_other_piece_whole_everywhere() {
     let _net = crate::common::real_network();

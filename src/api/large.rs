@@ -86,7 +86,8 @@ pub struct BulkOptions {
     /// are left out; every participant must pass the same list.
     pub members: Option<Vec<NodeId>>,
     /// Use this pattern inside every cluster instead of the model's choice (clustered and
-    /// hierarchical allreduce and reduce; only the planner's matters).
+    /// hierarchical allreduce and reduce, where a star is an error; the relayed allgather;
+    /// only the planner's matters).
     pub inside: Option<Inside>,
 }
 
@@ -120,7 +121,7 @@ pub struct BulkReport {
     /// Attempts made (more than one: a participant was lost and the rest went again).
     pub attempts: u32,
     /// How the chunks flowed inside each cluster, in the plan's group order (a clustered
-    /// or hierarchical allreduce or reduce; empty for the others).
+    /// or hierarchical allreduce or reduce, or a relayed allgather; empty for the others).
     pub inside: Vec<Inside>,
 }
 

@@ -164,12 +164,19 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
                     };
                     let took = crate::sim::bulk::replay(&net, &cluster_of, &transfers);
                     let seconds = took.as_secs_f64();
-                    if let Control::Plan(p) = &plan
-                        && contender == Contender::Default
-                    {
-                        progress(&patterns_side_by_side(p, seconds, &|t| {
-                            crate::sim::bulk::replay(&net, &cluster_of, t)
-                        }));
+                    let replay =
+                        |t: &[dag::Transfer]| crate::sim::bulk::replay(&net, &cluster_of, t);
+                    match &plan {
+                        Control::Plan(p) if contender == Contender::Default => {
+                            progress(&patterns_side_by_side(p, seconds, &replay));
+                        }
+                        Control::SpreadPlan(p)
+                            if contender == Contender::Default
+                                && p.algorithm == Algorithm::Relayed =>
+                        {
+                            progress(&spread_patterns(network, p, seconds, &replay));
+                        }
+                        _ => {}
                     }
                     if contender == Contender::Default {
                         tuner.record(ask.collective(), ask.bytes(), algorithm, seconds);
@@ -233,5 +240,38 @@ fn patterns_side_by_side(
         "collectives-sim:   inside the clusters {names:?}: {seconds:.3} s; chains everywhere \
          {chains:.3} s, binomial trees everywhere {trees:.3} s; chosen / best {:.2}",
         seconds / chains.min(trees).max(1e-9)
+    )
+}
+
+/// The patterns the model chose inside the clusters for a default allgather, and the same
+/// allgather planned with stars, chains and binomial trees everywhere (side by side, same
+/// pipes).
+fn spread_patterns(
+    network: &Network,
+    plan: &crate::proto::bulk::spread::SpreadPlan,
+    seconds: f64,
+    replay: &dyn Fn(&[dag::Transfer]) -> Duration,
+) -> String {
+    use crate::proto::bulk::{Inside, spread};
+    let names: Vec<&str> = plan.inside.iter().map(|i| i.name()).collect();
+    let every = |inside: Inside| {
+        let all = vec![inside; network.groups.len()];
+        let p = spread::plan_with(network, plan.algorithm, &plan.members, &plan.sizes, &all);
+        let forced = spread::SpreadPlan {
+            trees: p.trees,
+            chunk: p.chunk,
+            ..plan.clone()
+        };
+        replay(&dag::of_spread(&forced)).as_secs_f64()
+    };
+    let times = [Inside::Star, Inside::Chain, Inside::Binomial].map(every);
+    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+    format!(
+        "collectives-sim:   inside the clusters {names:?}: {seconds:.3} s; stars everywhere \
+         {:.3} s, chains {:.3} s, binomial trees {:.3} s; chosen / best {:.2}",
+        times[0],
+        times[1],
+        times[2],
+        seconds / best.max(1e-9)
     )
 }

@@ -10,7 +10,7 @@ use crate::proto::NodeId;
 use crate::proto::bulk::check::MAX_BYTES;
 use crate::proto::bulk::model::Network;
 use crate::proto::bulk::plans::Ask;
-use crate::proto::bulk::{Algorithm, Control, control};
+use crate::proto::bulk::{Algorithm, Control, Inside, control, spread};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -254,8 +254,24 @@ fn make_plan(
         }
     };
     let mut plan = ask.plan(net, members, missing, algorithm, attempt);
-    if let (Control::Plan(p), Some(inside)) = (&mut plan, options.inside) {
-        p.inside = vec![inside; p.groups.len()];
+    match (&mut plan, options.inside) {
+        (Control::Plan(_), Some(Inside::Star)) => {
+            return Err(NodeError::Bulk {
+                name: collective.into(),
+                reason: "a star inside is for allgathers: a reduction's gateway would take \
+                         every member's partial"
+                    .into(),
+            });
+        }
+        (Control::Plan(p), Some(inside)) => p.inside = vec![inside; p.groups.len()],
+        // Ours only: the other allgathers have a fixed shape.
+        (Control::SpreadPlan(p), Some(inside)) if p.algorithm == Algorithm::Relayed => {
+            let every = vec![inside; net.groups.len()];
+            let forced = spread::plan_with(net, p.algorithm, &p.members, &p.sizes, &every);
+            (p.chunk, p.trees, p.inside) = (forced.chunk, forced.trees, forced.inside);
+            p.predicted_s = forced.seconds;
+        }
+        _ => {}
     }
     Ok((collective, bytes, plan, algorithm))
 }

@@ -252,7 +252,10 @@ impl Node {
                 ),
                 Control::SpreadPlan(p) => (
                     p.attempt,
-                    Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s),
+                    Summary {
+                        inside: p.inside.clone(),
+                        ..Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s)
+                    },
                 ),
                 Control::ValuePlan(p) => (
                     p.attempt,

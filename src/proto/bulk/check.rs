@@ -3,7 +3,7 @@
 
 use super::spread::SpreadPlan;
 use super::value::ValuePlan;
-use super::{Algorithm, BulkPlan, RoutePlan, TAG_NUMBERS};
+use super::{Algorithm, BulkPlan, Inside, RoutePlan, TAG_NUMBERS};
 use crate::proto::NodeId;
 
 /// The most chunks (or ring steps) one plan may ask a node to handle.
@@ -83,6 +83,9 @@ impl BulkPlan {
         partition(&self.groups, n)?;
         if !self.inside.is_empty() && self.inside.len() != self.groups.len() {
             return Err(BadPlan("a pattern inside for some groups only"));
+        }
+        if self.inside.contains(&Inside::Star) {
+            return Err(BadPlan("a star inside a reduction"));
         }
         let chunks = match self.algorithm {
             Algorithm::Clustered => {
@@ -202,7 +205,7 @@ impl SpreadPlan {
 mod tests {
     use super::*;
     use crate::proto::bulk::paths::Direction;
-    use crate::proto::bulk::{Elem, Inside, ReduceOp};
+    use crate::proto::bulk::{Elem, ReduceOp};
 
     fn ids(n: u64) -> Vec<NodeId> {
         let mut v: Vec<NodeId> = (0..n).map(|i| NodeId::from_seed(5, i)).collect();
@@ -248,6 +251,7 @@ mod tests {
         assert!(bad(|p| p.shares = vec![u64::MAX, 41]).is_err());
         assert!(bad(|p| p.chunk = 0).is_err());
         assert!(bad(|p| p.inside = vec![Inside::Binomial]).is_err());
+        assert!(bad(|p| p.inside = vec![Inside::Star, Inside::Chain]).is_err());
         assert_eq!(bad(|p| p.inside = Vec::new()), Ok(()));
         assert!(bad(|p| p.members.swap(0, 1)).is_err());
         assert!(bad(|p| p.len = u64::MAX).is_err());
@@ -309,6 +313,7 @@ mod tests {
                 vec![],
             ],
             predicted_s: 1.0,
+            inside: Vec::new(),
         };
         assert_eq!(good.check(members[1]), Ok(()));
         let bad = |f: fn(&mut SpreadPlan)| {

@@ -111,9 +111,10 @@ impl Algorithm {
     }
 }
 
-/// How a chunk's partial sums flow inside a cluster to the member that talks across
-/// clusters for it (its gateway), and the result back: the model picks one per cluster
-/// ([`model::inside`]).
+/// How a chunk flows inside a cluster: in a reduction, its partial sums to the member
+/// that talks across clusters for it (its gateway) and the result back; in an allgather,
+/// from the member that has it to the others. The model picks one per cluster
+/// ([`model::inside`] for reductions, [`spread::plan`] for allgathers).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Inside {
@@ -124,14 +125,20 @@ pub enum Inside {
     /// A binomial tree rooted at the gateway: a chunk takes `ceil(log2 m)` hops, but the
     /// gateway takes that many copies of the vector (small vectors, large clusters).
     Binomial,
+    /// Allgathers only: the member that has the chunk sends it to every other, the entry
+    /// rotating over the members so that each sends about one copy of every chunk in all
+    /// (one hop). A reduction's gateway would take `m - 1` partials: its plans never
+    /// name it.
+    Star,
 }
 
 impl Inside {
-    /// `chain` or `binomial`.
+    /// `chain`, `binomial` or `star`.
     pub fn name(self) -> &'static str {
         match self {
             Inside::Chain => "chain",
             Inside::Binomial => "binomial",
+            Inside::Star => "star",
         }
     }
 }

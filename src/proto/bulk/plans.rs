@@ -153,16 +153,18 @@ impl Ask<'_> {
                 (Control::RoutePlan(plan), seconds)
             }
             Ask::Allgather { sizes } => {
-                let (chunk, trees, seconds) = spread::plan(net, algorithm, members, sizes);
+                let planned = spread::plan(net, algorithm, members, sizes);
+                let seconds = planned.seconds;
                 let plan = SpreadPlan {
                     attempt: 0,
                     algorithm,
                     members: members.to_vec(),
                     missing: Vec::new(),
                     sizes: sizes.to_vec(),
-                    chunk,
-                    trees,
+                    chunk: planned.chunk,
+                    trees: planned.trees,
                     predicted_s: seconds,
+                    inside: planned.inside,
                 };
                 (Control::SpreadPlan(plan), seconds)
             }

@@ -7,10 +7,13 @@
 //!   finishes it soonest given what is already planned: straight from the owner, or from
 //!   a cluster the chunk has already reached (greedy widest-path packing over the measured
 //!   rates, chunk by chunk, so the pieces of a cluster behind slow links also leave over
-//!   the links around them). Inside a cluster the member that has the chunk sends it to
-//!   the others: the entry rotates over the members with the load, so each member sends
-//!   about one copy of every chunk in all, what a chain would have it send, in one hop
-//!   instead of one per member.
+//!   the links around them). Inside each cluster the chunk flows from its entry in the
+//!   pattern the model predicts soonest for that cluster ([`Inside`]): a star (the entry
+//!   sends it to every other member; entries rotate with the load, so each member sends
+//!   about one copy of every chunk in all, in one hop), a binomial tree rooted at the entry
+//!   (`ceil(log2 m)` hops; wins when a cluster has few chunks to spread, so a star could
+//!   not balance its senders), or a chain from the entry (`m - 1` hops). Ties go to the
+//!   star.
 //! - [`Algorithm::Direct`]: every owner sends its piece to every member (flat).
 //! - [`Algorithm::Hierarchical`] (static, MagPIe style): to the owner's cluster's first
 //!   member, from it to every other cluster's first member, and from each first member to
@@ -20,7 +23,7 @@
 
 use super::model::{Network, TRANSFER_OVERHEAD_S};
 use super::paths::{Direction, Load, chunk_bytes};
-use super::{Algorithm, NodeId};
+use super::{Algorithm, Inside, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -47,6 +50,10 @@ pub struct SpreadPlan {
     pub trees: Vec<Vec<Vec<Edge>>>,
     /// What the model predicted, in seconds.
     pub predicted_s: f64,
+    /// How chunks flow inside each of the planner's clusters (ours: the model's pick per
+    /// cluster; empty: the algorithm's fixed shape). The edges of `trees` already say it
+    /// all: this is what the decision table shows.
+    pub inside: Vec<Inside>,
 }
 
 impl SpreadPlan {
@@ -62,14 +69,56 @@ impl SpreadPlan {
     }
 }
 
-/// Plans `algorithm` for pieces of `sizes[m]` bytes of `members[m]` (sorted): the chunk
-/// size, the trees and the predicted seconds.
-pub fn plan(
+/// An allgather planned on the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Planned {
+    /// Bytes per chunk.
+    pub chunk: u64,
+    /// As in [`SpreadPlan::trees`].
+    pub trees: Vec<Vec<Vec<Edge>>>,
+    /// As in [`SpreadPlan::inside`].
+    pub inside: Vec<Inside>,
+    /// Predicted seconds.
+    pub seconds: f64,
+}
+
+/// Plans `algorithm` for pieces of `sizes[m]` bytes of `members[m]` (sorted). Ours tries,
+/// cluster by cluster, the patterns inside ([`Inside`]) and keeps one only when the model
+/// predicts the whole allgather sooner with it.
+pub fn plan(net: &Network, algorithm: Algorithm, members: &[NodeId], sizes: &[u64]) -> Planned {
+    if algorithm != Algorithm::Relayed {
+        return plan_with(net, algorithm, members, sizes, &[]);
+    }
+    let k = net.groups.len();
+    let mut best = plan_with(net, algorithm, members, sizes, &vec![Inside::Star; k]);
+    for c in 0..k {
+        // Below three members every pattern is the same one edge.
+        let here = (net.groups[c].iter())
+            .filter(|m| members.binary_search(m).is_ok())
+            .count();
+        if here < 3 {
+            continue;
+        }
+        for alternative in [Inside::Binomial, Inside::Chain] {
+            let mut inside = best.inside.clone();
+            inside[c] = alternative;
+            let tried = plan_with(net, algorithm, members, sizes, &inside);
+            if tried.seconds < best.seconds {
+                best = tried;
+            }
+        }
+    }
+    best
+}
+
+/// [`plan`] with the patterns inside fixed (`inside[c]` for cluster `c`; ours only).
+pub fn plan_with(
     net: &Network,
     algorithm: Algorithm,
     members: &[NodeId],
     sizes: &[u64],
-) -> (u64, Vec<Vec<Vec<Edge>>>, f64) {
+    inside: &[Inside],
+) -> Planned {
     let total: u64 = sizes.iter().sum();
     let chunk = match algorithm {
         Algorithm::Tree => u64::MAX,
@@ -100,7 +149,7 @@ pub fn plan(
             let bits = 8.0 * chunk.min(sizes[m] - k * chunk) as f64;
             let m = m as u32;
             let edges = match algorithm {
-                Algorithm::Relayed => relayed(&load, &groups, &of, m, bits),
+                Algorithm::Relayed => relayed(&load, &groups, &of, inside, m, bits),
                 Algorithm::Hierarchical => hierarchical(&groups, &of, m),
                 Algorithm::Ring => (0..n - 1).map(|s| ((m + s) % n, (m + s + 1) % n)).collect(),
                 Algorithm::Tree => tree(n, m),
@@ -121,7 +170,12 @@ pub fn plan(
         8.0 * chunk as f64 / load.slowest_rate
     };
     let seconds = load.busiest() + load.deepest * (chunk_s + TRANSFER_OVERHEAD_S) + load.latency;
-    (chunk, trees, seconds)
+    Planned {
+        chunk,
+        trees,
+        inside: inside.to_vec(),
+        seconds,
+    }
 }
 
 /// The tree's depth in hops and its longest path's latency.
@@ -142,9 +196,16 @@ fn reach(edges: &[Edge], root: u32, net: &Network, of: &[usize]) -> (f64, f64) {
 }
 
 /// Ours: the chunk enters every other cluster once, over the cheapest link from a cluster
-/// it has reached, at that cluster's least loaded member; then each cluster's holder
-/// sends it to the rest of its cluster.
-fn relayed(load: &Load, groups: &[Vec<u32>], of: &[usize], m: u32, bits: f64) -> Vec<Edge> {
+/// it has reached, at that cluster's least loaded member; then it flows from each
+/// cluster's holder to the rest of its cluster in that cluster's pattern.
+fn relayed(
+    load: &Load,
+    groups: &[Vec<u32>],
+    of: &[usize],
+    inside: &[Inside],
+    m: u32,
+    bits: f64,
+) -> Vec<Edge> {
     let home = of[m as usize];
     // The member holding the chunk in each cluster reached so far.
     let mut holder: Vec<Option<u32>> = vec![None; groups.len()];
@@ -180,9 +241,31 @@ fn relayed(load: &Load, groups: &[Vec<u32>], of: &[usize], m: u32, bits: f64) ->
     }
     for (d, members) in groups.iter().enumerate() {
         let Some(h) = holder[d] else { continue };
-        edges.extend(members.iter().filter(|j| **j != h).map(|j| (h, *j)));
+        let pattern = inside.get(d).copied().unwrap_or(Inside::Star);
+        edges.extend(inside_edges(pattern, h, members));
     }
     edges
+}
+
+/// The edges that take a chunk from `holder` to the rest of `members` (in id order) in
+/// `pattern`, each sender listed before it sends. Chains and trees run over the members
+/// from the holder on, wrapping around, so rotating holders rotate the senders too.
+fn inside_edges(pattern: Inside, holder: u32, members: &[u32]) -> Vec<Edge> {
+    let at = members.iter().position(|j| *j == holder).unwrap_or(0);
+    let order: Vec<u32> = members[at..]
+        .iter()
+        .chain(&members[..at])
+        .copied()
+        .collect();
+    let parent = |i: usize| match pattern {
+        Inside::Star => 0,
+        Inside::Chain => i - 1,
+        // Position i's highest bit cleared: round r sends from 0..2^r to 2^r..2^(r+1).
+        Inside::Binomial => i & !(1 << i.ilog2()),
+    };
+    (1..order.len())
+        .map(|i| (order[parent(i)], order[i]))
+        .collect()
 }
 
 /// Static: the owner's cluster's first member, every other cluster's first member, each
@@ -259,7 +342,12 @@ mod tests {
         let sizes: Vec<u64> = (0..8).map(|i| if i == 5 { 0 } else { 2 << 20 }).collect();
         let mut t = HashMap::new();
         for a in Algorithm::ALLGATHER {
-            let (chunk, trees, seconds) = plan(&net, a, &members, &sizes);
+            let Planned {
+                chunk,
+                trees,
+                seconds,
+                ..
+            } = plan(&net, a, &members, &sizes);
             spanning(&trees, members.len());
             assert!(trees[5].is_empty(), "an empty piece has no chunks");
             let want = (2u64 << 20).div_ceil(chunk.min(2 << 20));
@@ -271,7 +359,7 @@ mod tests {
             assert!(relayed < t[&a], "{t:?}");
         }
         // Leiden (members 2, 3) sends slowly: some of its chunks leave through a relay.
-        let (_, trees, _) = plan(&net, Algorithm::Relayed, &members, &sizes);
+        let trees = plan_trees(&net, Algorithm::Relayed, &members, &sizes);
         let relayed_out = trees[2].iter().any(|edges| {
             edges
                 .iter()
@@ -280,15 +368,72 @@ mod tests {
         assert!(relayed_out, "{:?}", trees[2][0]);
     }
 
+    fn plan_trees(
+        net: &Network,
+        a: Algorithm,
+        members: &[NodeId],
+        sizes: &[u64],
+    ) -> Vec<Vec<Vec<Edge>>> {
+        plan(net, a, members, sizes).trees
+    }
+
     fn net_cluster(i: u32) -> u32 {
         i / 2
+    }
+
+    /// Two clusters, 16 members and 2, joined by a fast link; a slow LAN in the large one.
+    fn slow_lan() -> (Network, Vec<NodeId>) {
+        let mut members: Vec<NodeId> = (0..18).map(|i| NodeId::from_seed(5, i)).collect();
+        members.sort();
+        let groups = vec![members[..16].to_vec(), members[16..].to_vec()];
+        let net = Network {
+            groups,
+            wide_bps: vec![vec![0.0, 1e9], vec![1e9, 0.0]],
+            lan_bps: vec![50e6, 1e9],
+            latency_s: vec![vec![1e-4, 2e-3], vec![2e-3, 1e-4]],
+        };
+        (net, members)
+    }
+
+    #[test]
+    fn the_pattern_inside_a_cluster_is_the_models_pick_and_every_one_spans() {
+        let (net, members) = slow_lan();
+        // One small piece, from the small cluster: the large one has a single chunk to
+        // spread, which a star could not share among its senders.
+        let mut sizes = vec![0; 18];
+        sizes[17] = 64 << 10;
+        let one = plan(&net, Algorithm::Relayed, &members, &sizes);
+        assert_eq!(one.inside[0], Inside::Binomial, "{:?}", one.inside);
+        assert_eq!(
+            one.inside[1],
+            Inside::Star,
+            "two members: nothing to choose"
+        );
+        spanning(&one.trees, 18);
+        // Everyone's piece, many chunks: the star balances and takes one hop.
+        let many = plan(&net, Algorithm::Relayed, &members, &[1 << 20; 18]);
+        assert_eq!(many.inside[0], Inside::Star, "{:?}", many.inside);
+        // Forced patterns span too, and the pick is never predicted slower than them.
+        for pattern in [Inside::Star, Inside::Chain, Inside::Binomial] {
+            let forced = plan_with(&net, Algorithm::Relayed, &members, &sizes, &[pattern; 2]);
+            spanning(&forced.trees, 18);
+            assert!(one.seconds <= forced.seconds, "{pattern:?}");
+        }
+        let holder = 5;
+        let cluster: Vec<u32> = (0..16).collect();
+        let chain = inside_edges(Inside::Chain, holder, &cluster);
+        assert_eq!(chain[..2], [(5, 6), (6, 7)], "from the holder on");
+        assert_eq!(chain.last(), Some(&(3, 4)), "wrapping around");
+        let tree = inside_edges(Inside::Binomial, holder, &cluster);
+        assert_eq!(tree[..3], [(5, 6), (5, 7), (6, 8)], "round by round");
+        assert_eq!(tree.iter().filter(|(a, _)| *a == holder).count(), 4);
     }
 
     #[test]
     fn shapes_of_the_static_contenders() {
         let (net, members) = das4();
         let sizes = vec![1000; 8];
-        let (_, trees, _) = plan(&net, Algorithm::Hierarchical, &members, &sizes);
+        let trees = plan_trees(&net, Algorithm::Hierarchical, &members, &sizes);
         // Member 3's piece: to 2 (its cluster's first), then to 0, 4 and 6, each to its mate.
         let mut e = trees[3][0].clone();
         e.sort();
@@ -296,9 +441,9 @@ mod tests {
             e,
             vec![(0, 1), (2, 0), (2, 4), (2, 6), (3, 2), (4, 5), (6, 7)]
         );
-        let (_, trees, _) = plan(&net, Algorithm::Ring, &members, &sizes);
+        let trees = plan_trees(&net, Algorithm::Ring, &members, &sizes);
         assert_eq!(trees[6][0][..2], [(6, 7), (7, 0)]);
-        let (chunk, trees, _) = plan(&net, Algorithm::Tree, &members, &sizes);
+        let Planned { chunk, trees, .. } = plan(&net, Algorithm::Tree, &members, &sizes);
         assert_eq!(chunk, u64::MAX);
         assert_eq!(trees[4][0][..2], [(4, 1), (1, 0)], "up from 4 first");
     }
