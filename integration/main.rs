@@ -28,6 +28,7 @@ mod quic_field_station;
 mod quic_groups;
 mod quic_overlay;
 mod quic_ready;
+mod quic_relay;
 mod quic_replan;
 mod quic_scatter_gather;
 mod readme;

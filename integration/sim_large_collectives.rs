@@ -25,6 +25,7 @@ fn outcome() -> Outcome {
         collectives: Collective::ALL.to_vec(),
         seed: 1,
         settle: Duration::from_secs(20),
+        root: None,
     };
     run(&opts, &|line| println!("{line}")).expect("the benchmark runs")
 }

@@ -121,7 +121,7 @@ pub(crate) fn collectives_sim(
     max_mib: u64,
     nodes_per_cluster: usize,
     collectives: &[overlay::bench::collectives_large::Collective],
-    settle_s: u64,
+    (settle_s, root): (u64, Option<String>),
 ) -> anyhow::Result<serde_json::Value> {
     use overlay::bench::collectives_large as bench;
     let opts = overlay::bench::collectives_sim::Options {
@@ -135,6 +135,7 @@ pub(crate) fn collectives_sim(
         },
         seed: cli.seed,
         settle: std::time::Duration::from_secs(settle_s),
+        root,
     };
     let outcome = overlay::bench::collectives_sim::run(&opts, &progress)?;
     std::fs::create_dir_all(&cli.out)?;

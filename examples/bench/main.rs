@@ -9,7 +9,7 @@
 //! cargo run --release --example bench -- quic [--quic-topology T] [--slowdown K] [--dilate D]
 //! cargo run --release --example bench -- large [--json] [--nodes-per-cluster N] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--contenders default,single-tree,store-and-forward]
 //! cargo run --release --example bench -- crossover [--json] [--max-mib M] [--topology NAME|FILE] [--root CLUSTER] [--nodes-per-cluster N]
-//! cargo run --release --example bench -- collectives-sim [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives ...] [--settle-s S]
+//! cargo run --release --example bench -- collectives-sim [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--collectives ...] [--settle-s S] [--root CLUSTER]
 //! cargo run --release --example bench -- collectives-large [--json] [--max-mib M] [--topology NAME|FILE] [--nodes-per-cluster N] [--min-mib M] [--collectives allreduce,reduce,scatter,gather,allgather] [--contenders default,NAME,...]
 //! cargo build --release && cargo run --release --example bench -- soak [--minutes N] [--nodes N] [--churners N]
 //! cargo run --release --example bench -- all          # all of the above, writes docs/
@@ -196,6 +196,10 @@ enum What {
         /// Virtual seconds the nodes keep measuring once every view is complete.
         #[arg(long, default_value_t = 20)]
         settle_s: u64,
+        /// The cluster whose first node is the root of reduce, scatter and gather (the
+        /// first cluster's unless told).
+        #[arg(long)]
+        root: Option<String>,
     },
     /// Real `overlay-node` processes on loopback for minutes with churn, broadcasts and
     /// collectives: RSS, descriptors, tasks and traffic at the start and the end, and
@@ -405,13 +409,14 @@ fn main() -> anyhow::Result<()> {
             nodes_per_cluster,
             collectives,
             settle_s,
+            root,
         } => vec![collectives_sim(
             &cli,
             &topology,
             max_mib,
             nodes_per_cluster,
             &collectives,
-            settle_s,
+            (settle_s, root),
         )?],
         What::Soak(args) => {
             let report = soak::soak(&args)?;
@@ -466,7 +471,14 @@ fn main() -> anyhow::Result<()> {
             all.extend(big?);
             // The same collectives in the simulator: deterministic and quick, after the rest.
             let per_cluster = overlay::bench::collectives_large::DEFAULT_NODES_PER_CLUSTER;
-            all.push(collectives_sim(&cli, "das-4", 64, per_cluster, &[], 20)?);
+            all.push(collectives_sim(
+                &cli,
+                "das-4",
+                64,
+                per_cluster,
+                &[],
+                (20, None),
+            )?);
             all
         }
     };

@@ -89,6 +89,10 @@ pub struct BulkOptions {
     /// hierarchical allreduce and reduce, where a star is an error; the relayed allgather;
     /// only the planner's matters).
     pub inside: Option<Inside>,
+    /// Whether a clustered allreduce or reduce relays its chunks through third clusters
+    /// (`Some(true)`; with three clusters or more) or sends every partial straight to its
+    /// owner (`Some(false)`), instead of the model's choice; only the planner's matters.
+    pub relays: Option<bool>,
 }
 
 impl Default for BulkOptions {
@@ -101,6 +105,7 @@ impl Default for BulkOptions {
             watch: None,
             members: None,
             inside: None,
+            relays: None,
         }
     }
 }
@@ -123,6 +128,8 @@ pub struct BulkReport {
     /// How the chunks flowed inside each cluster, in the plan's group order (a clustered
     /// or hierarchical allreduce or reduce, or a relayed allgather; empty for the others).
     pub inside: Vec<Inside>,
+    /// Whether a clustered allreduce or reduce relayed its chunks through third clusters.
+    pub relayed: bool,
 }
 
 impl Node {

@@ -25,7 +25,7 @@ mod calls;
 use self::calls::{allgather, reduce, routed};
 use super::large::size_label;
 use super::large_setup::{Testbed, block_on};
-use crate::api::{Algorithm, TuneEntry};
+use crate::api::{Algorithm, Node, TuneEntry};
 use crate::proto::NodeId;
 use crate::topology::Topology;
 use anyhow::Context;
@@ -195,15 +195,25 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
     for (n, c) in nodes.iter().zip(&bed.overlay.clusters) {
         file_groups[*c].push(n.id());
     }
+    let chosen = |c: &Contender| {
+        opts.contenders.is_empty() || opts.contenders.iter().any(|n| n == c.name())
+    };
+    // One call of every contender first, not measured: the connections and their
+    // congestion windows are then open for every measured row alike (the first contender
+    // at the first size paid for them alone), and the size class is one no row uses.
+    for &collective in &opts.collectives {
+        for contender in collective.contenders().into_iter().filter(chosen) {
+            let name = format!("warm-up-{}-{}", collective.name(), contender.name());
+            call(nodes, (collective, contender), &name, WARM_UP_BYTES, &file_groups).await?;
+        }
+    }
+    progress("collectives-large: every contender warmed up");
     let mut rows = Vec::new();
     for &collective in &opts.collectives {
         let sizes = SIZES
             .into_iter()
             .filter(|&b| b <= opts.max_bytes && b >= opts.min_bytes);
         for bytes in sizes {
-            let chosen = |c: &Contender| {
-                opts.contenders.is_empty() || opts.contenders.iter().any(|n| n == c.name())
-            };
             for contender in collective.contenders().into_iter().filter(chosen) {
                 let repeat = if bytes < 1 << 20 { REPEAT_SMALL } else { 1 };
                 let mut calls = Vec::new();
@@ -211,15 +221,7 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
                     let c = (collective, contender);
                     let name =
                         format!("{}-{}-{}-{rep}", collective.name(), contender.name(), bytes);
-                    let call = match collective {
-                        Collective::Allreduce | Collective::Reduce => {
-                            reduce(nodes, c, &name, bytes, &file_groups).await?
-                        }
-                        Collective::Allgather => {
-                            allgather(nodes, &name, bytes, contender, &file_groups).await?
-                        }
-                        _ => routed(nodes, c, &name, bytes, &file_groups).await?,
-                    };
+                    let call = call(nodes, c, &name, bytes, &file_groups).await?;
                     progress(&format!(
                         "collectives-large: {} {} {}: {:.3} s ({})",
                         collective.name(),
@@ -269,6 +271,26 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         tuning,
         wall_s: wall.elapsed().as_secs_f64(),
     })
+}
+
+/// The warm-up calls' size: below every row's, a size class of its own.
+const WARM_UP_BYTES: u64 = 16 << 10;
+
+/// One call of `c` on every node: the algorithm it ran, its seconds, the prediction.
+async fn call(
+    nodes: &[Node],
+    c: (Collective, Contender),
+    name: &str,
+    bytes: u64,
+    file_groups: &[Vec<NodeId>],
+) -> anyhow::Result<(Algorithm, f64, f64)> {
+    match c.0 {
+        Collective::Allreduce | Collective::Reduce => {
+            reduce(nodes, c, name, bytes, file_groups).await
+        }
+        Collective::Allgather => allgather(nodes, name, bytes, c.1, file_groups).await,
+        _ => routed(nodes, c, name, bytes, file_groups).await,
+    }
 }
 
 /// The online-tuning run: default scatters of [`TUNING_BYTES`] from the root, then every

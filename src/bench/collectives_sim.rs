@@ -22,7 +22,7 @@ use crate::proto::bulk::{Algorithm, Control, Elem, ReduceOp, Tuner};
 use crate::proto::{self, NodeId};
 use crate::sim::{NetModel, Sim, SimConfig};
 use crate::topology::Topology;
-use anyhow::bail;
+use anyhow::{Context, bail};
 use std::time::{Duration, Instant};
 
 /// Default calls per size (the decision table may switch between them).
@@ -41,6 +41,9 @@ pub struct Options {
     pub seed: u64,
     /// Virtual time the nodes keep measuring once every view is complete.
     pub settle: Duration,
+    /// The cluster (by name) whose first node is the root of reduce, scatter and gather;
+    /// the first cluster's if none.
+    pub root: Option<String>,
 }
 
 /// Runs the benchmark; `progress` gets one line at a time.
@@ -93,7 +96,16 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
     }
     // The root of reduce, scatter and gather: the first cluster's first node (as in
     // collectives-large); the smallest id plans the others.
-    let root = sim.ids()[0];
+    let root_cluster = match &opts.root {
+        None => 0,
+        Some(name) => (topo.clusters.iter())
+            .position(|c| c.name == *name)
+            .with_context(|| format!("no cluster {name} in {}", topo.name))?,
+    };
+    let root = (0..sim.ids().len())
+        .find(|i| sim.cluster_of(*i) == root_cluster)
+        .map(|i| sim.ids()[i])
+        .context("the root's cluster has no nodes")?;
     let net = NetModel::from_topology(&topo);
     let n = members.len();
     let mut tuners = [Tuner::default(), Tuner::default()];
@@ -169,6 +181,9 @@ pub fn run(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Outcome> {
                     match &plan {
                         Control::Plan(p) if contender == Contender::Default => {
                             progress(&patterns_side_by_side(p, seconds, &replay));
+                            if !p.relays.is_empty() {
+                                progress(&relays_side_by_side(network, p, seconds, &replay));
+                            }
                         }
                         Control::SpreadPlan(p)
                             if contender == Contender::Default
@@ -273,5 +288,37 @@ fn spread_patterns(
         times[1],
         times[2],
         seconds / best.max(1e-9)
+    )
+}
+
+/// A relayed clustered plan against the same plan with every partial straight to its
+/// owner (the shares the model gives that), same pipes.
+fn relays_side_by_side(
+    network: &Network,
+    plan: &crate::proto::bulk::BulkPlan,
+    seconds: f64,
+    replay: &dyn Fn(&[dag::Transfer]) -> Duration,
+) -> String {
+    use crate::proto::bulk::{BulkPlan, model};
+    let root = (plan.root).and_then(|id| (network.groups.iter()).position(|g| g.contains(&id)));
+    let direct = BulkPlan {
+        relays: Vec::new(),
+        shares: model::split(plan.len, &model::shares_to(network, root)),
+        ..plan.clone()
+    };
+    let straight = replay(&dag::of_bulk(&direct)).as_secs_f64();
+    // A chunk relays when some group's next group, up or down, is not the owner.
+    let through = (plan.relays.iter())
+        .filter(|r| {
+            let owner = (0..r.up.len()).find(|g| r.up[*g] as usize == *g);
+            let off = |next: &[u32]| next.iter().any(|x| Some(*x as usize) != owner);
+            off(&r.up) || off(&r.down)
+        })
+        .count();
+    format!(
+        "collectives-sim:   relayed through third clusters ({through} of {} chunks): \
+         {seconds:.3} s; straight to the owners {straight:.3} s; relayed / straight {:.2}",
+        plan.relays.len(),
+        seconds / straight.max(1e-9)
     )
 }

@@ -68,6 +68,10 @@ async fn chunk(
     let range = c.start as usize * size..(c.start + c.len) as usize * size;
     let n = c.index;
     let wide = tag(Phase::ReduceWide, n);
+    // A relayed plan's gateway that combines other clusters' partials: an owner for the
+    // result, a relay to pass them on.
+    let combines = !plan.relays.is_empty() && !r.partials_from.is_empty();
+    let relaying = combines && !r.owner;
     // This cluster's partial: along the chain, then (gateway) out to the owners.
     let own_partial = async {
         let mut partial = Payload::Borrowed(&input[range.clone()]);
@@ -80,20 +84,28 @@ async fn chunk(
             }
             partial = Payload::Shared(Bytes::from(acc));
         }
-        if r.gateway() {
+        // A relay sends once the partials it combines are in (below).
+        if r.gateway() && !relaying {
             comm.send_all(&r.partial_to, wide, partial.clone()).await?;
         }
         Ok::<_, NodeError>(partial)
     };
-    // An owner waits for the other clusters' partials from the start, beside its own:
+    // A gateway waits for the other clusters' partials from the start, beside its own:
     // those that come first are claimed at once, not held as unclaimed transfers.
-    let others = async {
-        match r.owner {
-            true => try_join_all(r.partials_from.iter().map(|p| comm.recv(*p, wide))).await,
-            false => Ok(Vec::new()),
+    let others = try_join_all(r.partials_from.iter().map(|p| comm.recv(*p, wide)));
+    let (mut partial, got) = futures::try_join!(own_partial, others)?;
+    if combines {
+        // Its cluster's partial first, then those of the clusters below it in the
+        // listed order.
+        let mut acc = partial.as_slice().to_vec();
+        for g in &got {
+            add(comm, plan, &mut acc, g)?;
         }
-    };
-    let (partial, got) = futures::try_join!(own_partial, others)?;
+        partial = Payload::Shared(Bytes::from(acc));
+        if relaying {
+            comm.send_all(&r.partial_to, wide, partial.clone()).await?;
+        }
+    }
     let want = range.len();
     let result = if let Some(to) = r.reduce_to {
         comm.send(to, tag(Phase::ReduceChain, n), partial).await?;
@@ -106,6 +118,8 @@ async fn chunk(
     } else {
         let result = if let Some(from) = r.result_from {
             Some(comm.recv(from, tag(Phase::GatherWide, n)).await?)
+        } else if r.owner && !plan.relays.is_empty() {
+            Some(partial.clone().into_bytes())
         } else if r.owner {
             // Combined in cluster order, whoever owns the chunk: every owner of a
             // hierarchical plan then gets the same bits (float sums depend on the order).

@@ -10,7 +10,7 @@ use crate::proto::NodeId;
 use crate::proto::bulk::check::MAX_BYTES;
 use crate::proto::bulk::model::Network;
 use crate::proto::bulk::plans::Ask;
-use crate::proto::bulk::{Algorithm, Control, Inside, control, spread};
+use crate::proto::bulk::{Algorithm, BulkPlan, Control, Inside, control, model, relay, spread};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -273,7 +273,27 @@ fn make_plan(
         }
         _ => {}
     }
+    if let (Control::Plan(p), Some(relays)) = (&mut plan, options.relays) {
+        force_relays(net, p, relays);
+    }
     Ok((collective, bytes, plan, algorithm))
+}
+
+/// A clustered plan made to relay through third clusters (where there are three or more
+/// to relay through) or to send every partial straight to its owner.
+fn force_relays(net: &Network, p: &mut BulkPlan, relays: bool) {
+    let k = net.groups.len();
+    if p.algorithm != Algorithm::Clustered || relays != p.relays.is_empty() {
+        return;
+    }
+    let root = (p.root).and_then(|id| net.groups.iter().position(|g| g.contains(&id)));
+    if !relays {
+        p.relays.clear();
+        p.shares = model::split(p.len, &model::shares_to(net, root));
+    } else if (3..=relay::MAX_CLUSTERS).contains(&k) {
+        let planned = relay::plan(net, p.len, p.chunk, p.elem.size(), root);
+        (p.shares, p.relays) = (planned.shares, planned.relays);
+    }
 }
 
 /// Collects the callers' readies: the participants (sorted), the callers refused, and

@@ -90,6 +90,7 @@ struct Summary {
     algorithm: Algorithm,
     predicted_s: f64,
     inside: Vec<crate::proto::bulk::Inside>,
+    relayed: bool,
 }
 
 impl Summary {
@@ -100,6 +101,7 @@ impl Summary {
             algorithm,
             predicted_s,
             inside: Vec::new(),
+            relayed: false,
         }
     }
 }
@@ -216,6 +218,7 @@ impl Node {
             elapsed: started.elapsed(),
             attempts: planned.unwrap_or(attempts),
             inside: s.inside,
+            relayed: s.relayed,
         };
         Ok((out, report))
     }
@@ -243,6 +246,7 @@ impl Node {
                             }
                             _ => Vec::new(),
                         },
+                        relayed: !p.relays.is_empty(),
                         ..Summary::of(&p.members, &p.missing, p.algorithm, p.predicted_s)
                     },
                 ),

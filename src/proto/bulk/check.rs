@@ -3,7 +3,7 @@
 
 use super::spread::SpreadPlan;
 use super::value::ValuePlan;
-use super::{Algorithm, BulkPlan, Inside, RoutePlan, TAG_NUMBERS};
+use super::{Algorithm, BulkPlan, Inside, RoutePlan, TAG_NUMBERS, relay, route};
 use crate::proto::NodeId;
 
 /// The most chunks (or ring steps) one plan may ask a node to handle.
@@ -113,6 +113,22 @@ impl BulkPlan {
         };
         if chunks > MAX_CHUNKS.min(u64::from(TAG_NUMBERS)) {
             return Err(BadPlan("too many chunks"));
+        }
+        if !self.relays.is_empty() {
+            if self.algorithm != Algorithm::Clustered {
+                return Err(BadPlan("relays in a plan that is not clustered"));
+            }
+            // Bounded by the chunk count checked above.
+            let chunks = route::chunks(self);
+            if chunks.len() != self.relays.len() {
+                return Err(BadPlan("relays do not match the chunks"));
+            }
+            let (k, reduce) = (self.groups.len(), self.root.is_some());
+            for (c, r) in chunks.iter().zip(&self.relays) {
+                if !relay::well_formed(r, k, c.share, reduce) {
+                    return Err(BadPlan("a relay that is not a tree to its chunk's owner"));
+                }
+            }
         }
         Ok(())
     }
@@ -230,6 +246,7 @@ mod tests {
             predicted_s: 1.0,
             root: None,
             inside: vec![Inside::Binomial, Inside::Chain],
+            relays: Vec::new(),
         };
         assert_eq!(good.check(members[0]), Ok(()));
         let mut reduce = good.clone();

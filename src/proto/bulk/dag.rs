@@ -117,23 +117,56 @@ fn grouped(plan: &BulkPlan, size: u64) -> Vec<Transfer> {
             }
         }
         let partial = |m: &NodeId| chain_in.get(m).cloned().unwrap_or_default();
-        for (m, r) in &routes {
-            for o in &r.partial_to {
-                let key = Hop::Partial(*m, *o);
-                g.add(key, at(*m), at(*o), bytes, partial(m));
+        // What a gateway's combined partial waits for: its chain, and (a relay or an
+        // owner) the partials it takes. A relay (a gateway that is not an owner but takes
+        // partials) passes its own on once those are in, so the gateways are taken leaves
+        // first; an owner sends its own partial (hierarchical: to the other owners) as
+        // soon as its chain is done.
+        let combined = |g: &Graph<Hop>, m: &NodeId, r: &route::ChunkRoute| {
+            let mut after = partial(m);
+            after.extend((r.partials_from.iter()).filter_map(|p| g.get(&Hop::Partial(*p, *m))));
+            after
+        };
+        let mut sending: Vec<&(NodeId, route::ChunkRoute)> = routes
+            .iter()
+            .filter(|(_, r)| !r.partial_to.is_empty())
+            .collect();
+        while !sending.is_empty() {
+            let before = sending.len();
+            sending.retain(|(m, r)| {
+                let ready = r.owner
+                    || (r.partials_from.iter()).all(|p| g.get(&Hop::Partial(*p, *m)).is_some());
+                if ready {
+                    let after = match r.owner {
+                        true => partial(m),
+                        false => combined(&g, m, r),
+                    };
+                    for o in &r.partial_to {
+                        g.add(Hop::Partial(*m, *o), at(*m), at(*o), bytes, after.clone());
+                    }
+                }
+                !ready
+            });
+            if sending.len() == before {
+                // Partials in a cycle: a checked plan has none; leave them out.
+                break;
             }
         }
         // What the chunk's result at each member waits for: an owner's every partial; a
-        // result sent from an owner.
+        // result sent from an owner, or passed on by a relay.
         let mut result_at: HashMap<NodeId, Vec<usize>> = HashMap::new();
+        let mut passing: Vec<NodeId> = Vec::new();
         for (m, r) in routes.iter().filter(|(_, r)| r.owner) {
-            let mut after = partial(m);
-            after.extend((r.partials_from.iter()).filter_map(|p| g.get(&Hop::Partial(*p, *m))));
-            for x in &r.result_to {
-                let t = g.add(Hop::Result(*m, *x), at(*m), at(*x), bytes, after.clone());
+            result_at.insert(*m, combined(&g, m, r));
+            passing.push(*m);
+        }
+        while let Some(m) = passing.pop() {
+            let after = result_at[&m].clone();
+            for x in &by_id[&m].result_to {
+                let t = g.add(Hop::Result(m, *x), at(m), at(*x), bytes, after.clone());
                 result_at.insert(*x, vec![t]);
+                passing.push(*x);
             }
-            result_at.insert(*m, after);
         }
         // The gather chains or trees, from the gateways.
         for (m, _) in routes.iter().filter(|(_, r)| r.gather_from.is_none()) {

@@ -20,6 +20,7 @@ mod measured;
 pub mod model;
 pub mod paths;
 pub mod plans;
+pub mod relay;
 pub mod route;
 pub mod spread;
 pub mod tune;
@@ -176,6 +177,10 @@ pub struct BulkPlan {
     /// How each group's chunks flow inside it (clustered and hierarchical plans; empty:
     /// chains everywhere).
     pub inside: Vec<Inside>,
+    /// A clustered plan whose chunks relay through third clusters: one per chunk, in
+    /// [`route::chunks`] order ([`relay`]). Empty: every partial straight to its owner
+    /// and every result straight back.
+    pub relays: Vec<relay::Relay>,
 }
 
 impl BulkPlan {

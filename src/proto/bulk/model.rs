@@ -6,6 +6,7 @@
 //! missing a default stands in and the tuning table ([`super::tune`]) corrects the pick
 //! from measured call times.
 
+use super::relay::{self, Relay};
 use super::{Algorithm, Inside};
 use crate::proto::NodeId;
 
@@ -101,6 +102,9 @@ pub struct Prediction {
     /// How each group's chunks flow inside it (clustered and hierarchical; empty
     /// otherwise).
     pub inside: Vec<Inside>,
+    /// The clustered algorithm's chunks relayed through third clusters ([`relay`]; empty:
+    /// straight to their owners, which the model keeps unless the trees are sooner).
+    pub relays: Vec<Relay>,
 }
 
 /// The chunk for a vector of `bytes`: about a 64th of it, 32 KiB to 1 MiB.
@@ -148,22 +152,40 @@ pub fn predict_to(
     let r = root.and_then(|id| net.groups.iter().position(|g| g.contains(&id)));
     // Passes along the in-cluster chains: reduce and back (allreduce), reduce only.
     let passes = if r.is_some() { 1.0 } else { 2.0 };
+    let mut relays = Vec::new();
     let (seconds, shares, inside) = match algorithm {
         Algorithm::Clustered => {
             let f = shares_to(net, r);
             let load = |c: usize, d: usize| bits * share_terms(c, d, r).map(|x| f[x]).sum::<f64>();
-            let (t, inside) = grouped(net, bits, chunk_b, load, 0.0, passes);
-            (t, split(len, &f), inside)
+            let (t, inside) = grouped(net, bits, chunk_b, load, 0.0, passes, 2.0);
+            let direct = (t, split(len, &f), inside);
+            match relayed(net, len, (chunk, elem_size), r, chunk_b, passes) {
+                // Trees only when they are clearly sooner: partials straight to their
+                // owner take the fewest hops.
+                Some(p) if p.seconds < 0.97 * direct.0 => {
+                    relays = p.relays;
+                    (p.seconds, p.shares, p.inside)
+                }
+                _ => direct,
+            }
         }
         Algorithm::Hierarchical => {
             let k = net.groups.len() as f64;
             let (t, inside) = match r {
                 // The coordinator also sends the whole vector to every other cluster.
-                None => grouped(net, bits, chunk_b, |_, _| bits, bits * (k - 1.0), passes),
+                None => grouped(
+                    net,
+                    bits,
+                    chunk_b,
+                    |_, _| bits,
+                    bits * (k - 1.0),
+                    passes,
+                    2.0,
+                ),
                 // Every coordinator sends its whole partial to the root, which takes them all.
                 Some(r) => {
                     let load = |_: usize, d: usize| if d == r { bits } else { 0.0 };
-                    grouped(net, bits, chunk_b, load, bits * (k - 1.0), passes)
+                    grouped(net, bits, chunk_b, load, bits * (k - 1.0), passes, 2.0)
                 }
             };
             (t, Vec::new(), inside)
@@ -179,12 +201,42 @@ pub fn predict_to(
         shares,
         chunk,
         inside,
+        relays,
     }
 }
 
+/// The clustered algorithm relayed through third clusters ([`relay`]); none with fewer
+/// than three clusters (nothing to relay through) or more than [`relay::MAX_CLUSTERS`].
+fn relayed(
+    net: &Network,
+    len: u64,
+    (chunk, elem_size): (u64, usize),
+    r: Option<usize>,
+    chunk_b: f64,
+    passes: f64,
+) -> Option<Prediction> {
+    let k = net.groups.len();
+    if !(3..=relay::MAX_CLUSTERS).contains(&k) {
+        return None;
+    }
+    let bits = (len * elem_size as u64) as f64 * 8.0;
+    let planned = relay::plan(net, len, chunk, elem_size, r);
+    let load = |c: usize, d: usize| planned.load[c][d];
+    let hops = planned.hops.max(1) as f64;
+    let (seconds, inside) = grouped(net, bits, chunk_b, load, 0.0, passes, hops);
+    Some(Prediction {
+        algorithm: Algorithm::Clustered,
+        seconds,
+        shares: planned.shares,
+        chunk,
+        inside,
+        relays: planned.relays,
+    })
+}
+
 /// Clustered and hierarchical: the busiest wide link or member, plus the pipeline fill
-/// (`passes` inside the clusters, two wide-area hops); and the pattern inside each
-/// cluster that makes its part soonest.
+/// (`passes` inside the clusters, `wide_hops` wide-area hops); and the pattern inside
+/// each cluster that makes its part soonest.
 fn grouped(
     net: &Network,
     bits: f64,
@@ -192,6 +244,7 @@ fn grouped(
     wide_load: impl Fn(usize, usize) -> f64,
     gateway_extra: f64,
     passes: f64,
+    wide_hops: f64,
 ) -> (f64, Vec<Inside>) {
     let k = net.groups.len();
     let mut busiest: f64 = 0.0;
@@ -210,7 +263,7 @@ fn grouped(
             }
         }
     }
-    let t = busiest + fill + 2.0 * (wide_fill + TRANSFER_OVERHEAD_S);
+    let t = busiest + fill + wide_hops * (wide_fill + TRANSFER_OVERHEAD_S);
     (t, patterns)
 }
 
@@ -393,88 +446,4 @@ pub fn split(len: u64, f: &[f64]) -> Vec<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// das-4's four clusters (VU 16, Leiden 8, UvA 8, Delft 8) as the nodes would
-    /// measure them: the figures are the topology file's, typed here because the model
-    /// is pure arithmetic over whatever was measured.
-    fn four(wide: [[f64; 4]; 4]) -> Network {
-        let sizes = [16u64, 8, 8, 8];
-        let mut next = 0;
-        let groups = sizes
-            .iter()
-            .map(|s| {
-                let g = (next..next + s).map(|i| NodeId::from_seed(9, i)).collect();
-                next += s;
-                g
-            })
-            .collect();
-        Network {
-            groups,
-            wide_bps: wide
-                .iter()
-                .map(|r| r.iter().map(|m| m * 1e6).collect())
-                .collect(),
-            lan_bps: vec![400e6; 4],
-            latency_s: vec![vec![3e-3; 4]; 4],
-        }
-    }
-
-    #[test]
-    fn a_slow_cluster_owns_less_and_clustered_wins_on_large_vectors() {
-        // Cluster 1 sends slowly to everyone.
-        let net = four([
-            [0.0, 5.0, 26.0, 7.0],
-            [3.5, 0.0, 4.0, 3.0],
-            [28.0, 6.0, 0.0, 7.5],
-            [7.0, 4.0, 7.5, 0.0],
-        ]);
-        let f = shares(&net);
-        assert!(f[1] < 0.1, "{f:?}");
-        let p = predict_all(&net, 4 << 20, 4);
-        let t = |a| p.iter().find(|x| x.algorithm == a).unwrap().seconds;
-        assert!(
-            t(Algorithm::Clustered) < 0.6 * t(Algorithm::Hierarchical),
-            "{p:?}"
-        );
-        assert!(t(Algorithm::Hierarchical) < t(Algorithm::Ring), "{p:?}");
-        let clustered = &p[0];
-        assert_eq!(clustered.shares.iter().sum::<u64>(), 4 << 20);
-    }
-
-    #[test]
-    fn large_clusters_take_small_vectors_along_binomial_trees_and_large_ones_along_chains() {
-        let mut net = four([[10.0; 4]; 4]);
-        // Cluster 0 of 64 members, the others as they were.
-        net.groups[0] = (0..64).map(|i| NodeId::from_seed(7, i)).collect();
-        for algorithm in [Algorithm::Clustered, Algorithm::Hierarchical] {
-            let small = predict(&net, algorithm, 16 << 10, 4);
-            assert_eq!(small.inside[0], Inside::Binomial, "{small:?}");
-            let large = predict(&net, algorithm, 16 << 20, 4);
-            assert!(
-                large.inside.iter().all(|i| *i == Inside::Chain),
-                "{large:?}"
-            );
-        }
-        // Two members: the same shape either way, and ties go to the chain.
-        let pair = vec![vec![NodeId::from_seed(1, 1), NodeId::from_seed(1, 2)]];
-        let net = Network::unmeasured(pair);
-        assert_eq!(inside(&net, 0, 1e6, 1e5, 0.0, 2.0).0, Inside::Chain);
-    }
-
-    #[test]
-    fn equal_links_give_equal_shares_and_unmeasured_networks_still_predict() {
-        let net = four([[10.0; 4]; 4]);
-        let f = shares(&net);
-        assert!(f.iter().all(|x| (x - 0.25).abs() < 0.01), "{f:?}");
-        let groups = vec![vec![NodeId::from_seed(1, 1)], vec![NodeId::from_seed(1, 2)]];
-        let net = Network::unmeasured(groups);
-        assert!(!net.complete());
-        assert!(
-            predict_all(&net, 1000, 8)
-                .iter()
-                .all(|p| p.seconds.is_finite())
-        );
-    }
-}
+mod tests;

@@ -128,6 +128,7 @@ impl Ask<'_> {
                     predicted_s: seconds,
                     root,
                     inside: prediction.inside,
+                    relays: prediction.relays,
                 };
                 (Control::Plan(plan), seconds)
             }

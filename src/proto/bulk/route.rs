@@ -18,12 +18,17 @@
 //! - [`Algorithm::Hierarchical`]: every cluster owns every chunk, the gateway is always
 //!   the cluster's first member.
 //!
+//! - A clustered plan with relays ([`BulkPlan::relays`], [`super::relay`]): the gateway
+//!   rotates by chunk; each gateway takes the partials of the clusters below it in the
+//!   chunk's in-tree, combines them with its own and sends one partial a cluster up; the
+//!   result comes from one cluster up the out-tree and goes to the clusters below.
+//!
 //! A reduce to a root ([`BulkPlan::root`]) is the first half: the chains reduce, the
 //! gateways send their partials to the owners, and each owner sends the chunk's result
 //! straight to the root; nothing comes back. Its hierarchical plan has one owner, the
 //! root's cluster, whose gateway is the root.
 
-use super::{Algorithm, BulkPlan, Inside};
+use super::{Algorithm, BulkPlan, Inside, relay};
 use crate::proto::NodeId;
 
 /// A run of elements moved and combined as one unit.
@@ -99,10 +104,13 @@ impl ChunkRoute {
     }
 }
 
-/// The gateway of group `g` for a chunk of share `share`, as a position in the group.
-fn gateway_at(plan: &BulkPlan, g: usize, share: usize) -> usize {
+/// The gateway of group `g` for `chunk`, as a position in the group: rotating by share
+/// (clustered), by chunk (relayed clustered: a share may be the whole vector), or the
+/// root or first member (hierarchical).
+fn gateway_at(plan: &BulkPlan, g: usize, chunk: &Chunk) -> usize {
     match plan.algorithm {
-        Algorithm::Clustered => share % plan.groups[g].len(),
+        Algorithm::Clustered if plan.relays.is_empty() => chunk.share % plan.groups[g].len(),
+        Algorithm::Clustered => chunk.index as usize % plan.groups[g].len(),
         _ => root_at(plan, g).unwrap_or(0),
     }
 }
@@ -137,7 +145,7 @@ pub fn chunk_route(plan: &BulkPlan, me: NodeId, chunk: &Chunk) -> Option<ChunkRo
     let g = plan.groups.iter().position(|grp| grp.contains(&index))?;
     let k = plan.groups[g].len();
     let pos = plan.groups[g].iter().position(|i| *i == index)?;
-    let gate = gateway_at(plan, g, chunk.share);
+    let gate = gateway_at(plan, g, chunk);
     let mut r = ChunkRoute {
         group: g,
         ..ChunkRoute::default()
@@ -175,7 +183,15 @@ pub fn chunk_route(plan: &BulkPlan, me: NodeId, chunk: &Chunk) -> Option<ChunkRo
         }
     }
     let owners = owners(plan, chunk.share);
-    let gateway_of = |h: usize| member(plan, h, gateway_at(plan, h, chunk.share));
+    let gateway_of = |h: usize| member(plan, h, gateway_at(plan, h, chunk));
+    let relay = match plan.algorithm {
+        Algorithm::Clustered => plan.relays.get(chunk.index as usize),
+        _ => None,
+    };
+    if let (Some(relay), Some(_)) = (relay, plan.root) {
+        relay::route(plan, relay, chunk.share, me, &gateway_of, &mut r);
+        return Some(r);
+    }
     if let Some(root) = plan.root {
         // A reduce: partials to the owner, its result to the root, nothing back.
         let owner = gateway_of(owners[0]);
@@ -210,6 +226,10 @@ pub fn chunk_route(plan: &BulkPlan, me: NodeId, chunk: &Chunk) -> Option<ChunkRo
         }
     }
     if !r.gateway() {
+        return Some(r);
+    }
+    if let Some(relay) = relay {
+        relay::route(plan, relay, chunk.share, me, &gateway_of, &mut r);
         return Some(r);
     }
     // A non-owner is served by the owner its index picks (one owner: that one).
@@ -301,17 +321,18 @@ pub(crate) mod tests {
             chunk: 4,
             predicted_s: 0.0,
             inside: Vec::new(),
+            relays: Vec::new(),
         }
     }
 
     /// The same plan with `inside` in every group.
-    fn with_inside(mut plan: BulkPlan, inside: Inside) -> BulkPlan {
+    pub(crate) fn with_inside(mut plan: BulkPlan, inside: Inside) -> BulkPlan {
         plan.inside = vec![inside; plan.groups.len()];
         plan
     }
 
     /// Every member's part in `chunk`.
-    fn routes_of(plan: &BulkPlan, chunk: &Chunk) -> HashMap<NodeId, ChunkRoute> {
+    pub(crate) fn routes_of(plan: &BulkPlan, chunk: &Chunk) -> HashMap<NodeId, ChunkRoute> {
         (plan.members.iter())
             .map(|m| (*m, chunk_route(plan, *m, chunk).unwrap()))
             .collect()
@@ -319,7 +340,7 @@ pub(crate) mod tests {
 
     /// Follows each cluster's reduce chain or tree to its gateway (every member's value
     /// is 1): the partial count at each gateway.
-    fn chain_partials(routes: &HashMap<NodeId, ChunkRoute>) -> HashMap<NodeId, usize> {
+    pub(crate) fn chain_partials(routes: &HashMap<NodeId, ChunkRoute>) -> HashMap<NodeId, usize> {
         fn count(routes: &HashMap<NodeId, ChunkRoute>, m: NodeId) -> usize {
             let from = &routes[&m].reduce_from;
             let below: usize = from
