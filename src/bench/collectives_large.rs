@@ -195,16 +195,22 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
     for (n, c) in nodes.iter().zip(&bed.overlay.clusters) {
         file_groups[*c].push(n.id());
     }
-    let chosen = |c: &Contender| {
-        opts.contenders.is_empty() || opts.contenders.iter().any(|n| n == c.name())
-    };
+    let chosen =
+        |c: &Contender| opts.contenders.is_empty() || opts.contenders.iter().any(|n| n == c.name());
     // One call of every contender first, not measured: the connections and their
     // congestion windows are then open for every measured row alike (the first contender
     // at the first size paid for them alone), and the size class is one no row uses.
     for &collective in &opts.collectives {
         for contender in collective.contenders().into_iter().filter(chosen) {
             let name = format!("warm-up-{}-{}", collective.name(), contender.name());
-            call(nodes, (collective, contender), &name, WARM_UP_BYTES, &file_groups).await?;
+            call(
+                nodes,
+                (collective, contender),
+                &name,
+                WARM_UP_BYTES,
+                &file_groups,
+            )
+            .await?;
         }
     }
     progress("collectives-large: every contender warmed up");

@@ -291,7 +291,7 @@ fn force_relays(net: &Network, p: &mut BulkPlan, relays: bool) {
         p.relays.clear();
         p.shares = model::split(p.len, &model::shares_to(net, root));
     } else if (3..=relay::MAX_CLUSTERS).contains(&k) {
-        let planned = relay::plan(net, p.len, p.chunk, p.elem.size(), root);
+        let planned = relay::plan(&net.wide_rates(), p.len, p.chunk, p.elem.size(), root);
         (p.shares, p.relays) = (planned.shares, planned.relays);
     }
 }

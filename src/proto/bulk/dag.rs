@@ -342,7 +342,8 @@ pub fn of_spread(plan: &SpreadPlan) -> Vec<Transfer> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::bulk::route::tests::plan;
+    use crate::proto::bulk::route::chunks;
+    use crate::proto::bulk::route::tests::{chained, plan};
 
     /// Every transfer waits only for earlier ones that arrive where it leaves.
     fn well_formed(t: &[Transfer]) {
@@ -446,6 +447,36 @@ mod tests {
                 !hops.contains(&(7, 1)) && !hops.contains(&(3, 0)),
                 "{hops:?}"
             );
+        }
+    }
+
+    /// The simulator's graph of a relayed plan: each transfer waits only for earlier ones
+    /// into its sender, and a chunk crosses clusters once per tree link (plus a reduce's
+    /// result to a root outside the owner's cluster).
+    #[test]
+    fn relayed_graphs_cross_each_tree_link_once() {
+        let p = plan(Algorithm::Clustered, &[4, 2, 3, 1], None);
+        let group_of = |m: u32| p.groups.iter().position(|g| g.contains(&m)).unwrap();
+        for root in [None, Some(2usize), Some(9)] {
+            let mut q = p.clone();
+            q.root = root.map(|r| q.members[r]);
+            let q = chained(q);
+            let t = of_bulk(&q);
+            for (i, x) in t.iter().enumerate() {
+                assert!(x.after.iter().all(|a| *a < i && t[*a].to == x.from), "{i}");
+            }
+            let crossing = t
+                .iter()
+                .filter(|x| group_of(x.from) != group_of(x.to))
+                .count();
+            let per_chunk: usize = chunks(&q)
+                .iter()
+                .map(|c| match root {
+                    None => 2 * 3,
+                    Some(r) => 3 + usize::from(group_of(r as u32) != c.share),
+                })
+                .sum();
+            assert_eq!(crossing, per_chunk, "reduce to {root:?}");
         }
     }
 }

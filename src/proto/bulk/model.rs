@@ -52,6 +52,14 @@ impl Network {
         }
     }
 
+    /// Every link's rate, `[c][d]` from cluster `c` to `d` (see [`Network::wide`]).
+    pub fn wide_rates(&self) -> Vec<Vec<f64>> {
+        let k = self.groups.len();
+        (0..k)
+            .map(|c| (0..k).map(|d| self.wide(c, d)).collect())
+            .collect()
+    }
+
     /// The rate inside cluster `c`: measured, else the default.
     pub fn lan(&self, c: usize) -> f64 {
         match self.lan_bps[c] {
@@ -220,7 +228,7 @@ fn relayed(
         return None;
     }
     let bits = (len * elem_size as u64) as f64 * 8.0;
-    let planned = relay::plan(net, len, chunk, elem_size, r);
+    let planned = relay::plan(&net.wide_rates(), len, chunk, elem_size, r);
     let load = |c: usize, d: usize| planned.load[c][d];
     let hops = planned.hops.max(1) as f64;
     let (seconds, inside) = grouped(net, bits, chunk_b, load, 0.0, passes, hops);

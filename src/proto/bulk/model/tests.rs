@@ -83,3 +83,69 @@ fn equal_links_give_equal_shares_and_unmeasured_networks_still_predict() {
             .all(|p| p.seconds.is_finite())
     );
 }
+
+/// das-4's four clusters as measured (the file's figures typed here: the model is
+/// arithmetic over whatever was measured).
+fn das4_measured() -> Network {
+    let sizes = [16u64, 8, 8, 8];
+    let mut next = 0;
+    let groups = (sizes.iter())
+        .map(|s| {
+            let g = (next..next + s).map(|i| NodeId::from_seed(9, i)).collect();
+            next += s;
+            g
+        })
+        .collect();
+    let wide = [
+        [0.0, 5.0, 26.0, 7.0],
+        [3.5, 0.0, 4.0, 3.0],
+        [28.0, 6.0, 0.0, 7.5],
+        [6.0, 4.5, 6.5, 0.0],
+    ];
+    Network {
+        groups,
+        wide_bps: (wide.iter())
+            .map(|r| r.iter().map(|m| m * 1e6).collect())
+            .collect(),
+        lan_bps: vec![400e6; 4],
+        latency_s: vec![vec![3e-3; 4]; 4],
+    }
+}
+
+#[test]
+fn a_reduce_into_a_poorly_connected_cluster_relays_and_das4_allreduce_does_not() {
+    let net = das4_measured();
+    let len = 4 << 20;
+    let bits = len as f64 * 32.0;
+    // Leiden takes 5 + 6 + 4.5 Mbit/s in: no reduce into it can beat that.
+    let bound = bits / 15.5e6;
+    let leiden = Some(net.groups[1][0]);
+    let p = predict_to(&net, Algorithm::Clustered, len, 4, leiden);
+    assert!(!p.relays.is_empty(), "{p:?}");
+    assert_eq!(p.shares[1], len, "Leiden owns every chunk");
+    let trees = relay::plan(&net.wide_rates(), len, p.chunk, 4, Some(1));
+    assert!(relay::busiest(&net.wide_rates(), &trees.load) < 1.05 * bound);
+    // Straight to the owners, the best shares still leave a link far busier: a link
+    // c -> d carries d's partials, and c's results when d is the root's cluster.
+    let f = shares_to(&net, Some(1));
+    let straight = (0..4)
+        .flat_map(|c| (0..4).filter(move |d| *d != c).map(move |d| (c, d)))
+        .map(|(c, d)| {
+            let carried = f[d] + if d == 1 { f[c] } else { 0.0 };
+            bits * carried / net.wide(c, d)
+        })
+        .fold(0.0, f64::max);
+    assert!(straight > 1.2 * bound, "{straight} against {bound}");
+    // An allreduce on das-4 gains too little from trees: straight to the owners.
+    let p = predict_to(&net, Algorithm::Clustered, len, 4, None);
+    assert!(p.relays.is_empty());
+    // Two clusters: nothing to relay through.
+    let two = Network {
+        groups: net.groups[..2].to_vec(),
+        wide_bps: vec![vec![0.0, 1e6], vec![1e6, 0.0]],
+        lan_bps: vec![400e6; 2],
+        latency_s: vec![vec![1e-3; 2]; 2],
+    };
+    let p = predict_to(&two, Algorithm::Clustered, len, 4, Some(net.groups[1][0]));
+    assert!(p.relays.is_empty());
+}
