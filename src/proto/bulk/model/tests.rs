@@ -84,37 +84,17 @@ fn equal_links_give_equal_shares_and_unmeasured_networks_still_predict() {
     );
 }
 
-/// das-4's four clusters as measured (the file's figures typed here: the model is
-/// arithmetic over whatever was measured).
-fn das4_measured() -> Network {
-    let sizes = [16u64, 8, 8, 8];
-    let mut next = 0;
-    let groups = (sizes.iter())
-        .map(|s| {
-            let g = (next..next + s).map(|i| NodeId::from_seed(9, i)).collect();
-            next += s;
-            g
-        })
-        .collect();
-    let wide = [
-        [0.0, 5.0, 26.0, 7.0],
-        [3.5, 0.0, 4.0, 3.0],
-        [28.0, 6.0, 0.0, 7.5],
-        [6.0, 4.5, 6.5, 0.0],
-    ];
-    Network {
-        groups,
-        wide_bps: (wide.iter())
-            .map(|r| r.iter().map(|m| m * 1e6).collect())
-            .collect(),
-        lan_bps: vec![400e6; 4],
-        latency_s: vec![vec![3e-3; 4]; 4],
-    }
-}
+/// das-4's links as in the topology file, Mbit/s.
+const DAS4: [[f64; 4]; 4] = [
+    [0.0, 5.0, 26.0, 7.0],
+    [3.5, 0.0, 4.0, 3.0],
+    [28.0, 6.0, 0.0, 7.5],
+    [6.0, 4.5, 6.5, 0.0],
+];
 
 #[test]
 fn a_reduce_into_a_poorly_connected_cluster_relays_and_das4_allreduce_does_not() {
-    let net = das4_measured();
+    let net = four(DAS4);
     let len = 4 << 20;
     let bits = len as f64 * 32.0;
     // Leiden takes 5 + 6 + 4.5 Mbit/s in: no reduce into it can beat that.
