@@ -34,9 +34,10 @@ use std::time::Instant;
 
 /// Vector sizes, bytes.
 pub const SIZES: [u64; 6] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
-/// Calls per contender below a MiB (the median counts; the default's calls also show its
-/// tuning).
-const REPEAT_SMALL: usize = 3;
+/// Calls per contender, interleaved round by round (the median counts; the default's calls
+/// also show its tuning): below a MiB, where one call varies by a fifth on a shared
+/// machine, then to 4 MiB; one call from 16 MiB up.
+const REPEATS: (usize, usize) = (7, 3);
 /// Nodes per cluster unless told.
 pub const DEFAULT_NODES_PER_CLUSTER: usize = 4;
 /// File name of the plot.
@@ -220,10 +221,22 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
             .into_iter()
             .filter(|&b| b <= opts.max_bytes && b >= opts.min_bytes);
         for bytes in sizes {
-            for contender in collective.contenders().into_iter().filter(chosen) {
-                let repeat = if bytes < 1 << 20 { REPEAT_SMALL } else { 1 };
-                let mut calls = Vec::new();
-                for rep in 0..repeat {
+            let contenders: Vec<Contender> =
+                collective.contenders().into_iter().filter(chosen).collect();
+            let repeat = match bytes {
+                b if b < 1 << 20 => REPEATS.0,
+                b if b <= 4 << 20 => REPEATS.1,
+                _ => 1,
+            };
+            let mut calls = vec![Vec::new(); contenders.len()];
+            // Round by round, every contender once a round, in an order shuffled each
+            // round, after a pause: a slow spell of the shared machine falls on all of
+            // them alike, and so does following a contender that loaded other links (a
+            // call right after the slow tree took up to a fifth longer).
+            for rep in 0..repeat {
+                for i in round_order(contenders.len(), bytes ^ rep as u64) {
+                    let contender = contenders[i];
+                    tokio::time::sleep(PAUSE).await;
                     let c = (collective, contender);
                     let name =
                         format!("{}-{}-{}-{rep}", collective.name(), contender.name(), bytes);
@@ -236,8 +249,10 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
                         call.1,
                         call.0.name()
                     ));
-                    calls.push(call);
+                    calls[i].push(call);
                 }
+            }
+            for (contender, calls) in contenders.into_iter().zip(calls) {
                 let mut times: Vec<f64> = calls.iter().map(|c| c.1).collect();
                 times.sort_by(f64::total_cmp);
                 rows.push(Row {
@@ -277,6 +292,22 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
         tuning,
         wall_s: wall.elapsed().as_secs_f64(),
     })
+}
+
+/// The pause before each measured call, for what the last one left behind to end.
+const PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `0..n` shuffled (Fisher-Yates over a xorshift seeded with `seed`): the same every run.
+fn round_order(n: usize, seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
 }
 
 /// The warm-up calls' size: below every row's, a size class of its own.
@@ -341,4 +372,27 @@ async fn tuning(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_order;
+
+    #[test]
+    fn every_round_runs_every_contender_once_and_the_orders_differ() {
+        let orders: Vec<Vec<usize>> = (0..5).map(|r| round_order(6, (64 << 10) ^ r)).collect();
+        for o in &orders {
+            let mut sorted = o.clone();
+            sorted.sort();
+            assert_eq!(sorted, (0..6).collect::<Vec<_>>());
+        }
+        // Who runs right before contender 0 changes from round to round.
+        let before_first = |o: &Vec<usize>| {
+            o.iter()
+                .position(|&i| i == 0)
+                .map(|p| o.get(p.wrapping_sub(1)).copied())
+        };
+        let distinct: std::collections::BTreeSet<_> = orders.iter().map(before_first).collect();
+        assert!(distinct.len() >= 3, "{orders:?}");
+    }
 }

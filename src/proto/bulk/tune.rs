@@ -4,8 +4,15 @@
 //! An algorithm's *score* is its last measured time if it has one, else its prediction.
 //! The node uses the lowest score. So when the model's pick turns out slower than it
 //! predicted, beyond what the runner-up promises, the runner-up is tried on the next call
-//! of that size class and the faster of the two is kept; at most one call per algorithm
-//! is spent exploring. A measurement is stale, and the prediction counts again, when the
+//! of that size class and the faster of the two is kept. The model can also be wrong the
+//! other way, or wrong for all of them alike (at small sizes its per-message costs are
+//! rough): when the pick's measured time is off its prediction by more than [`MARGIN`],
+//! in either direction, the predictions within that error of the pick's cannot be told
+//! apart, so the next call *tries* the best of them not yet measured, and the faster
+//! measured one is kept. One call per size class is spent so, until the model's
+//! predictions move (the nodes measured the links again): at small sizes every
+//! measurement is far from the model, and trying each in turn would cost more than any
+//! of them could win. A measurement is stale, and the prediction counts again, when the
 //! network changed since: the chosen algorithm's time moved by more than [`MARGIN`]
 //! between calls (the others' measurements are dropped), or the model's prediction for
 //! the algorithm moved by more than [`MARGIN`] since it was measured (the nodes measured
@@ -38,6 +45,12 @@ pub struct TuneEntry {
     pub calls: u32,
     /// Times the choice changed after a measurement.
     pub switches: u32,
+    /// The algorithm the next call tries because the pick's time disagreed with the model.
+    #[serde(default)]
+    pub trying: Option<Algorithm>,
+    /// Whether this class spent its try under the current predictions.
+    #[serde(default)]
+    pub explored: bool,
 }
 
 impl TuneEntry {
@@ -56,6 +69,21 @@ impl TuneEntry {
             .filter_map(|a| self.score(a).map(|s| (a, s)))
             .min_by(|x, y| x.1.total_cmp(&y.1))
             .map(|(a, _)| a)
+    }
+
+    /// The algorithm to try after `picked` measured `seconds`, if the model's error on it
+    /// makes an unmeasured prediction as good as the pick's.
+    fn worth_trying(&self, picked: Algorithm, seconds: f64) -> Option<Algorithm> {
+        let predicted = *self.predicted_s.get(&picked)?;
+        let error = (seconds - predicted).abs() / predicted;
+        if error.is_nan() || error <= MARGIN {
+            return None;
+        }
+        self.predicted_s
+            .iter()
+            .filter(|(a, p)| !self.measured_s.contains_key(a) && **p <= predicted * (1.0 + error))
+            .min_by(|x, y| x.1.total_cmp(y.1))
+            .map(|(a, _)| *a)
     }
 }
 
@@ -90,11 +118,18 @@ impl Tuner {
             })
             .map(|(a, _)| *a)
             .collect();
+        if !moved.is_empty() {
+            e.explored = false;
+        }
         for a in moved {
             e.measured_s.remove(&a);
             e.measured_under_s.remove(&a);
         }
-        let best = e.best().unwrap_or(Algorithm::Clustered);
+        // One call only: a try that fails (and records nothing) is not repeated.
+        let best = match e.trying.take() {
+            Some(a) if e.predicted_s.contains_key(&a) => a,
+            _ => e.best().unwrap_or(Algorithm::Clustered),
+        };
         e.chosen = Some(best);
         best
     }
@@ -115,7 +150,11 @@ impl Tuner {
             e.measured_under_s.insert(algorithm, *p);
         }
         let before = e.chosen;
-        e.chosen = e.best();
+        if !e.explored {
+            e.trying = e.worth_trying(algorithm, seconds);
+            e.explored = e.trying.is_some();
+        }
+        e.chosen = e.trying.or_else(|| e.best());
         if before.is_some() && e.chosen != before {
             e.switches += 1;
         }
@@ -161,6 +200,40 @@ mod tests {
         assert_eq!(e.calls, 5);
         // Another size class is its own row.
         assert_eq!(t.choose("allreduce", 1 << 10, model), Clustered);
+    }
+
+    #[test]
+    fn a_pick_far_faster_than_predicted_has_the_close_runner_up_tried_once() {
+        let mut t = Tuner::default();
+        let model = [(Hierarchical, 0.186), (Clustered, 0.221), (Ring, 1.155)];
+        assert_eq!(t.choose("allgather", 64 << 10, model), Hierarchical);
+        // Twice as fast as predicted: the model cannot tell 0.186 from 0.221 here.
+        t.record("allgather", 64 << 10, Hierarchical, 0.090);
+        assert_eq!(t.entries()[0].trying, Some(Clustered));
+        assert_eq!(t.choose("allgather", 64 << 10, model), Clustered);
+        t.record("allgather", 64 << 10, Clustered, 0.079);
+        // The faster is kept, and nothing more is tried though clustered is far off its
+        // prediction too (ring is far outside the error anyway).
+        for _ in 0..3 {
+            assert_eq!(t.choose("allgather", 64 << 10, model), Clustered);
+            t.record("allgather", 64 << 10, Clustered, 0.080);
+        }
+        assert!(!t.entries()[0].measured_s.contains_key(&Ring));
+        // New predictions (the links measured again) allow one more try.
+        let remeasured = [(Hierarchical, 0.1), (Clustered, 0.5), (Ring, 0.12)];
+        assert_eq!(t.choose("allgather", 64 << 10, remeasured), Hierarchical);
+        t.record("allgather", 64 << 10, Hierarchical, 0.2);
+        assert_eq!(t.entries()[0].trying, Some(Ring));
+        // Where the model is right, nothing is tried.
+        assert_eq!(t.choose("allgather", 1 << 20, model), Hierarchical);
+        t.record("allgather", 1 << 20, Hierarchical, 0.2);
+        assert_eq!(t.choose("allgather", 1 << 20, model), Hierarchical);
+        // A try whose call failed (nothing recorded) is not repeated.
+        let mut t = Tuner::default();
+        t.choose("allgather", 100, model);
+        t.record("allgather", 100, Hierarchical, 0.05);
+        assert_eq!(t.choose("allgather", 100, model), Clustered);
+        assert_eq!(t.choose("allgather", 100, model), Hierarchical);
     }
 
     #[test]
