@@ -14,15 +14,18 @@ fn row(o: &Outcome, collective: Collective, bytes: u64, c: Contender) -> Option<
 
 /// One collective's table as markdown: completion per contender, what the default ran,
 /// the default over the best contender (every forced algorithm but ours) and over the best
-/// candidate (every algorithm it could have picked, forced).
+/// candidate (every algorithm it could have picked, forced), and the default *settled*:
+/// its calls that ran what its last call ran, once its table had tried what it would.
 pub fn markdown(o: &Outcome, collective: Collective) -> String {
     let algorithms = collective.algorithms();
     let mut out = String::from("| size | default s |");
     for a in &algorithms {
         let _ = write!(out, " {} s |", a.name());
     }
-    out.push_str(" default ran | default / best contender | default / best candidate |\n|---|---|");
-    out.push_str(&"---|".repeat(algorithms.len() + 3));
+    out.push_str(
+        " default ran | default / best contender | default / best candidate | settled / best candidate |\n|---|---|",
+    );
+    out.push_str(&"---|".repeat(algorithms.len() + 4));
     out.push('\n');
     let mut sizes: Vec<u64> = (o.rows.iter())
         .filter(|r| r.collective == collective)
@@ -44,6 +47,16 @@ pub fn markdown(o: &Outcome, collective: Collective) -> String {
         let ran: Vec<&str> = row(o, collective, bytes, Contender::Default)
             .map(|r| r.calls.iter().map(|c| c.0.name()).collect())
             .unwrap_or_default();
+        let settled = match (
+            row(o, collective, bytes, Contender::Default),
+            best(&algorithms),
+        ) {
+            (Some(r), Some((a, s))) => settled(r).map_or_else(
+                || "-".into(),
+                |(last, n, d)| format!("{:.2} ({} x{n} / {})", d / s, last.name(), a.name()),
+            ),
+            _ => "-".into(),
+        };
         let _ = write!(
             out,
             "| {} | {} |",
@@ -55,13 +68,25 @@ pub fn markdown(o: &Outcome, collective: Collective) -> String {
         }
         let _ = writeln!(
             out,
-            " {} | {} | {} |",
+            " {} | {} | {} | {settled} |",
             ran.join(", "),
             ratio(best(&algorithms[1..])),
             ratio(best(&algorithms)),
         );
     }
     out
+}
+
+/// The default's settled calls in `r`: the algorithm its last call ran, how many of its
+/// calls ran it, and their median seconds.
+fn settled(r: &Row) -> Option<(Algorithm, usize, f64)> {
+    let last = r.calls.last()?.0;
+    let mut times: Vec<f64> = (r.calls.iter())
+        .filter(|c| c.0 == last)
+        .map(|c| c.1)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    Some((last, times.len(), times[times.len() / 2]))
 }
 
 /// The planner's decision table as markdown.
@@ -245,7 +270,7 @@ mod tests {
         };
         let md = markdown(&o, Collective::Allreduce);
         assert!(
-            md.contains("| 16 MiB | 10.000 | 9.500 | 25.000 | 50.000 | 80.000 | clustered | 0.40 (hierarchical) | 1.05 (clustered) |"),
+            md.contains("| 16 MiB | 10.000 | 9.500 | 25.000 | 50.000 | 80.000 | clustered | 0.40 (hierarchical) | 1.05 (clustered) | 1.05 (clustered x1 / clustered) |"),
             "{md}"
         );
         assert!(svg(&o).contains("<svg"));
