@@ -339,7 +339,7 @@ pub(crate) fn collectives_sim_section(o: &overlay::bench::collectives_large::Out
          `cargo run --release --example bench -- collectives-sim` (das-4, {} nodes; {:.1} s \
          wall): the simulated nodes measure the network with their own packet trains, the \
          planner's code plans every call on a node's measured view (the default through a \
-         decision table of its own, three calls per size), and the simulator times each \
+         decision table of its own, nine calls per size), and the simulator times each \
          plan's transfers through its NIC and link pipes. Same contenders and columns as \
          over real QUIC; no per-transfer CPU or window ramp, so small sizes come out faster \
          than over QUIC.\n\n{}\n![large collectives in the simulator]({})\n\n",

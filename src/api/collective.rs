@@ -53,11 +53,14 @@ impl Node {
         self.publish_value(COUNT_KEY, &vec![1u64]).await
     }
 
+    /// Sends `cmd` and returns once the driver applied it: a value published is then
+    /// what the next request from any node finds, not one still queued here.
     async fn op(&self, cmd: OpCommand) -> Result<(), NodeError> {
-        self.commands
-            .send(ApiCommand::Op(cmd))
-            .await
-            .map_err(|_| NodeError::Stopped)
+        let (applied, done) = tokio::sync::oneshot::channel();
+        for cmd in [cmd, OpCommand::Applied(applied)] {
+            (self.commands.send(ApiCommand::Op(cmd)).await).map_err(|_| NodeError::Stopped)?;
+        }
+        done.await.map_err(|_| NodeError::Stopped)
     }
 
     async fn run_op(&self, what: StartKind) -> Result<OpReport, NodeError> {

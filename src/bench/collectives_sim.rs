@@ -7,7 +7,7 @@
 //! bandwidth view is complete (the topology's figures reach the pipes only). Then, for
 //! each collective, size and contender, the planner's own code ([`Ask`]) plans the
 //! operation on that node's measured view (the default through a decision table of its
-//! own, three calls per size, each call's simulated time recorded, as a node's planner
+//! own, nine calls per size, each call's simulated time recorded, as a node's planner
 //! does), the plan becomes its graph of transfers ([`dag`]), and the simulator times the
 //! graph through the same pipes ([`crate::sim::bulk::replay`]). The plans are the ones a
 //! node would send; what the simulator leaves out is the executors' CPU and QUIC's
@@ -25,8 +25,10 @@ use crate::topology::Topology;
 use anyhow::{Context, bail};
 use std::time::{Duration, Instant};
 
-/// Default calls per size (the decision table may switch between them).
-const REPEAT: usize = 3;
+/// Default calls per size (the decision table may switch between them; on cheap calls it
+/// tries every close algorithm once, up to four of them, and the median is then still a
+/// settled call).
+const REPEAT: usize = 9;
 /// How long the nodes may take to measure every cluster pair, virtual time.
 const MEASURE_LIMIT: Duration = Duration::from_secs(120);
 

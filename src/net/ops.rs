@@ -46,6 +46,9 @@ pub enum OpCommand {
     Handle { key: String, handler: Handler },
     /// Register a named reducer.
     RegisterReducer { name: String, f: ReduceFn },
+    /// Answered once every command sent before it is applied (commands are handled in
+    /// order): a publish is then visible to requests from other nodes.
+    Applied(oneshot::Sender<()>),
 }
 
 /// What [`Ops::event`] made of a core event.
@@ -138,6 +141,10 @@ impl Ops {
             }
             OpCommand::RegisterReducer { name, f } => {
                 node.register_reducer(name, f);
+                return;
+            }
+            OpCommand::Applied(reply) => {
+                let _ = reply.send(());
                 return;
             }
         };
