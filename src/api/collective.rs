@@ -322,7 +322,9 @@ impl Node {
         self.op_stats.time("barrier", op).await
     }
 
-    /// Publishes this node's value for `key`: gathers and reduces naming it take it.
+    /// Publishes this node's value for `key`: gathers and reduces naming it take it. It
+    /// returns once the node holds the value, so an operation any node starts afterwards
+    /// finds it.
     pub async fn publish(&self, key: &str, value: Vec<u8>) -> Result<(), NodeError> {
         self.op(OpCommand::Publish {
             key: key.to_string(),
