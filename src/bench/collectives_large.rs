@@ -297,15 +297,13 @@ async fn run_async(opts: &Options, progress: &dyn Fn(&str)) -> anyhow::Result<Ou
 /// The pause before each measured call, for what the last one left behind to end.
 const PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// `0..n` shuffled (Fisher-Yates over a xorshift seeded with `seed`): the same every run.
+/// `0..n` shuffled (Fisher-Yates over the project's generator seeded with `seed`): the
+/// same every run.
 fn round_order(n: usize, seed: u64) -> Vec<usize> {
+    let mut rng = crate::proto::rng::SplitMix64::new(seed);
     let mut order: Vec<usize> = (0..n).collect();
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for i in (1..n).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
+        order.swap(i, rng.below(i as u64 + 1) as usize);
     }
     order
 }
