@@ -35,9 +35,11 @@ use std::time::Instant;
 /// Vector sizes, bytes.
 pub const SIZES: [u64; 6] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
 /// Calls per contender, interleaved round by round (the median counts; the default's calls
-/// also show its tuning): below a MiB, where one call varies by a fifth on a shared
-/// machine, then to 4 MiB; one call from 16 MiB up.
-const REPEATS: (usize, usize) = (7, 3);
+/// also show its tuning): below a MiB, where one call of the same algorithm varies by a
+/// quarter (0.105-0.132 s for clustered reduce at 64 KiB) and the default spends up to four
+/// calls trying algorithms, so its settled median still has ten or more; then to 4 MiB;
+/// one call from 16 MiB up.
+const REPEATS: (usize, usize) = (15, 3);
 /// Nodes per cluster unless told.
 pub const DEFAULT_NODES_PER_CLUSTER: usize = 4;
 /// File name of the plot.
