@@ -47,6 +47,17 @@ pub struct SimConfig {
     /// turns the sampled check off). [`Sim::cross_check_all`](super::Sim::cross_check_all)
     /// checks every pair.
     pub cross_check_budget: usize,
+    /// Record every overlay message between two nodes, marking those about one root's
+    /// tree ([`super::Sim::traced`]): a debugging aid for a tree that does not converge.
+    pub trace: Option<TracePair>,
+}
+
+/// Two nodes and a root, by node index, whose messages [`SimConfig::trace`] records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracePair {
+    pub a: usize,
+    pub b: usize,
+    pub root: usize,
 }
 
 impl Default for SimConfig {
@@ -70,6 +81,7 @@ impl Default for SimConfig {
             check_interval: Duration::from_millis(50),
             stable_for: Duration::from_secs(5),
             cross_check_budget: 20_000,
+            trace: None,
         }
     }
 }

@@ -78,7 +78,7 @@ mod train;
 mod tests;
 
 pub use self::bound::max_flow_mbit;
-pub use self::config::SimConfig;
+pub use self::config::{SimConfig, TracePair};
 pub use self::groups::Groups;
 pub use self::invariants::{CycleRecord, ParentView};
 pub use self::member_node::MemberNode;

@@ -16,7 +16,7 @@ pub struct RepairRecord {
     pub repair_ms: Option<f64>,
 }
 
-/// Figures of a run, as printed by `examples/sim.rs` (also as JSON).
+/// Figures of a run, as printed by `examples/sim` (also as JSON).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Report {
     /// Topology name.

@@ -106,6 +106,7 @@ impl<N: SimNode> Sim<N> {
             self.stats.dropped_unknown += 1;
             return;
         };
+        self.trace_packet(from, to, &packet, depart);
         let (cf, ct) = (self.cluster_of[from], self.cluster_of[to]);
         if self.net.is_partitioned(cf, ct) {
             self.stats.dropped_partition += 1;

@@ -4,6 +4,7 @@
 mod actions;
 mod checks;
 mod drive;
+mod trace;
 mod trains;
 
 use super::bandwidth::Pipes;
@@ -108,6 +109,8 @@ pub struct Sim<N: SimNode = Core> {
     node_us_at: Time,
     tree_cache: Vec<Option<TreeMetrics>>,
     dirty: Vec<bool>,
+    /// Lines of [`SimConfig::trace`].
+    traced: Vec<String>,
     dirty_all: bool,
     scratch: Scratch,
     check_interval: Duration,
@@ -213,6 +216,7 @@ impl<N: SimNode> Sim<N> {
             view: ParentView::new(),
             cycles_seen: 0,
             cycles: Vec::new(),
+            traced: Vec::new(),
             live: 0,
             node_us: 0,
             node_us_at: Time::ZERO,

@@ -7,6 +7,7 @@ mod groups;
 mod late;
 mod lost;
 mod mechanics;
+mod trace;
 mod trains;
 mod trains_crowd;
 mod trains_das4;

@@ -7,6 +7,7 @@
 //! cargo run --release --example sim -- --topology topologies/phoenix-27.toml --churn 20
 //! cargo run --release --example sim -- --topology topologies/scale-1000.toml --scale 2
 //! cargo run --release --example sim -- --topology topologies/scale-1000.toml --timeline
+//! cargo run --release --example sim -- --topology das-4 --timeline --explain-heard --trace 3,17,20
 //! ```
 //!
 //! The run lasts until every tree is spanning and wide-area optimal (site optimal on
@@ -20,10 +21,13 @@ use clap::Parser;
 use overlay::proto::gossip::GossipConfig;
 use overlay::proto::rng::SplitMix64;
 use overlay::proto::{Config, Time};
-use overlay::sim::{Report, Sim, SimConfig, SimNode};
+use overlay::sim::{Report, Sim, SimConfig, SimNode, TracePair};
 use overlay::topology::Topology;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+mod timeline;
+use timeline::print_timeline;
 
 /// Simulate the overlay on a topology in virtual time and report convergence figures.
 #[derive(Parser, Debug)]
@@ -92,6 +96,34 @@ struct Args {
     /// them: where a cold start spends its time.
     #[arg(long)]
     timeline: bool,
+    /// With --timeline: also list, for each entry of a tree left entering a cluster
+    /// twice, what it heard in that tree from every member of its cluster.
+    #[arg(long, requires = "timeline")]
+    explain_heard: bool,
+    /// Record every message between two nodes, marking those about one root's tree
+    /// (node indices `A,B,ROOT`, as --timeline names them), and print them to stderr at
+    /// the end.
+    #[arg(long, value_name = "A,B,ROOT", value_parser = trace_pair)]
+    trace: Option<TracePair>,
+    /// Rounds in which a node's first sweep meets every member (the core's
+    /// `sweep_rounds`; the preset's unless told).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    sweep_rounds: Option<u32>,
+}
+
+/// Parses `--trace A,B,ROOT`.
+fn trace_pair(arg: &str) -> Result<TracePair, String> {
+    let parts: Vec<usize> = (arg.split(','))
+        .map(|p| p.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("expected three node indices A,B,ROOT: {e}"))?;
+    match parts[..] {
+        [a, b, root] => Ok(TracePair { a, b, root }),
+        _ => Err(format!(
+            "expected three node indices A,B,ROOT, got {}",
+            parts.len()
+        )),
+    }
 }
 
 /// Figures of the churn phase.
@@ -200,13 +232,16 @@ fn run(args: Args) -> Result<()> {
         );
     }
     let window = seconds("churn-window-seconds", args.churn_window_seconds)?;
-    let core = match args.preset.as_str() {
+    let mut core = match args.preset.as_str() {
         "wan" => Config::wan(),
         "lan" => Config::lan(),
         "test" => Config::test(),
         other => bail!("--preset must be wan, lan or test, got {other:?}"),
     }
     .dilated(args.dilate);
+    if let Some(rounds) = args.sweep_rounds {
+        core.sweep_rounds = rounds as usize;
+    }
     let mut topo = load_topology(&args.topology)?.dilated(args.dilate);
     if let Some(f) = args.scale {
         ensure!(f.is_finite() && f > 0.0, "--scale must be positive");
@@ -223,6 +258,7 @@ fn run(args: Args) -> Result<()> {
         membership_delay: SimConfig::default().membership_delay * args.dilate,
         failure_detection: SimConfig::default().failure_detection * args.dilate,
         bandwidth: args.bandwidth,
+        trace: args.trace,
         ..SimConfig::default()
     };
     if args.membership == "gossip" {
@@ -231,118 +267,6 @@ fn run(args: Args) -> Result<()> {
         return finish(sim, &args, &topo, max, window, wall);
     }
     finish(Sim::new(&topo, cfg), &args, &topo, max, window, wall)
-}
-
-/// Runs second by second until the run converges or `max` passes, printing the state of
-/// the trees after each second.
-fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration) {
-    let end = sim.now() + max;
-    let mut moves_before = (0, 0);
-    while sim.now() < end && !sim.is_converged() {
-        let second_began = sim.now();
-        sim.run_for(Duration::from_secs(1));
-        let moves = sim.parent_change_counts();
-        let (moved, moved_inside) = (moves.0 - moves_before.0, moves.1 - moves_before.1);
-        moves_before = moves;
-        let mut extra = 0;
-        let mut leaves = 0;
-        for r in sim.live_nodes() {
-            let mut has_children = vec![false; sim.total_nodes()];
-            for v in 0..sim.total_nodes() {
-                if let Some(p) = sim.parent_of(r, v) {
-                    has_children[p] = true;
-                }
-            }
-            for (_, want, edges) in sim.diagnose(r).bad_clusters {
-                extra += edges.len().saturating_sub(want);
-                leaves += edges.iter().filter(|(c, _)| !has_children[*c]).count();
-            }
-        }
-        let s = sim.snapshot();
-        eprintln!(
-            "t={:>5.1}s trees={} spanning={} wide_area_optimal={} extra_entries={extra} \
-             leaf_entries={leaves} parent_changes={moved} of_which_inside_a_cluster={moved_inside}",
-            s.at.as_micros() as f64 / 1e6,
-            s.trees,
-            s.spanning,
-            s.wide_area_optimal
-        );
-        if s.trees - s.wide_area_optimal <= 12 && s.wide_area_optimal < s.trees {
-            eprintln!("{}", sim.explain(12));
-            explain_entries(sim);
-        } else if s.wide_area_optimal == s.trees && moved > 0 {
-            // Optimal but not settled: what still moves.
-            print_recent_moves(sim, second_began);
-        }
-    }
-}
-
-/// The parent changes since `since` among the last 32: time, root, node, old and new
-/// parent, each with its cluster.
-fn print_recent_moves<N: SimNode>(sim: &Sim<N>, since: Time) {
-    let name =
-        |i: Option<usize>| i.map_or("none".into(), |i| format!("{i}@c{}", sim.cluster_of(i)));
-    for c in sim.recent_parent_changes().filter(|c| c.at >= since) {
-        eprintln!(
-            "  {:.3}s root {}: {}: {} -> {}",
-            c.at.as_micros() as f64 / 1e6,
-            name(Some(c.root)),
-            name(Some(c.node)),
-            name(c.old),
-            name(c.new)
-        );
-    }
-}
-
-/// For each tree that enters a cluster more than once (twelve at most), how each entry
-/// judges each other entry as a parent.
-fn explain_entries<N: SimNode>(sim: &Sim<N>) {
-    let bad = sim.live_nodes().into_iter().filter_map(|r| {
-        let d = sim.diagnose(r);
-        (!d.bad_clusters.is_empty()).then_some((r, d))
-    });
-    for (r, d) in bad.take(12) {
-        for (_, want, edges) in &d.bad_clusters {
-            if *want == 0 {
-                // The root's own cluster entered from outside: how the entry judges the
-                // members of its own cluster.
-                explain_cluster_mates(sim, r, edges);
-            }
-            for (a, _) in edges {
-                for (b, _) in edges.iter().filter(|(b, _)| b != a) {
-                    let Some(core) = sim.node(*a).core() else {
-                        return;
-                    };
-                    let why = core.explain_candidate(sim.id(r), sim.id(*b));
-                    eprintln!(
-                        "  root {r}: entry {a} on entry {b}: {}",
-                        why.unwrap_or_else(|| "tree not tracked".into())
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// For each edge entering the root's own cluster, how its lower end judges the members of
-/// that cluster (at most eight of them, the root first).
-fn explain_cluster_mates<N: SimNode>(sim: &Sim<N>, r: usize, edges: &[(usize, usize)]) {
-    for (a, _) in edges {
-        let Some(core) = sim.node(*a).core() else {
-            return;
-        };
-        let mut mates: Vec<usize> = (sim.live_nodes().into_iter())
-            .filter(|&b| b != *a && sim.cluster_of(b) == sim.cluster_of(*a))
-            .collect();
-        mates.sort_by_key(|&b| (b != r, b));
-        for b in mates.into_iter().take(8) {
-            let why = core.explain_candidate(sim.id(r), sim.id(b));
-            eprintln!(
-                "  root {r}: entry {a} on cluster mate {b}: {}",
-                why.unwrap_or_else(|| "tree not tracked".into())
-            );
-        }
-    }
 }
 
 /// Runs the simulation built by [`run`] and prints its figures.
@@ -359,8 +283,18 @@ fn finish<N: SimNode>(
         .as_deref()
         .map(|a| resolve_root(&sim, a))
         .transpose()?;
+    if let Some(t) = args.trace {
+        let n = sim.total_nodes();
+        ensure!(
+            t.a < n && t.b < n && t.root < n,
+            "--trace {},{},{}: node indices must be below {n}",
+            t.a,
+            t.b,
+            t.root
+        );
+    }
     if args.timeline {
-        print_timeline(&mut sim, max);
+        print_timeline(&mut sim, max, args.explain_heard);
     }
     let converged = sim.run_until_converged(max).is_some();
 
@@ -455,6 +389,12 @@ fn finish<N: SimNode>(
     }
     if let (Some(root), Some(path)) = (dot_root, &dot_file) {
         println!("tree of root {root} ({}) written to {path}", sim.id(root));
+    }
+    if let Some(t) = args.trace {
+        eprintln!("messages between {} and {} (root {}):", t.a, t.b, t.root);
+        for line in sim.traced() {
+            eprintln!("  {line}");
+        }
     }
     Ok(())
 }

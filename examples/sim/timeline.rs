@@ -1,0 +1,138 @@
+//! `--timeline`: the trees second by second, and why the last ones are not optimal.
+
+use overlay::proto::Time;
+use overlay::sim::{Sim, SimNode};
+use std::time::Duration;
+
+/// Runs second by second until the run converges or `max` passes, printing the state of
+/// the trees after each second.
+pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard: bool) {
+    let end = sim.now() + max;
+    let mut moves_before = (0, 0);
+    while sim.now() < end && !sim.is_converged() {
+        let second_began = sim.now();
+        sim.run_for(Duration::from_secs(1));
+        let moves = sim.parent_change_counts();
+        let (moved, moved_inside) = (moves.0 - moves_before.0, moves.1 - moves_before.1);
+        moves_before = moves;
+        let mut extra = 0;
+        let mut leaves = 0;
+        for r in sim.live_nodes() {
+            let mut has_children = vec![false; sim.total_nodes()];
+            for v in 0..sim.total_nodes() {
+                if let Some(p) = sim.parent_of(r, v) {
+                    has_children[p] = true;
+                }
+            }
+            for (_, want, edges) in sim.diagnose(r).bad_clusters {
+                extra += edges.len().saturating_sub(want);
+                leaves += edges.iter().filter(|(c, _)| !has_children[*c]).count();
+            }
+        }
+        let s = sim.snapshot();
+        eprintln!(
+            "t={:>5.1}s trees={} spanning={} wide_area_optimal={} extra_entries={extra} \
+             leaf_entries={leaves} parent_changes={moved} of_which_inside_a_cluster={moved_inside}",
+            s.at.as_micros() as f64 / 1e6,
+            s.trees,
+            s.spanning,
+            s.wide_area_optimal
+        );
+        if s.trees - s.wide_area_optimal <= 12 && s.wide_area_optimal < s.trees {
+            eprintln!("{}", sim.explain(12));
+            explain_entries(sim, heard);
+        } else if s.wide_area_optimal == s.trees && moved > 0 {
+            // Optimal but not settled: what still moves.
+            print_recent_moves(sim, second_began);
+        }
+    }
+}
+
+/// The parent changes since `since` among the last 32: time, root, node, old and new
+/// parent, each with its cluster.
+fn print_recent_moves<N: SimNode>(sim: &Sim<N>, since: Time) {
+    let name =
+        |i: Option<usize>| i.map_or("none".into(), |i| format!("{i}@c{}", sim.cluster_of(i)));
+    for c in sim.recent_parent_changes().filter(|c| c.at >= since) {
+        eprintln!(
+            "  {:.3}s root {}: {}: {} -> {}",
+            c.at.as_micros() as f64 / 1e6,
+            name(Some(c.root)),
+            name(Some(c.node)),
+            name(c.old),
+            name(c.new)
+        );
+    }
+}
+
+/// For each tree that enters a cluster more than once (twelve at most), how each entry
+/// judges each other entry as a parent.
+fn explain_entries<N: SimNode>(sim: &Sim<N>, heard: bool) {
+    let bad = sim.live_nodes().into_iter().filter_map(|r| {
+        let d = sim.diagnose(r);
+        (!d.bad_clusters.is_empty()).then_some((r, d))
+    });
+    for (r, d) in bad.take(12) {
+        for (_, want, edges) in &d.bad_clusters {
+            if *want == 0 {
+                // The root's own cluster entered from outside: how the entry judges the
+                // members of its own cluster.
+                explain_cluster_mates(sim, r, edges);
+            }
+            for (a, _) in edges {
+                for (b, _) in edges.iter().filter(|(b, _)| b != a) {
+                    let Some(core) = sim.node(*a).core() else {
+                        return;
+                    };
+                    let why = core.explain_candidate(sim.id(r), sim.id(*b));
+                    eprintln!(
+                        "  root {r}: entry {a} on entry {b}: {}",
+                        why.unwrap_or_else(|| "tree not tracked".into())
+                    );
+                    if heard {
+                        explain_heard(sim, r, *a);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// For each edge entering the root's own cluster, how its lower end judges the members of
+/// that cluster (at most eight of them, the root first).
+fn explain_cluster_mates<N: SimNode>(sim: &Sim<N>, r: usize, edges: &[(usize, usize)]) {
+    for (a, _) in edges {
+        let Some(core) = sim.node(*a).core() else {
+            return;
+        };
+        let mut mates: Vec<usize> = (sim.live_nodes().into_iter())
+            .filter(|&b| b != *a && sim.cluster_of(b) == sim.cluster_of(*a))
+            .collect();
+        mates.sort_by_key(|&b| (b != r, b));
+        for b in mates.into_iter().take(8) {
+            let why = core.explain_candidate(sim.id(r), sim.id(b));
+            eprintln!(
+                "  root {r}: entry {a} on cluster mate {b}: {}",
+                why.unwrap_or_else(|| "tree not tracked".into())
+            );
+        }
+    }
+}
+
+/// What entry `a` heard in the tree of root `r` from each member of its cluster that told
+/// it anything, and how it judges them.
+fn explain_heard<N: SimNode>(sim: &Sim<N>, r: usize, a: usize) {
+    let Some(core) = sim.node(a).core() else {
+        return;
+    };
+    for m in sim.live_nodes() {
+        if m == a || sim.cluster_of(m) != sim.cluster_of(a) {
+            continue;
+        }
+        if let Some(why) = core.explain_candidate(sim.id(r), sim.id(m))
+            && !why.contains("heard nothing")
+        {
+            eprintln!("    {a} hears {m}: {why}");
+        }
+    }
+}
