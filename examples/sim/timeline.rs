@@ -89,9 +89,9 @@ fn explain_entries<N: SimNode>(sim: &Sim<N>, heard: bool) {
                         "  root {r}: entry {a} on entry {b}: {}",
                         why.unwrap_or_else(|| "tree not tracked".into())
                     );
-                    if heard {
-                        explain_heard(sim, r, *a);
-                    }
+                }
+                if heard {
+                    explain_heard(sim, r, *a);
                 }
             }
         }

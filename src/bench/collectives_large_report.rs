@@ -131,6 +131,83 @@ pub fn tables(o: &Outcome) -> String {
     out
 }
 
+/// Where the fastest algorithm changes with the size, per collective: the best candidate's
+/// algorithm over the sizes (runs of sizes with the same one, and the crossovers between
+/// them), and the same for the default's settled choice (what its last call ran).
+pub fn crossovers(o: &Outcome) -> String {
+    let mut out = String::from(
+        "| collective | best candidate | its crossovers | default settled on | its crossovers |\n|---|---|---|---|---|\n",
+    );
+    for c in Collective::ALL {
+        let mut sizes: Vec<u64> = (o.rows.iter())
+            .filter(|r| r.collective == c)
+            .map(|r| r.bytes)
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        if sizes.is_empty() {
+            continue;
+        }
+        let best: Vec<(u64, Algorithm)> = (sizes.iter())
+            .filter_map(|&b| {
+                (c.algorithms().into_iter())
+                    .filter_map(|a| row(o, c, b, Contender::Forced(a)).map(|r| (a, r.completion_s)))
+                    .min_by(|x, y| x.1.total_cmp(&y.1))
+                    .map(|(a, _)| (b, a))
+            })
+            .collect();
+        let chosen: Vec<(u64, Algorithm)> = (sizes.iter())
+            .filter_map(|&b| {
+                let r = row(o, c, b, Contender::Default)?;
+                Some((b, r.calls.last()?.0))
+            })
+            .collect();
+        let (best_runs, best_cross) = runs(&best);
+        let (chosen_runs, chosen_cross) = runs(&chosen);
+        let _ = writeln!(
+            out,
+            "| {} | {best_runs} | {best_cross} | {chosen_runs} | {chosen_cross} |",
+            c.name()
+        );
+    }
+    out
+}
+
+/// `(size, algorithm)` in ascending size as runs (`direct 64 KiB-256 KiB, relayed 1 MiB`)
+/// and the crossovers between them (`direct to relayed between 256 KiB and 1 MiB`).
+fn runs(by_size: &[(u64, Algorithm)]) -> (String, String) {
+    let mut groups: Vec<(Algorithm, u64, u64)> = Vec::new();
+    for &(bytes, a) in by_size {
+        match groups.last_mut() {
+            Some(g) if g.0 == a => g.2 = bytes,
+            _ => groups.push((a, bytes, bytes)),
+        }
+    }
+    let span = |lo: u64, hi: u64| match lo == hi {
+        true => size_label(lo),
+        false => format!("{}-{}", size_label(lo), size_label(hi)),
+    };
+    let listed: Vec<String> = (groups.iter())
+        .map(|g| format!("{} {}", g.0.name(), span(g.1, g.2)))
+        .collect();
+    let crossings: Vec<String> = (groups.windows(2))
+        .map(|w| {
+            format!(
+                "{} to {} between {} and {}",
+                w[0].0.name(),
+                w[1].0.name(),
+                size_label(w[0].2),
+                size_label(w[1].1)
+            )
+        })
+        .collect();
+    let or_none = |v: Vec<String>, none: &str| match v.is_empty() {
+        true => none.to_string(),
+        false => v.join(", "),
+    };
+    (or_none(listed, "-"), or_none(crossings, "none"))
+}
+
 /// The online-tuning run as markdown: one row per default call.
 pub fn tuning_markdown(o: &Outcome) -> String {
     let mut out = String::from("| call | links | ran | s | predicted s |\n|---|---|---|---|---|\n");
@@ -155,12 +232,13 @@ pub fn tuning_markdown(o: &Outcome) -> String {
 /// The report printed by `bench collectives-large`.
 pub fn text(o: &Outcome) -> String {
     let mut out = format!(
-        "{} on {} ({} nodes), {:.0} s wall\n{}\nThe planners' decision tables (default calls only):\n{}",
+        "{} on {} ({} nodes), {:.0} s wall\n{}\nCrossovers:\n{}\nThe planners' decision tables (default calls only):\n{}",
         o.benchmark,
         o.topology,
         o.nodes,
         o.wall_s,
         tables(o),
+        crossovers(o),
         table_markdown(&o.table),
     );
     if !o.tuning.is_empty() {
@@ -274,5 +352,33 @@ mod tests {
             "{md}"
         );
         assert!(svg(&o).contains("<svg"));
+        assert!(
+            crossovers(&o)
+                .contains("| allreduce | clustered 16 MiB | none | clustered 16 MiB | none |"),
+            "{}",
+            crossovers(&o)
+        );
+    }
+
+    #[test]
+    fn crossovers_are_where_the_algorithm_changes_with_the_size() {
+        use Algorithm::{Direct, Hierarchical, Relayed};
+        let by_size = [
+            (64 << 10, Direct),
+            (256 << 10, Direct),
+            (1 << 20, Relayed),
+            (4 << 20, Hierarchical),
+            (16 << 20, Relayed),
+        ];
+        let (listed, crossings) = runs(&by_size);
+        assert_eq!(
+            listed,
+            "direct 64 KiB-256 KiB, relayed 1 MiB, hierarchical 4 MiB, relayed 16 MiB"
+        );
+        assert_eq!(
+            crossings,
+            "direct to relayed between 256 KiB and 1 MiB, relayed to hierarchical between 1 MiB and 4 MiB, hierarchical to relayed between 4 MiB and 16 MiB"
+        );
+        assert_eq!(runs(&[]), ("-".to_string(), "none".to_string()));
     }
 }

@@ -55,8 +55,11 @@ pub struct SimConfig {
 /// Two nodes and a root, by node index, whose messages [`SimConfig::trace`] records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TracePair {
+    /// One node of the pair.
     pub a: usize,
+    /// The other node.
     pub b: usize,
+    /// The root whose tree's part of each message is shown.
     pub root: usize,
 }
 
