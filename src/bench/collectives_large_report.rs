@@ -12,6 +12,20 @@ fn row(o: &Outcome, collective: Collective, bytes: u64, c: Contender) -> Option<
         .find(|r| r.collective == collective && r.bytes == bytes && r.contender == c)
 }
 
+/// The fastest of `set` forced at this size, and its median completion (s).
+fn fastest(
+    o: &Outcome,
+    collective: Collective,
+    bytes: u64,
+    set: &[Algorithm],
+) -> Option<(Algorithm, f64)> {
+    (set.iter())
+        .filter_map(|&a| {
+            row(o, collective, bytes, Contender::Forced(a)).map(|r| (a, r.completion_s))
+        })
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+}
+
 /// One collective's table as markdown: completion per contender, what the default ran,
 /// the default over the best contender (every forced algorithm but ours) and over the best
 /// candidate (every algorithm it could have picked, forced), and the default *settled*:
@@ -35,11 +49,7 @@ pub fn markdown(o: &Outcome, collective: Collective) -> String {
     for bytes in sizes {
         let secs = |c: Contender| row(o, collective, bytes, c).map(|r| r.completion_s);
         let fmt = |s: Option<f64>| s.map_or_else(|| "-".into(), |s| format!("{s:.3}"));
-        let best = |set: &[Algorithm]| {
-            set.iter()
-                .filter_map(|a| secs(Contender::Forced(*a)).map(|s| (*a, s)))
-                .min_by(|x, y| x.1.total_cmp(&y.1))
-        };
+        let best = |set: &[Algorithm]| fastest(o, collective, bytes, set);
         let ratio = |b: Option<(Algorithm, f64)>| match (secs(Contender::Default), b) {
             (Some(d), Some((a, s))) => format!("{:.2} ({})", d / s, a.name()),
             _ => "-".into(),
@@ -149,12 +159,7 @@ pub fn crossovers(o: &Outcome) -> String {
             continue;
         }
         let best: Vec<(u64, Algorithm)> = (sizes.iter())
-            .filter_map(|&b| {
-                (c.algorithms().into_iter())
-                    .filter_map(|a| row(o, c, b, Contender::Forced(a)).map(|r| (a, r.completion_s)))
-                    .min_by(|x, y| x.1.total_cmp(&y.1))
-                    .map(|(a, _)| (b, a))
-            })
+            .filter_map(|&b| fastest(o, c, b, &c.algorithms()).map(|(a, _)| (b, a)))
             .collect();
         let chosen: Vec<(u64, Algorithm)> = (sizes.iter())
             .filter_map(|&b| {
