@@ -31,10 +31,12 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
         }
         let s = sim.snapshot();
         eprintln!(
-            "t={:>5.1}s trees={} spanning={} wide_area_optimal={} extra_entries={extra} \
-             leaf_entries={leaves} parent_changes={moved} of_which_inside_a_cluster={moved_inside}",
+            "t={:>5.1}s trees={} knows_all={} spanning={} wide_area_optimal={} \
+             extra_entries={extra} leaf_entries={leaves} parent_changes={moved} \
+             of_which_inside_a_cluster={moved_inside}",
             s.at.as_micros() as f64 / 1e6,
             s.trees,
+            knowing_all(sim),
             s.spanning,
             s.wide_area_optimal
         );
@@ -46,6 +48,19 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
             print_recent_moves(sim, second_began);
         }
     }
+}
+
+/// How many live nodes track the tree of every live node: the members they know.
+fn knowing_all<N: SimNode>(sim: &Sim<N>) -> usize {
+    let live = sim.live_nodes();
+    let ids: std::collections::HashSet<_> = live.iter().map(|&i| sim.id(i)).collect();
+    let knows_all = |i: usize| {
+        sim.node(i).core().is_some_and(|c| {
+            let known = c.roots().into_iter().filter(|r| ids.contains(r)).count();
+            known == ids.len()
+        })
+    };
+    live.iter().filter(|&&i| knows_all(i)).count()
 }
 
 /// The parent changes since `since` among the last 32: time, root, node, old and new
@@ -92,6 +107,7 @@ fn explain_entries<N: SimNode>(sim: &Sim<N>, heard: bool) {
                 }
                 if heard {
                     explain_heard(sim, r, *a);
+                    print_ancestry(sim, r, *a);
                 }
             }
         }
@@ -135,4 +151,36 @@ fn explain_heard<N: SimNode>(sim: &Sim<N>, r: usize, a: usize) {
             eprintln!("    {a} hears {m}: {why}");
         }
     }
+}
+
+/// The path from `a` up to root `r`: each node's serial, dist and whether its parent
+/// counts it as a child (a stale serial shows where the root's last one stopped).
+fn print_ancestry<N: SimNode>(sim: &Sim<N>, r: usize, a: usize) {
+    let root = sim.id(r);
+    let mut line = format!("    path of {a}:");
+    let mut at = Some(a);
+    for _ in 0..16 {
+        let Some(i) = at else { break };
+        let Some(t) = sim.node(i).core().and_then(|c| c.tree(root)) else {
+            line += &format!(" {i}(untracked)");
+            break;
+        };
+        let parent = t.parent.and_then(|p| sim.index_of(p));
+        let listed = parent
+            .and_then(|p| sim.node(p).core().and_then(|c| c.tree(root)))
+            .is_some_and(|pt| pt.children.contains(&sim.id(i)));
+        line += &format!(
+            " {i}(s{} {}us{}{})",
+            t.serial,
+            t.dist.as_micros(),
+            if t.connected { "" } else { " disconnected" },
+            if parent.is_some() && !listed {
+                " NOT-A-CHILD"
+            } else {
+                ""
+            }
+        );
+        at = parent;
+    }
+    eprintln!("{line}");
 }

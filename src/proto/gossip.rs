@@ -14,7 +14,8 @@
 //! - Dissemination: news is pushed at once to a few random members, who forward what is
 //!   news to them ([`GossipMessage::Rumor`]); updates also ride on probes and acks, each
 //!   sent a bounded number of times; a periodic push-pull [`GossipMessage::Sync`] with a
-//!   random member repairs anything both missed (anti-entropy).
+//!   random member repairs anything both missed (anti-entropy), more often while news
+//!   keeps coming.
 //! - Leave: the leaving member tells every member directly.
 //! - Restart: a restarted node starts with a higher incarnation (the driver passes one
 //!   derived from the wall clock), which overrides its old `Dead` record.
@@ -137,6 +138,9 @@ pub struct Gossip {
     /// Full answers to joins left to give (see `admission`), and light ones given.
     join_budget: JoinBudget,
     light_joins: u64,
+    /// Whether a record was news to us since the last push-pull we started: the next one
+    /// then comes after the fast period.
+    news_since_sync: bool,
 }
 
 impl Gossip {
@@ -184,10 +188,14 @@ impl Gossip {
             forged: 0,
             join_budget,
             light_joins: 0,
+            news_since_sync: false,
         };
         let first = now + g.jitter(g.config.probe_interval);
         g.arm(first, Timer::ProbeTick);
-        g.arm(now + g.config.anti_entropy_interval, Timer::AntiEntropy);
+        g.arm(
+            now + g.config.anti_entropy_fast_interval,
+            Timer::AntiEntropy,
+        );
         g.arm(now + g.config.tombstone_ttl, Timer::Prune);
         g
     }

@@ -259,7 +259,7 @@ impl Core {
 
     /// Whether our parent in tree `t` is measured and not a cluster neighbour (farther
     /// than [`Core::near_us`]): we enter our cluster in that tree.
-    fn parent_is_far(&self, t: &TreeState) -> bool {
+    pub(super) fn parent_is_far(&self, t: &TreeState) -> bool {
         t.parent
             .and_then(|p| self.nbrs.lat_us(&p))
             .is_some_and(|pl| pl > self.near_us())

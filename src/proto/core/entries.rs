@@ -319,6 +319,7 @@ impl Core {
             self.out.detach(from, e.root);
         } else {
             self.consider(ri, from);
+            self.answer_worse_entry(ri, from, e);
         }
     }
 }

@@ -4,8 +4,9 @@
 //! is not introduced again every few rounds.
 
 use super::Core;
-use super::trees::RootIdx;
+use super::trees::{OWN_ROOT, RootIdx, entry_of};
 use crate::proto::id::{IdMap as HashMap, NodeId};
+use crate::proto::message::AdvertEntry;
 use crate::proto::time::Time;
 use std::time::Duration;
 
@@ -20,6 +21,12 @@ const REINTRODUCE_AFTER: Duration = Duration::from_secs(60);
 #[derive(Default)]
 pub(super) struct Hints {
     introduced: HashMap<(RootIdx, NodeId, NodeId), Time>,
+    /// Whether every tree's far children were introduced once the sweep first met
+    /// everyone (introductions wait for that; see `Core::introduce_far_children`).
+    after_sweep: bool,
+    /// Per tree in which we enter our cluster, the parent and dist our cluster
+    /// neighbours were last told (see `Core::notify_entries`).
+    notified: HashMap<RootIdx, (NodeId, u32)>,
 }
 
 impl Hints {
@@ -36,6 +43,21 @@ impl Hints {
         }
         self.introduced.insert(key, now);
         true
+    }
+
+    /// Whether this is the first round since the sweep met everyone in which every
+    /// tree's far children are to be introduced (true once: the pairs a forming tree left
+    /// are then met at once, not over the next eight rounds, which at a thousand nodes
+    /// was most of the cold start's tail).
+    pub(super) fn first_after_sweep(&mut self, met_everyone: bool) -> bool {
+        let first = met_everyone && !self.after_sweep;
+        self.after_sweep |= met_everyone;
+        first
+    }
+
+    /// Forgets what was noted about tree `ri` (its root went away).
+    pub(super) fn forget_root(&mut self, ri: RootIdx) {
+        self.notified.remove(&ri);
     }
 
     /// Forgets the introductions that may be repeated.
@@ -118,5 +140,81 @@ impl Core {
             self.out.hint(child, root, s);
             self.out.hint(s, root, child);
         }
+    }
+}
+
+impl Core {
+    /// Tells every cluster neighbour (measured within [`Core::near_us`]) our state in each
+    /// tree in which we enter our cluster (connected, parent far): in every such tree when
+    /// the sweep first met everyone (`all`), and later in a tree where we became an entry
+    /// or our dist as one moved (as an advert would carry it), once per round. Two entries
+    /// into one cluster must hear each other for the rules to put one under the other, and
+    /// in a cluster larger than a candidate set they often never do: at 1000 nodes the
+    /// last trees of a cold start were each entered twice by two nodes 140 µs apart that
+    /// had heard nothing from each other in that tree. Costs one advert entry per cluster
+    /// neighbour per change of an entry; nothing while the trees hold still.
+    pub(super) fn notify_entries(&mut self, all: bool) {
+        if !self.probing.met_everyone() {
+            return;
+        }
+        let mut mates: Option<Vec<NodeId>> = None;
+        for ri in 0..self.trees.len() {
+            if ri == OWN_ROOT || !self.trees.is_live(ri) {
+                self.hints.notified.remove(&ri);
+                continue;
+            }
+            let t = self.trees.live(ri);
+            let entry = t.parent.filter(|_| t.connected && self.parent_is_far(t));
+            let (Some(parent), dist_us) = (entry, t.dist_us) else {
+                self.hints.notified.remove(&ri);
+                continue;
+            };
+            let moved = |&(p, d): &(NodeId, u32)| {
+                let delta = d.abs_diff(dist_us);
+                p != parent || (delta > 20 && delta as u64 * 1000 > d as u64)
+            };
+            if !all && !self.hints.notified.get(&ri).is_none_or(moved) {
+                continue;
+            }
+            self.hints.notified.insert(ri, (parent, dist_us));
+            let mates = mates.get_or_insert_with(|| {
+                (self.nbrs.measured_within(self.near_us()).into_iter())
+                    .filter(|m| self.members.is_alive(m))
+                    .collect()
+            });
+            let t = self.trees.live(ri);
+            let e = entry_of(t);
+            for m in mates.iter() {
+                if *m != t.root && !t.children.contains(m) {
+                    self.stats.entry_notices += 1;
+                    self.out.answer(*m, e);
+                }
+            }
+        }
+    }
+
+    /// A cluster neighbour outside our candidate set told us its state in tree `ri`,
+    /// farther from the root than ours (by dist, then id) while we enter our cluster in
+    /// that tree: we answer with our state, which the rules may put it under. Its notice
+    /// went out when its state changed, and what we told it earlier may have been judged
+    /// against a state of its own it no longer holds: two entries left that way each
+    /// knew of the other only the state it had forgotten.
+    pub(super) fn answer_worse_entry(&mut self, ri: RootIdx, from: NodeId, e: AdvertEntry) {
+        if !self.probing.met_everyone() || !e.connected || self.nbrs.cands.role(&from).is_some() {
+            return;
+        }
+        let t = self.trees.live(ri);
+        if !t.connected
+            || (t.dist_us, self.id) >= (e.dist_us, from)
+            || t.parent == Some(from)
+            || t.children.contains(&from)
+            || self.nbrs.lat_us(&from).is_none_or(|l| l > self.near_us())
+            || !self.parent_is_far(t)
+        {
+            return;
+        }
+        self.stats.entry_answers += 1;
+        let e = entry_of(t);
+        self.out.answer(from, e);
     }
 }

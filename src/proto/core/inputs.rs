@@ -104,6 +104,7 @@ impl Core {
                 self.out.update(c, gone);
             }
             self.asks.forget_root(ri);
+            self.hints.forget_root(ri);
             self.adverts.forget_root(ri);
             self.heard.forget_root(ri);
         }

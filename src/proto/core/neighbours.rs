@@ -33,6 +33,16 @@ impl Neighbours {
         self.rtt.get(peer).and_then(|e| e.lat_us())
     }
 
+    /// The peers measured by our own samples at most `lat_us` away (one way), sorted.
+    pub(super) fn measured_within(&self, lat_us: u32) -> Vec<NodeId> {
+        let mut near: Vec<NodeId> = (self.rtt.iter())
+            .filter(|(_, e)| e.measured() && e.lat_us().is_some_and(|l| l <= lat_us))
+            .map(|(p, _)| *p)
+            .collect();
+        near.sort_unstable();
+        near
+    }
+
     /// Whether `peer`'s estimate comes from our own samples (not only from a hint).
     pub(super) fn measured(&self, peer: &NodeId) -> bool {
         self.rtt.get(peer).is_some_and(|e| e.measured())

@@ -162,6 +162,10 @@ impl Core {
         keep.extend(parents.iter().copied());
         keep.extend(self.nbrs.cands.watched());
         keep.extend(self.trees.iter().flat_map(|t| t.children.iter().copied()));
+        // And from cluster neighbours: outside the candidate set they tell us only their
+        // state where they enter the cluster (`notify_entries`), which the rolling
+        // re-judging must still see once a sample taken in a rush has left our window.
+        keep.extend(self.nbrs.measured_within(self.near_us()));
         self.heard.keep_only(&keep);
         self.asks.expire(now, period);
         self.hints.expire(now);
@@ -224,9 +228,12 @@ impl Core {
             }
         }
         // Far children that may share a cluster: introduce them again now and then (an
-        // introduction at attach time is skipped while a tree is still forming).
+        // introduction at attach time is skipped while a tree is still forming), in every
+        // tree at once when the sweep has just met everyone.
+        let all = self.hints.first_after_sweep(self.probing.met_everyone());
+        self.notify_entries(all);
         for ri in 0..self.trees.len() {
-            if self.trees.is_live(ri) && (ri as u64 + rounds).is_multiple_of(8) {
+            if self.trees.is_live(ri) && (all || (ri as u64 + rounds).is_multiple_of(8)) {
                 self.introduce_far_children(ri);
             }
         }

@@ -27,6 +27,12 @@ pub struct CoreStats {
     /// Our state in a tree sent unasked to a cluster neighbour no worse off under us,
     /// with a parent query.
     pub states_told: u64,
+    /// Our state in a tree we enter our cluster in, sent to a cluster neighbour once the
+    /// sweep first met everyone.
+    pub entry_notices: u64,
+    /// Our state sent to a cluster neighbour farther from the root that told us its own,
+    /// while we enter our cluster in that tree.
+    pub entry_answers: u64,
     /// Versions of its own cluster summary this node published.
     pub cluster_publishes: u64,
     /// Cluster discovery messages sent (summaries, digests, version lists).

@@ -16,6 +16,11 @@ pub struct GossipConfig {
     pub suspicion_timeout: Duration,
     /// Period of the push-pull `Sync` message with one random member.
     pub anti_entropy_interval: Duration,
+    /// The period instead while the table keeps changing (news since the last push-pull):
+    /// in a join storm rumors miss a few records per node, and push-pulls this often fill
+    /// every table in a few seconds, where one every `anti_entropy_interval` took two or
+    /// three of those periods. A settled table goes back to the long period.
+    pub anti_entropy_fast_interval: Duration,
     /// Each update is piggybacked `retransmit_factor * ceil(log10(n + 1))` times (as in
     /// memberlist; rumors carry news first, piggybacking reaches the few they missed).
     pub retransmit_factor: usize,
@@ -45,6 +50,7 @@ impl GossipConfig {
         self.probe_timeout *= k;
         self.suspicion_timeout *= k;
         self.anti_entropy_interval *= k;
+        self.anti_entropy_fast_interval *= k;
         self.join_retry *= k;
         self.join_rate /= k as f64;
         self
@@ -59,6 +65,7 @@ impl Default for GossipConfig {
             indirect_probes: 3,
             suspicion_timeout: Duration::from_secs(3),
             anti_entropy_interval: Duration::from_secs(5),
+            anti_entropy_fast_interval: Duration::from_secs(1),
             retransmit_factor: 4,
             max_piggyback: 8,
             tombstone_ttl: Duration::from_secs(300),

@@ -84,6 +84,7 @@ impl Gossip {
             return false;
         }
         let before = self.members.get(&r.id).map(|e| e.record.state);
+        self.news_since_sync = true;
         self.members.insert(
             r.id,
             Entry {

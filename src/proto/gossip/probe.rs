@@ -78,7 +78,12 @@ impl Gossip {
                 if let Some(peer) = self.pick_random_dead() {
                     self.send(peer, digest);
                 }
-                let next = now + self.jitter(self.config.anti_entropy_interval);
+                let period = if std::mem::take(&mut self.news_since_sync) {
+                    self.config.anti_entropy_fast_interval
+                } else {
+                    self.config.anti_entropy_interval
+                };
+                let next = now + self.jitter(period);
                 self.arm(next, Timer::AntiEntropy);
             }
             Timer::JoinRetry => {

@@ -114,3 +114,52 @@ fn lightly_answered_joiners_learn_everyone_and_the_seed_sends_far_fewer_records(
         "the seed sent {seed_light} records with light answers, {seed_full} without"
     );
 }
+
+#[test]
+fn a_storm_fills_every_table_in_a_few_fast_push_pulls_and_a_settled_table_slows_down() {
+    // Rumors miss a few records per node in a storm (each is forwarded to three members
+    // only); push-pulls every fast period while news comes fill the tables before the
+    // first one of the long period would even start.
+    const N: usize = 300;
+    let fast = GossipConfig::default();
+    let slow = GossipConfig {
+        anti_entropy_fast_interval: fast.anti_entropy_interval,
+        ..fast.clone()
+    };
+    assert!(fast.anti_entropy_fast_interval * 4 <= fast.anti_entropy_interval);
+    let after_storm = |config: GossipConfig| {
+        let mut net = Net::with_config(N, config);
+        for i in 1..N {
+            let via = net.id(0);
+            net.nodes[i].join(net.now, via);
+            net.drain(i);
+        }
+        net.run_for(Duration::from_secs(3));
+        net
+    };
+    let incomplete = |net: &Net| {
+        (0..N)
+            .filter(|&i| net.nodes[i].live_members().count() != N - 1)
+            .count()
+    };
+    let mut net = after_storm(fast.clone());
+    assert_eq!(incomplete(&net), 0, "every table full 3 s after the storm");
+    let unhurried = after_storm(slow);
+    assert!(
+        incomplete(&unhurried) > N / 2,
+        "without the fast period most tables still miss records at 3 s ({} of {N})",
+        incomplete(&unhurried)
+    );
+    // Settled: one push-pull per long period and node (digests only, the tables agree).
+    net.run_for(Duration::from_secs(5));
+    let (digests, syncs) = (net.digests, net.syncs);
+    let window = Duration::from_secs(20);
+    net.run_for(window);
+    let per_node = (net.digests - digests) as f64 / N as f64;
+    let expected = window.as_secs_f64() / fast.anti_entropy_interval.as_secs_f64();
+    assert!(
+        per_node <= expected * 1.5,
+        "{per_node:.1} digests per node in {window:?}, about {expected} expected"
+    );
+    assert_eq!(net.syncs, syncs, "no full table sent once the tables agree");
+}
