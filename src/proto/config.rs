@@ -109,7 +109,11 @@ pub struct Config {
     pub sweep_per_round: usize,
     /// In a large overlay the sweep probes more members per round (at least
     /// `sweep_per_round`), so that meeting every member takes about this many rounds.
-    /// Parent queries wait for the sweep to end, so its length bounds convergence.
+    /// Parent queries, introductions and entry notices wait for the sweep to end, so its
+    /// length bounds convergence: at a thousand nodes, four rounds instead of eight
+    /// brought 98 % of the trees to wide-area optimal 4 s sooner (7 s against 11 s). A
+    /// shorter sweep once left a few clusters entered twice for good, judged on samples
+    /// taken in its rush; entry notices (DESIGN §3.9) make the entries meet again.
     pub sweep_rounds: usize,
     /// How many RTT samples the min-filter keeps per peer.
     pub rtt_window: usize,
@@ -186,7 +190,7 @@ impl Config {
             explore_rotate: Duration::from_secs(2),
             max_hinted: 8,
             sweep_per_round: 32,
-            sweep_rounds: 8,
+            sweep_rounds: 4,
             rtt_window: 64,
             rtt_hold: true,
             serial_request_gap: Duration::from_millis(20),
