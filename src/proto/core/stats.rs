@@ -27,8 +27,8 @@ pub struct CoreStats {
     /// Our state in a tree sent unasked to a cluster neighbour no worse off under us,
     /// with a parent query.
     pub states_told: u64,
-    /// Our state in a tree we enter our cluster in, sent to a cluster neighbour once the
-    /// sweep first met everyone.
+    /// Our state in a tree we enter our cluster in, sent to a cluster neighbour: in every
+    /// such tree when the sweep first met everyone, then where that state changed.
     pub entry_notices: u64,
     /// Our state sent to a cluster neighbour farther from the root that told us its own,
     /// while we enter our cluster in that tree.
