@@ -89,15 +89,17 @@ struct Args {
     /// on the shared link between the two clusters (bounded queues, tail drop).
     #[arg(long)]
     bandwidth: bool,
-    /// Print to stderr, every simulated second until convergence, how many trees span
-    /// every node and how many are wide-area optimal, the tree edges entering a cluster
-    /// beyond the one it needs (`extra_entries`), how many edges into such clusters end
-    /// at a leaf (`leaf_entries`), and, with three trees or fewer left, what is wrong with
-    /// them: where a cold start spends its time.
+    /// Print to stderr, every simulated second until convergence, how many nodes track
+    /// the tree of every live member (`knows_all`: the members they know), how many trees
+    /// span every node and how many are wide-area optimal, the tree edges entering a
+    /// cluster beyond the one it needs (`extra_entries`), how many edges into such
+    /// clusters end at a leaf (`leaf_entries`), and, with twelve trees or fewer left, what
+    /// is wrong with them: where a cold start spends its time.
     #[arg(long)]
     timeline: bool,
     /// With --timeline: also list, for each entry of a tree left entering a cluster
-    /// twice, what it heard in that tree from every member of its cluster.
+    /// twice, what it heard in that tree from every member of its cluster, and its path
+    /// to the root with each hop's serial and dist.
     #[arg(long, requires = "timeline")]
     explain_heard: bool,
     /// Record every message between two nodes, marking those about one root's tree
