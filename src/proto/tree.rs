@@ -165,9 +165,15 @@ impl TreeState {
         if d == INFINITE || self.dist_us == INFINITE {
             return d != self.dist_us;
         }
-        let delta = d.abs_diff(self.dist_us);
-        delta > 20 && delta as u64 * 1000 > d as u64
+        dist_moved(d, self.dist_us)
     }
+}
+
+/// Whether a dist moved from `old_us` to `new_us` by more than 0.1% and 20 µs: the change
+/// adverts and pushes carry (smaller moves are RTT jitter).
+pub(crate) fn dist_moved(old_us: u32, new_us: u32) -> bool {
+    let delta = old_us.abs_diff(new_us);
+    delta > 20 && delta as u64 * 1000 > old_us as u64
 }
 
 /// What this node knows of a candidate parent for one root.

@@ -10,7 +10,7 @@ use super::trees::RootIdx;
 use crate::proto::id::{IdMap as HashMap, NodeId};
 use crate::proto::message::Message;
 use crate::proto::time::Time;
-use crate::proto::tree::{CandidateView, TreeState};
+use crate::proto::tree::{CandidateView, TreeState, dist_moved};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -212,9 +212,7 @@ impl Core {
             let age = self.now.saturating_since(q.at);
             // Dists as heard jitter a little (an answer carries the exact figure, adverts
             // only changes above 0.1%): the same bound as for adverts.
-            let delta = q.dist_us.abs_diff(view.dist_us);
-            let same =
-                q.parent == parent && (delta <= 20 || delta as u64 * 1000 <= q.dist_us as u64);
+            let same = q.parent == parent && !dist_moved(q.dist_us, view.dist_us);
             let period = self.config.serial_period;
             let wait = match (same, walk) {
                 (false, _) => period,

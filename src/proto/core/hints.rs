@@ -8,6 +8,7 @@ use super::trees::{OWN_ROOT, RootIdx, entry_of};
 use crate::proto::id::{IdMap as HashMap, NodeId};
 use crate::proto::message::AdvertEntry;
 use crate::proto::time::Time;
+use crate::proto::tree::dist_moved;
 use std::time::Duration;
 
 /// A child attached over a link at least this long (one-way, µs) is introduced to its
@@ -144,7 +145,7 @@ impl Core {
 }
 
 impl Core {
-    /// Tells every cluster neighbour (measured within [`Core::near_us`]) our state in each
+    /// Tells every cluster neighbour (`mates`: measured within [`Core::near_us`]) our state in each
     /// tree in which we enter our cluster (connected, parent far): in every such tree when
     /// the sweep first met everyone (`all`), and later in a tree where we became an entry
     /// or our dist as one moved (as an advert would carry it), once per round. Two entries
@@ -153,39 +154,29 @@ impl Core {
     /// last trees of a cold start were each entered twice by two nodes 140 µs apart that
     /// had heard nothing from each other in that tree. Costs one advert entry per cluster
     /// neighbour per change of an entry; nothing while the trees hold still.
-    pub(super) fn notify_entries(&mut self, all: bool) {
+    pub(super) fn notify_entries(&mut self, all: bool, mates: &[NodeId]) {
         if !self.probing.met_everyone() {
             return;
         }
-        let mut mates: Option<Vec<NodeId>> = None;
         for ri in 0..self.trees.len() {
-            if ri == OWN_ROOT || !self.trees.is_live(ri) {
-                self.hints.notified.remove(&ri);
-                continue;
-            }
-            let t = self.trees.live(ri);
-            let entry = t.parent.filter(|_| t.connected && self.parent_is_far(t));
-            let (Some(parent), dist_us) = (entry, t.dist_us) else {
+            let entry = (ri != OWN_ROOT && self.trees.is_live(ri))
+                .then(|| self.trees.live(ri))
+                .filter(|t| t.connected && self.parent_is_far(t))
+                .and_then(|t| Some((t.parent?, t.dist_us)));
+            let Some((parent, dist_us)) = entry else {
                 self.hints.notified.remove(&ri);
                 continue;
             };
-            let moved = |&(p, d): &(NodeId, u32)| {
-                let delta = d.abs_diff(dist_us);
-                p != parent || (delta > 20 && delta as u64 * 1000 > d as u64)
-            };
-            if !all && !self.hints.notified.get(&ri).is_none_or(moved) {
+            let told = self.hints.notified.get(&ri).copied();
+            let changed = told.is_none_or(|(p, d)| p != parent || dist_moved(d, dist_us));
+            if !all && !changed {
                 continue;
             }
             self.hints.notified.insert(ri, (parent, dist_us));
-            let mates = mates.get_or_insert_with(|| {
-                (self.nbrs.measured_within(self.near_us()).into_iter())
-                    .filter(|m| self.members.is_alive(m))
-                    .collect()
-            });
             let t = self.trees.live(ri);
             let e = entry_of(t);
-            for m in mates.iter() {
-                if *m != t.root && !t.children.contains(m) {
+            for m in mates {
+                if *m != t.root && !t.children.contains(m) && self.members.is_alive(m) {
                     self.stats.entry_notices += 1;
                     self.out.answer(*m, e);
                 }

@@ -165,7 +165,8 @@ impl Core {
         // And from cluster neighbours: outside the candidate set they tell us only their
         // state where they enter the cluster (`notify_entries`), which the rolling
         // re-judging must still see once a sample taken in a rush has left our window.
-        keep.extend(self.nbrs.measured_within(self.near_us()));
+        let mates = self.nbrs.measured_within(self.near_us());
+        keep.extend(mates.iter().copied());
         self.heard.keep_only(&keep);
         self.asks.expire(now, period);
         self.hints.expire(now);
@@ -231,7 +232,7 @@ impl Core {
         // introduction at attach time is skipped while a tree is still forming), in every
         // tree at once when the sweep has just met everyone.
         let all = self.hints.first_after_sweep(self.probing.met_everyone());
-        self.notify_entries(all);
+        self.notify_entries(all, &mates);
         for ri in 0..self.trees.len() {
             if self.trees.is_live(ri) && (all || (ri as u64 + rounds).is_multiple_of(8)) {
                 self.introduce_far_children(ri);
