@@ -9,12 +9,17 @@ use std::time::Duration;
 pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard: bool) {
     let end = sim.now() + max;
     let mut moves_before = (0, 0);
+    let mut reasons_before = switch_reasons(sim);
     while sim.now() < end && !sim.is_converged() {
         let second_began = sim.now();
         sim.run_for(Duration::from_secs(1));
         let moves = sim.parent_change_counts();
         let (moved, moved_inside) = (moves.0 - moves_before.0, moves.1 - moves_before.1);
         moves_before = moves;
+        let reasons = switch_reasons(sim);
+        let [rules, shortcut, repair, root_asks] =
+            std::array::from_fn(|k| reasons[k].saturating_sub(reasons_before[k]));
+        reasons_before = reasons;
         let mut extra = 0;
         let mut leaves = 0;
         for r in sim.live_nodes() {
@@ -33,7 +38,8 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
         eprintln!(
             "t={:>5.1}s trees={} knows_all={} spanning={} wide_area_optimal={} \
              extra_entries={extra} leaf_entries={leaves} parent_changes={moved} \
-             of_which_inside_a_cluster={moved_inside}",
+             of_which_inside_a_cluster={moved_inside} by_rules={rules} \
+             by_shortcut={shortcut} by_repair={repair} root_asks={root_asks}",
             s.at.as_micros() as f64 / 1e6,
             s.trees,
             knowing_all(sim),
@@ -48,6 +54,26 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
             print_recent_moves(sim, second_began);
         }
     }
+}
+
+/// The switches of every live node by reason (rules, shortcut, repair), and the roots
+/// asked for their state: the counters since the start.
+fn switch_reasons<N: SimNode>(sim: &Sim<N>) -> [u64; 4] {
+    let mut sum = [0; 4];
+    for i in sim.live_nodes() {
+        if let Some(s) = sim.node(i).core().map(|c| c.stats()) {
+            let each = [
+                s.switches_rules,
+                s.switches_shortcut,
+                s.switches_repair,
+                s.root_asks,
+            ];
+            for (total, n) in sum.iter_mut().zip(each) {
+                *total += n;
+            }
+        }
+    }
+    sum
 }
 
 /// How many live nodes track the tree of every live node: the members they know.

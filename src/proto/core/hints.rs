@@ -159,29 +159,48 @@ impl Core {
             return;
         }
         for ri in 0..self.trees.len() {
-            let entry = (ri != OWN_ROOT && self.trees.is_live(ri))
-                .then(|| self.trees.live(ri))
-                .filter(|t| t.connected && self.parent_is_far(t))
-                .and_then(|t| Some((t.parent?, t.dist_us)));
-            let Some((parent, dist_us)) = entry else {
-                self.hints.notified.remove(&ri);
-                continue;
-            };
-            let told = self.hints.notified.get(&ri).copied();
-            let changed = told.is_none_or(|(p, d)| p != parent || dist_moved(d, dist_us));
-            if !all && !changed {
-                continue;
-            }
-            self.hints.notified.insert(ri, (parent, dist_us));
-            let t = self.trees.live(ri);
-            let e = entry_of(t);
-            for m in mates {
-                if *m != t.root && !t.children.contains(m) && self.members.is_alive(m) {
-                    self.stats.entry_notices += 1;
-                    self.out.answer(*m, e);
-                }
+            self.notify_entry(ri, all, mates);
+        }
+    }
+
+    /// [`Core::notify_entries`] in tree `ri` alone; `all`: even if unchanged.
+    fn notify_entry(&mut self, ri: RootIdx, all: bool, mates: &[NodeId]) {
+        let entry = (ri != OWN_ROOT && self.trees.is_live(ri))
+            .then(|| self.trees.live(ri))
+            .filter(|t| t.connected && self.parent_is_far(t))
+            .and_then(|t| Some((t.parent?, t.dist_us)));
+        let Some((parent, dist_us)) = entry else {
+            self.hints.notified.remove(&ri);
+            return;
+        };
+        let told = self.hints.notified.get(&ri).copied();
+        let changed = told.is_none_or(|(p, d)| p != parent || dist_moved(d, dist_us));
+        if !all && !changed {
+            return;
+        }
+        self.hints.notified.insert(ri, (parent, dist_us));
+        let t = self.trees.live(ri);
+        let e = entry_of(t);
+        for m in mates {
+            if *m != t.root && !t.children.contains(m) && self.members.is_alive(m) {
+                self.stats.entry_notices += 1;
+                self.out.answer(*m, e);
             }
         }
+    }
+
+    /// We just left a cluster neighbour for a far parent in tree `ri`, a shorter way out
+    /// than our cluster's entry has: we tell our cluster neighbours at once, not at the
+    /// next round. The old entry then moves under us with its whole subtree; until it
+    /// does, each of its members deep enough to gain the shortcut threshold takes a far
+    /// parent of its own, and at 1000 nodes such trickles kept clusters entered several
+    /// times for seconds.
+    pub(super) fn notify_new_entry(&mut self, ri: RootIdx) {
+        if !self.probing.met_everyone() {
+            return;
+        }
+        let mates = self.nbrs.measured_within(self.near_us());
+        self.notify_entry(ri, false, &mates);
     }
 
     /// A cluster neighbour outside our candidate set told us its state in tree `ri`,

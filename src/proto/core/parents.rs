@@ -271,6 +271,13 @@ impl Core {
             SwitchReason::Repair => self.stats.switches_repair += 1,
         }
         let now = self.now;
+        let was_member = {
+            let t = self.trees.live(ri);
+            t.connected
+                && (t.parent)
+                    .and_then(|p| self.nbrs.lat_us(&p))
+                    .is_some_and(|l| l <= self.near_us())
+        };
         let t = self.trees.live_mut(ri);
         let old = t.parent;
         let was_connected = t.connected;
@@ -298,6 +305,9 @@ impl Core {
             });
         }
         self.after_change(ri, advanced);
+        if was_member && why == SwitchReason::Shortcut {
+            self.notify_new_entry(ri);
+        }
     }
 
     /// Our parent is gone: no path until repaired.

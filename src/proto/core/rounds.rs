@@ -27,7 +27,7 @@ pub(super) struct Schedule {
     /// serial of its earlier life take nothing older.
     pub(super) serial_asked: u32,
     /// Housekeeping rounds run so far.
-    housekeeping_rounds: u64,
+    pub(super) housekeeping_rounds: u64,
 }
 
 impl Schedule {

@@ -8,6 +8,8 @@ use crate::proto::message::AdvertEntry;
 use crate::proto::tree::CandidateView;
 use std::time::Duration;
 
+mod cluster_entries;
+
 fn at(ms: u64) -> Time {
     Time::ZERO + Duration::from_millis(ms)
 }
