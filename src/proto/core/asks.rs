@@ -41,9 +41,6 @@ pub(super) struct Asks {
     queried: HashMap<(NodeId, RootIdx), Query>,
     /// Serial requests sent, per tree.
     serial_requested: HashMap<RootIdx, Time>,
-    /// Per tree, since when our route has been far longer than the direct link to the
-    /// root while our parent is a cluster neighbour (see [`Core::ask_root_if_far`]).
-    far_since: HashMap<RootIdx, Time>,
     /// Advert requests batched until the next flush.
     out_asks: BTreeMap<NodeId, Vec<(NodeId, u32)>>,
     /// Parent queries batched until the next flush.
@@ -101,17 +98,6 @@ impl Asks {
     /// Forgets the requests waiting in tree `ri` (its root went away).
     pub(super) fn forget_root(&mut self, ri: RootIdx) {
         self.waiting.remove(&ri);
-        self.far_since.remove(&ri);
-    }
-
-    /// How long our route in tree `ri` has been far longer than the direct link while
-    /// our parent is a cluster neighbour (`far`); nothing is noted while it is not.
-    fn far_for(&mut self, ri: RootIdx, far: bool, now: Time) -> Duration {
-        if !far {
-            self.far_since.remove(&ri);
-            return Duration::ZERO;
-        }
-        now.saturating_since(*self.far_since.entry(ri).or_insert(now))
     }
 
     /// Drops requests that are over: waiting ones after two serial periods (`period`),
@@ -176,30 +162,15 @@ impl Core {
     pub(super) fn ask_root_if_far(&mut self, ri: RootIdx) {
         let t = self.trees.live(ri);
         let root = t.root;
-        let direct = self.nbrs.lat_us(&root);
-        let Some(direct) = direct
-            .filter(|_| t.connected && t.parent != Some(root) && self.members.is_alive(&root))
-        else {
-            self.asks.far_for(ri, false, self.now);
+        if !t.connected || t.parent == Some(root) || !self.members.is_alive(&root) {
+            return;
+        }
+        let Some(direct) = self.nbrs.lat_us(&root) else {
             return;
         };
         let threshold = self.config.shortcut_threshold.as_micros() as u32;
         let detour = direct <= self.near_us() && self.parent_is_far(t);
-        let far = t.dist_us > direct.saturating_add(threshold);
-        // Under a cluster neighbour, our cluster's entry has the same detour and asks
-        // too: its one shortcut moves the whole cluster. Members asking at once each took
-        // the root and entered the cluster anew (at 1000 nodes, most of a cold start's
-        // last switches, each tree briefly entered many times), so a member asks only
-        // once its entry has had two rounds to.
-        let parent_near = (t.parent)
-            .and_then(|p| self.nbrs.lat_us(&p))
-            .is_some_and(|pl| pl <= self.near_us());
-        let waited = self.asks.far_for(ri, far && parent_near, self.now);
-        if far && parent_near && waited < self.config.serial_period * 2 {
-            return;
-        }
-        let t = self.trees.live(ri);
-        if (!far && !detour)
+        if (t.dist_us <= direct.saturating_add(threshold) && !detour)
             || self
                 .heard
                 .get(&root, ri)
@@ -287,9 +258,18 @@ impl Core {
     /// Whether our parent in tree `t` is measured and not a cluster neighbour (farther
     /// than [`Core::near_us`]): we enter our cluster in that tree.
     pub(super) fn parent_is_far(&self, t: &TreeState) -> bool {
-        t.parent
-            .and_then(|p| self.nbrs.lat_us(&p))
-            .is_some_and(|pl| pl > self.near_us())
+        self.parent_lat(t).is_some_and(|pl| pl > self.near_us())
+    }
+
+    /// Whether our parent in `t` is a cluster neighbour (measured within
+    /// [`Core::near_us`]): we are a member of our cluster in that tree, not its entry.
+    pub(super) fn parent_is_near(&self, t: &TreeState) -> bool {
+        self.parent_lat(t).is_some_and(|pl| pl <= self.near_us())
+    }
+
+    /// Our latency estimate to our parent in `t`, if we have a parent and an estimate.
+    fn parent_lat(&self, t: &TreeState) -> Option<u32> {
+        t.parent.and_then(|p| self.nbrs.lat_us(&p))
     }
 
     /// Asks the root for a fresh serial: a node without a path needs one to accept a new

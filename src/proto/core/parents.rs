@@ -273,10 +273,7 @@ impl Core {
         let now = self.now;
         let was_member = {
             let t = self.trees.live(ri);
-            t.connected
-                && (t.parent)
-                    .and_then(|p| self.nbrs.lat_us(&p))
-                    .is_some_and(|l| l <= self.near_us())
+            t.connected && self.parent_is_near(t)
         };
         let t = self.trees.live_mut(ri);
         let old = t.parent;

@@ -27,7 +27,7 @@ pub(super) struct Schedule {
     /// serial of its earlier life take nothing older.
     pub(super) serial_asked: u32,
     /// Housekeeping rounds run so far.
-    pub(super) housekeeping_rounds: u64,
+    housekeeping_rounds: u64,
 }
 
 impl Schedule {
