@@ -148,7 +148,8 @@ impl Core {
     /// Tells every cluster neighbour (`mates`: measured within [`Core::near_us`]) our state in each
     /// tree in which we enter our cluster (connected, parent far): in every such tree when
     /// the sweep first met everyone (`all`), and later in a tree where we became an entry
-    /// or our dist as one moved (as an advert would carry it), once per round. Two entries
+    /// or our dist as one moved (as an advert would carry it), once per round (at once
+    /// where a shortcut made us one, see [`Core::notify_new_entry`]). Two entries
     /// into one cluster must hear each other for the rules to put one under the other, and
     /// in a cluster larger than a candidate set they often never do: at 1000 nodes the
     /// last trees of a cold start were each entered twice by two nodes 140 µs apart that
@@ -191,10 +192,10 @@ impl Core {
 
     /// We just left a cluster neighbour for a far parent in tree `ri`, a shorter way out
     /// than our cluster's entry has: we tell our cluster neighbours at once, not at the
-    /// next round. The old entry then moves under us with its whole subtree; until it
-    /// does, each of its members deep enough to gain the shortcut threshold takes a far
-    /// parent of its own, and at 1000 nodes such trickles kept clusters entered several
-    /// times for seconds.
+    /// next round. The old entry, and the members of its subtree that gain the shortcut
+    /// threshold, then move under us within a round trip; waiting for the round, each
+    /// such member took a far parent of its own meanwhile, and at 1000 nodes those
+    /// trickles kept clusters entered several times for seconds.
     pub(super) fn notify_new_entry(&mut self, ri: RootIdx) {
         if !self.probing.met_everyone() {
             return;

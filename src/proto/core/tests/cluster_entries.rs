@@ -30,9 +30,6 @@ fn a_member_that_takes_a_shortcut_out_tells_its_cluster_neighbours_at_once() {
         told(&sent, other).contains(&r),
         "the other neighbour is told"
     );
-    assert!(
-        told(&sent, mate).contains(&r),
-        "so is the old parent, the entry"
-    );
+    assert!(told(&sent, mate).contains(&r), "so is the old parent");
     assert_eq!(core.stats().switches_shortcut, 1);
 }
