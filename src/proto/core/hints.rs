@@ -145,8 +145,8 @@ impl Core {
 }
 
 impl Core {
-    /// Tells every cluster neighbour (`mates`: measured within [`Core::near_us`]) our state in each
-    /// tree in which we enter our cluster (connected, parent far): in every such tree when
+    /// Tells every cluster neighbour (`mates`: measured within [`Core::near_us`]) our state
+    /// in each tree in which we enter our cluster (connected, parent far): in every such tree when
     /// the sweep first met everyone (`all`), and later in a tree where we became an entry
     /// or our dist as one moved (as an advert would carry it), once per round (at once
     /// where a shortcut made us one, see [`Core::notify_new_entry`]). Two entries

@@ -302,7 +302,9 @@ impl Core {
             });
         }
         self.after_change(ri, advanced);
-        if was_member && why == SwitchReason::Shortcut {
+        // Only a shortcut takes a connected member to a far parent; the test spares the
+        // far more frequent moves inside the cluster the list of cluster neighbours.
+        if was_member && self.parent_is_far(self.trees.live(ri)) {
             self.notify_new_entry(ri);
         }
     }
