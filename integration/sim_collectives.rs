@@ -47,11 +47,14 @@ struct Outcome {
     max_ms: f64,
 }
 
-fn run(topo: &Topology, seed: u64) -> Outcome {
-    let cfg = SimConfig {
+fn run(topo: &Topology, seed: u64, shared: bool) -> Outcome {
+    let mut cfg = SimConfig {
         seed,
         ..SimConfig::default()
     };
+    if shared {
+        cfg.core.shared_trees_from = Some(2);
+    }
     let core_cfg: Config = cfg.core.clone();
     let factory = Box::new(move |s: Spawn| {
         let mut core = Core::new(s.id, core_cfg.clone(), s.seed, s.now);
@@ -70,6 +73,28 @@ fn run(topo: &Topology, seed: u64) -> Outcome {
         sim.run_until_spanning(Duration::from_secs(60)).is_some(),
         "seed {seed}: trees never spanned"
     );
+    if shared {
+        // Until every node keeps only its cluster's trees and the other clusters'
+        // representatives' (as discovery groups them): the operations below then leave
+        // each cluster along its representative's tree.
+        let shares = |sim: &Sim| {
+            sim.live_nodes().into_iter().all(|i| {
+                let c = sim.core(i);
+                let live = sim.live_nodes();
+                let want = live.iter().filter(|&&r| c.tracks_tree(sim.id(r))).count();
+                want < live.len() && c.roots().len() == want
+            })
+        };
+        let deadline = sim.now() + Duration::from_secs(30);
+        while !shares(&sim) {
+            assert!(sim.now() < deadline, "seed {seed}: trees never shared");
+            sim.run_for(Duration::from_millis(500));
+        }
+        assert!(
+            sim.run_until_spanning(Duration::from_secs(30)).is_some(),
+            "seed {seed}: shared trees never spanned"
+        );
+    }
     let mut rng = SplitMix64::new(seed ^ 0xC011_EC71);
     let gap = Duration::from_millis(20);
     let start = sim.now();
@@ -247,20 +272,32 @@ fn broadcasts_and_reduces_under_churn_are_exact_on_phoenix_168() {
                     if seed > SEEDS {
                         break;
                     }
-                    one_seed(&topo, seed);
+                    one_seed(&topo, seed, false);
                 }
             });
         }
     });
 }
 
-fn one_seed(topo: &Topology, seed: u64) {
+/// The same with the trees of a cluster's roots shared outside it (`shared_trees_from`):
+/// operations leave their cluster along its representative's tree, and every node is still
+/// reached once and counted once, under the same churn (representatives crash too).
+#[test]
+fn broadcasts_and_reduces_over_shared_trees_under_churn_are_exact_on_phoenix_168() {
+    let topo = topology("phoenix-168");
+    for seed in 1..=4 {
+        one_seed(&topo, seed, true);
+    }
+}
+
+fn one_seed(topo: &Topology, seed: u64, shared: bool) {
     {
         let wall = std::time::Instant::now();
-        let o = run(topo, seed);
+        let o = run(topo, seed, shared);
         println!(
-            "seed {seed:2}: {} broadcasts + {} reduces, {} deliveries, {} missing reported \
+            "seed {seed:2}{}: {} broadcasts + {} reduces, {} deliveries, {} missing reported \
              (all departed), broadcast report after {:.0} ms mean / {:.0} ms max; {:.1} s wall",
+            if shared { " (shared trees)" } else { "" },
             o.broadcasts,
             o.reduces,
             o.deliveries,

@@ -111,6 +111,10 @@ struct Args {
     /// `sweep_rounds`; the preset's unless told).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     sweep_rounds: Option<u32>,
+    /// Share the trees of a cluster's roots outside it from this many members on (the
+    /// core's `shared_trees_from`; off unless told).
+    #[arg(long, value_name = "MEMBERS")]
+    shared_trees_from: Option<usize>,
 }
 
 /// Parses `--trace A,B,ROOT`.
@@ -241,6 +245,9 @@ fn run(args: Args) -> Result<()> {
         other => bail!("--preset must be wan, lan or test, got {other:?}"),
     }
     .dilated(args.dilate);
+    if args.shared_trees_from.is_some() {
+        core.shared_trees_from = args.shared_trees_from;
+    }
     if let Some(rounds) = args.sweep_rounds {
         core.sweep_rounds = rounds as usize;
     }

@@ -39,12 +39,14 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
             "t={:>5.1}s trees={} knows_all={} spanning={} wide_area_optimal={} \
              extra_entries={extra} leaf_entries={leaves} parent_changes={moved} \
              of_which_inside_a_cluster={moved_inside} by_rules={rules} \
-             by_shortcut={shortcut} by_repair={repair} root_asks={root_asks}",
+             by_shortcut={shortcut} by_repair={repair} root_asks={root_asks} \
+             trees_per_node={:.0}",
             s.at.as_micros() as f64 / 1e6,
             s.trees,
             knowing_all(sim),
             s.spanning,
-            s.wide_area_optimal
+            s.wide_area_optimal,
+            trees_per_node(sim)
         );
         if s.trees - s.wide_area_optimal <= 12 && s.wide_area_optimal < s.trees {
             eprintln!("{}", sim.explain(12));
@@ -76,17 +78,27 @@ fn switch_reasons<N: SimNode>(sim: &Sim<N>) -> [u64; 4] {
     sum
 }
 
-/// How many live nodes track the tree of every live node: the members they know.
+/// How many live nodes track the tree of every live node they should (with shared trees,
+/// those of their cluster and the representatives of the others): the members they know.
 fn knowing_all<N: SimNode>(sim: &Sim<N>) -> usize {
     let live = sim.live_nodes();
     let ids: std::collections::HashSet<_> = live.iter().map(|&i| sim.id(i)).collect();
     let knows_all = |i: usize| {
         sim.node(i).core().is_some_and(|c| {
             let known = c.roots().into_iter().filter(|r| ids.contains(r)).count();
-            known == ids.len()
+            known == ids.iter().filter(|r| c.tracks_tree(**r)).count()
         })
     };
     live.iter().filter(|&&i| knows_all(i)).count()
+}
+
+/// The trees a live node tracks, on average.
+fn trees_per_node<N: SimNode>(sim: &Sim<N>) -> f64 {
+    let live = sim.live_nodes();
+    let tracked: usize = (live.iter())
+        .filter_map(|&i| sim.node(i).core().map(|c| c.roots().len()))
+        .sum();
+    tracked as f64 / live.len().max(1) as f64
 }
 
 /// The parent changes since `since` among the last 32: time, root, node, old and new

@@ -163,6 +163,12 @@ pub struct Config {
     /// Bytes per second of trains a node sends at most on average when asked (a token
     /// bucket holding one minute of it).
     pub bw_budget: u32,
+    /// From this many members on (this node included), the roots of one discovered cluster
+    /// share their tree outside it: a node outside the cluster keeps no state for them, and
+    /// their operations leave the cluster along the tree of its smallest-id member (see
+    /// the `shared` module of the core). `None`: every root has a tree of its own
+    /// everywhere, the paper's design.
+    pub shared_trees_from: Option<usize>,
 }
 
 impl Config {
@@ -204,6 +210,7 @@ impl Config {
             bw_probers: 2,
             bw_probe_interval: Duration::from_secs(30),
             bw_budget: 4096,
+            shared_trees_from: None,
         }
     }
 

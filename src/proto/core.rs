@@ -77,6 +77,7 @@ mod probing;
 mod resync;
 mod rootset;
 mod rounds;
+mod shared;
 mod stats;
 mod striping;
 mod trees;

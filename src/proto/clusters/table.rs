@@ -50,6 +50,7 @@ pub struct ClusterTable {
 #[derive(Debug)]
 struct ViewInputs {
     nodes: Vec<NodeId>,
+    /// Sorted by node.
     summaries: Vec<(NodeId, Arc<[ClusterEdge]>)>,
     params: Option<ClusterParams>,
 }
@@ -245,11 +246,13 @@ impl ClusterTable {
         self.changed = false;
         let mut nodes = alive.to_vec();
         nodes.push(self.me);
-        let summaries = self
+        let mut summaries: Vec<(NodeId, Arc<[ClusterEdge]>)> = self
             .entries
             .iter()
             .map(|(a, (_, es))| (*a, Arc::clone(es)))
             .collect();
+        // Sorted for `in_view`; the view does not depend on the order.
+        summaries.sort_unstable_by_key(|(a, _)| *a);
         self.inputs = Arc::new(ViewInputs {
             nodes,
             summaries,
@@ -257,6 +260,13 @@ impl ClusterTable {
         });
         self.view = OnceLock::new();
         true
+    }
+
+    /// Whether `id`'s own summary went into the view (as of the last recompute).
+    pub fn in_view(&self, id: &NodeId) -> bool {
+        (self.inputs.summaries)
+            .binary_search_by_key(id, |(a, _)| *a)
+            .is_ok()
     }
 
     /// Marks the view stale (the members changed without a summary changing).

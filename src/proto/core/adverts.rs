@@ -13,6 +13,7 @@
 
 use super::Core;
 use super::rootset::RootSet;
+use super::shared::Sharing;
 use super::trees::{RootIdx, entry_of};
 use crate::proto::id::NodeId;
 use crate::proto::message::{AdvertEntry, Message};
@@ -343,12 +344,21 @@ impl Core {
         owed: &Owed,
         built: &mut Built,
     ) -> usize {
+        // With shared trees, a peer is told only of the trees it keeps.
+        let sharing = Sharing::of(&self.config, &self.members, &self.discovery.table);
+        let kept = |mut list: Vec<AdvertEntry>| {
+            if sharing.is_on() {
+                list.retain(|e| sharing.tracks(peer, e.root));
+            }
+            list
+        };
         let msg = if owed.full.contains(&peer) {
             // Only trees we are connected to: an unknown entry already means "no path".
             let trees = &self.trees;
             let all = (built.full)
                 .get_or_insert_with(|| trees.iter().filter(|t| t.connected).map(entry_of).collect())
                 .clone();
+            let all = kept(all);
             self.stats.full_adverts += 1;
             self.stats.full_advert_entries += all.len() as u64;
             Message::Advert { entries: all }
@@ -364,14 +374,16 @@ impl Core {
                 }
             }
             self.stats.sampled_adverts += 1;
-            Message::Advert { entries: some }
-        } else if !entries.is_empty() {
-            self.stats.delta_advert_entries += entries.len() as u64;
             Message::Advert {
-                entries: entries.to_vec(),
+                entries: kept(some),
             }
         } else {
-            return 0;
+            let changed = kept(entries.to_vec());
+            if changed.is_empty() {
+                return 0;
+            }
+            self.stats.delta_advert_entries += changed.len() as u64;
+            Message::Advert { entries: changed }
         };
         let len = msg.encoded_len();
         self.send(peer, msg);

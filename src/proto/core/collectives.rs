@@ -6,6 +6,7 @@
 
 use super::Core;
 use super::neighbours::Neighbours;
+use super::shared::Sharing;
 use super::trees::Trees;
 use crate::proto::Command;
 use crate::proto::collective::{Collectives, Overlay};
@@ -73,6 +74,8 @@ pub(super) struct CoreView<'a> {
     cluster: Option<&'a [NodeId]>,
     /// The groups of every member with any.
     groups: &'a HashMap<NodeId, Vec<String>>,
+    /// Whether and how the trees of a cluster's roots are shared outside it.
+    sharing: Sharing<'a>,
 }
 
 impl Overlay for CoreView<'_> {
@@ -86,10 +89,7 @@ impl Overlay for CoreView<'_> {
         *id == self.id || self.members.is_alive(id)
     }
     fn children(&self, root: NodeId) -> Vec<NodeId> {
-        self.trees
-            .find(root)
-            .map(|t| t.children.iter().copied().collect())
-            .unwrap_or_default()
+        self.sharing.children(self.trees, root)
     }
     fn rtt_us(&self, peer: NodeId) -> Option<u32> {
         self.nbrs.rtt_us(&peer)
@@ -138,6 +138,7 @@ impl Core {
                 .map(|g| g.members.as_slice())
                 .filter(|m| m.len() > 1),
             groups: &self.coll.groups,
+            sharing: Sharing::of(&self.config, &self.members, &self.discovery.table),
         };
         f(&mut self.coll.engine, &view);
     }

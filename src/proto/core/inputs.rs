@@ -42,25 +42,8 @@ impl Core {
         if self.trees.index_of(id).is_some() {
             self.send(id, Message::Resync);
         }
-        self.trees.track(id, self.now);
-        self.out.event(Event::RootAdded { root: id });
-        // What our candidates told us about this root before we knew it was dropped
-        // (`handle_entry` keeps entries of live roots only), and a candidate whose state in
-        // the tree has settled advertises it again only in its periodic full advert (every
-        // `full_advert_every` serial periods or more): until then this node would attach to
-        // whatever entry it hears first, across the wide area if need be. So the nearest
-        // few are asked now, answered at once by those that know the root. One settled
-        // cluster mate is enough (the rules refine from there), and a member that has just
-        // joined has no settled tree anywhere yet, so asking more would be wasted.
-        let cands = &self.nbrs.cands;
-        let mut near: Vec<(u32, NodeId)> = (cands.watched())
-            .filter(|p| *p != id && cands.role(p) == Some(Role::Near))
-            .filter_map(|p| self.nbrs.rtt_us(&p).map(|r| (r, p)))
-            .collect();
-        near.sort_unstable();
-        for (_, peer) in near.into_iter().take(LATE_ROOT_ASKS) {
-            self.stats.asks += 1;
-            self.asks.queue_ask(peer, id, 0);
+        if self.tracks_tree(id) {
+            self.start_tree(id);
         }
         // Measured by the sweep; the candidate set is topped up with random members at the
         // next probe round (taking the first members to arrive would make every node of a
@@ -86,28 +69,7 @@ impl Core {
         self.adverts.forget_peer(&id);
         self.resync.forget(&id);
         self.asks.forget_peer(&id);
-        if let Some((ri, t)) = self.trees.drop_root(id) {
-            if t.parent.is_some() {
-                self.out.event(Event::ParentChanged {
-                    root: id,
-                    old: t.parent,
-                    new: None,
-                });
-            }
-            self.out.event(Event::RootRemoved { root: id });
-            // Children whose membership still counts the root alive would keep us as their
-            // parent, and advertise a path through us, after we dropped the tree; if the
-            // root comes back, our fresh state would take one of them as parent (any
-            // serial is new to it): a cycle. Told now, they repair while we are gone.
-            let gone = no_path(id, t.serial);
-            for &c in &t.children {
-                self.out.update(c, gone);
-            }
-            self.asks.forget_root(ri);
-            self.hints.forget_root(ri);
-            self.adverts.forget_root(ri);
-            self.heard.forget_root(ri);
-        }
+        self.end_tree(id);
         for ri in 0..self.trees.len() {
             let Some(t) = self.trees.get_mut(ri) else {
                 continue;
@@ -120,6 +82,70 @@ impl Core {
             }
         }
         self.refill();
+    }
+
+    /// Starts tracking `id`'s tree: the root joined, or is now of our concern (see
+    /// `shared`).
+    pub(super) fn start_tree(&mut self, id: NodeId) {
+        self.trees.track(id, self.now);
+        self.out.event(Event::RootAdded { root: id });
+        // What our candidates told us about this root before we knew it was dropped
+        // (`handle_entry` keeps entries of live roots only), and a candidate whose state in
+        // the tree has settled advertises it again only in its periodic full advert (every
+        // `full_advert_every` serial periods or more): until then this node would attach to
+        // whatever entry it hears first, across the wide area if need be. So the nearest
+        // few are asked now, answered at once by those that know the root. One settled
+        // cluster mate is enough (the rules refine from there), and a member that has just
+        // joined has no settled tree anywhere yet, so asking more would be wasted.
+        let cands = &self.nbrs.cands;
+        let mut near: Vec<(u32, NodeId)> = (cands.watched())
+            .filter(|p| *p != id && cands.role(p) == Some(Role::Near))
+            .filter_map(|p| self.nbrs.rtt_us(&p).map(|r| (r, p)))
+            .collect();
+        near.sort_unstable();
+        for (_, peer) in near.into_iter().take(LATE_ROOT_ASKS) {
+            self.stats.asks += 1;
+            self.asks.queue_ask(peer, id, 0);
+        }
+        // With shared trees, nodes take up a tree as their view of the clusters places its
+        // root, each at its own time: the near peers may not keep it yet, and the root's
+        // state, settled, is not advertised again. The root always answers.
+        if self.sharing().is_on() {
+            self.stats.asks += 1;
+            self.asks.queue_ask(id, id, 0);
+        }
+    }
+
+    /// Stops tracking `id`'s tree, if we do: the root is gone, or no longer of our concern
+    /// (see `shared`). Our children in it are told, and our parent.
+    pub(super) fn end_tree(&mut self, id: NodeId) {
+        let Some((ri, t)) = self.trees.drop_root(id) else {
+            return;
+        };
+        if let Some(p) = t.parent {
+            self.out.event(Event::ParentChanged {
+                root: id,
+                old: t.parent,
+                new: None,
+            });
+            // A live root's tree we leave: the parent stops counting us.
+            if self.members.is_alive(&id) {
+                self.out.detach(p, id);
+            }
+        }
+        self.out.event(Event::RootRemoved { root: id });
+        // Children whose membership still counts the root alive would keep us as their
+        // parent, and advertise a path through us, after we dropped the tree; if the root
+        // comes back, our fresh state would take one of them as parent (any serial is new
+        // to it): a cycle. Told now, they repair while we are gone.
+        let gone = no_path(id, t.serial);
+        for &c in &t.children {
+            self.out.update(c, gone);
+        }
+        self.asks.forget_root(ri);
+        self.hints.forget_root(ri);
+        self.adverts.forget_root(ri);
+        self.heard.forget_root(ri);
     }
 
     /// Dispatches one message from a live member.

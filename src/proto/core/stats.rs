@@ -15,6 +15,9 @@ pub struct CoreStats {
     pub switches_repair: u64,
     /// Parents lost because they left or died.
     pub parents_lost: u64,
+    /// Trees dropped while their root lives, the root being in another cluster than ours
+    /// (shared trees, see the `shared` module of the core).
+    pub trees_unshared: u64,
     /// Parents dropped because they went quiet for six refresh periods.
     pub parents_quiet: u64,
     /// Advert requests and parent queries sent.

@@ -2,11 +2,13 @@
 
 use super::{Sim, ms};
 use crate::proto::Time;
+use crate::sim::invariants::ParentView;
 use crate::sim::metrics::{Layout, Scratch, Snapshot, TreeDiagnosis, TreeMetrics};
 use crate::sim::node::SimNode;
 use crate::sim::report::{RepairRecord, Report};
 use crate::sim::traffic::TrafficByKind;
 use crate::sim::{metrics, traffic};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 impl<N: SimNode> Sim<N> {
@@ -30,17 +32,25 @@ impl<N: SimNode> Sim<N> {
             live_per_site: &self.live_per_site,
             live: self.live,
         };
-        for r in 0..self.nodes.len() {
-            if self.alive[r] && (self.dirty_all || self.dirty[r]) {
-                self.tree_cache[r] = Some(metrics::tree_metrics(
-                    r,
-                    self.view.row(r),
-                    &lay,
-                    &mut self.scratch,
-                ));
-            }
-            self.dirty[r] = false;
+        let reps = shared_reps(
+            self.cfg.core.shared_trees_from,
+            self.live,
+            &self.alive,
+            &self.cluster_of,
+            &self.ids,
+        );
+        if reps != self.reps {
+            self.dirty_all = true;
+            self.reps = reps;
         }
+        for r in 0..self.nodes.len() {
+            let rep = self.reps.get(r).copied().unwrap_or(r);
+            if self.alive[r] && (self.dirty_all || self.dirty[r] || self.dirty[rep]) {
+                let row = tree_row(&self.view, &self.reps, &self.cluster_of, r);
+                self.tree_cache[r] = Some(metrics::tree_metrics(r, &row, &lay, &mut self.scratch));
+            }
+        }
+        self.dirty.iter_mut().for_each(|d| *d = false);
         self.dirty_all = false;
         let trees = (0..self.nodes.len())
             .filter(|&r| self.alive[r])
@@ -126,11 +136,17 @@ impl<N: SimNode> Sim<N> {
         }
     }
 
+    /// `root`'s tree as parents by node (see [`ParentView::row`]): with shared trees, its
+    /// own tree inside its cluster and its representative's outside.
+    pub fn tree_row(&self, root: usize) -> Cow<'_, [u32]> {
+        tree_row(&self.view, &self.reps, &self.cluster_of, root)
+    }
+
     /// Metrics of `root`'s tree, computed now.
     pub fn tree_metrics(&self, root: usize) -> TreeMetrics {
         metrics::tree_metrics(
             root,
-            self.view.row(root),
+            &self.tree_row(root),
             &self.layout(),
             &mut Scratch::default(),
         )
@@ -140,7 +156,7 @@ impl<N: SimNode> Sim<N> {
     pub fn diagnose(&self, root: usize) -> TreeDiagnosis {
         metrics::diagnose(
             root,
-            self.view.row(root),
+            &self.tree_row(root),
             &self.layout(),
             &mut Scratch::default(),
         )
@@ -293,4 +309,62 @@ impl<N: SimNode> Sim<N> {
             max_backlog_node: self.stats.max_backlog_node,
         }
     }
+}
+
+/// With shared trees on (`from` members or more), the representative of every node's
+/// cluster: its live member of smallest id, as discovery names a cluster (the topology's
+/// clusters stand for the discovered ones). Empty when trees are not shared.
+fn shared_reps(
+    from: Option<usize>,
+    live: usize,
+    alive: &[bool],
+    cluster_of: &[usize],
+    ids: &[crate::proto::NodeId],
+) -> Vec<usize> {
+    if from.is_none_or(|n| live < n) {
+        return Vec::new();
+    }
+    let clusters = cluster_of.iter().max().map_or(0, |m| m + 1);
+    let mut rep: Vec<Option<usize>> = vec![None; clusters];
+    let mut count = vec![0usize; clusters];
+    for v in (0..alive.len()).filter(|&v| alive[v]) {
+        let c = cluster_of[v];
+        count[c] += 1;
+        if rep[c].is_none_or(|r| ids[v] < ids[r]) {
+            rep[c] = Some(v);
+        }
+    }
+    (0..alive.len())
+        .map(|v| {
+            let c = cluster_of[v];
+            match rep[c] {
+                Some(r) if count[c] > 1 => r,
+                _ => v,
+            }
+        })
+        .collect()
+}
+
+/// `r`'s tree as parents by node: its own row, or with shared trees (`reps` not empty) its
+/// own row inside its cluster and its representative's outside.
+fn tree_row<'a>(
+    view: &'a ParentView,
+    reps: &[usize],
+    cluster_of: &[usize],
+    r: usize,
+) -> Cow<'a, [u32]> {
+    let rep = reps.get(r).copied().unwrap_or(r);
+    if rep == r {
+        return Cow::Borrowed(view.row(r));
+    }
+    let (own, outside) = (view.row(r), view.row(rep));
+    let c = cluster_of[r];
+    let row = (0..own.len()).map(|x| {
+        if cluster_of[x] == c {
+            own[x]
+        } else {
+            outside[x]
+        }
+    });
+    Cow::Owned(row.collect())
 }

@@ -109,6 +109,9 @@ pub struct Sim<N: SimNode = Core> {
     node_us_at: Time,
     tree_cache: Vec<Option<TreeMetrics>>,
     dirty: Vec<bool>,
+    /// With shared trees, the representative of every node's cluster (see
+    /// `checks::shared_reps`); empty without.
+    reps: Vec<usize>,
     /// Lines of [`SimConfig::trace`].
     traced: Vec<String>,
     dirty_all: bool,
@@ -222,6 +225,7 @@ impl<N: SimNode> Sim<N> {
             node_us_at: Time::ZERO,
             tree_cache: Vec::new(),
             dirty: Vec::new(),
+            reps: Vec::new(),
             dirty_all: true,
             scratch: Scratch::default(),
             check_interval,
@@ -337,9 +341,12 @@ impl<N: SimNode> Sim<N> {
         &self.view
     }
 
-    /// `node`'s parent in `root`'s tree according to the global view.
+    /// `node`'s parent in `root`'s tree according to the global view (with shared trees,
+    /// outside `root`'s cluster: in its representative's tree).
     pub fn parent_of(&self, root: usize, node: usize) -> Option<usize> {
-        self.view.parent(root, node)
+        let rep = self.reps.get(root).copied().unwrap_or(root);
+        let shared = rep != root && self.cluster_of[node] != self.cluster_of[root];
+        self.view.parent(if shared { rep } else { root }, node)
     }
 
     /// How many times `node` changed its parent in `root`'s tree.
