@@ -374,7 +374,8 @@ pub enum NodeEvent {
     TreeConnected { root: NodeId, connected: bool },
     /// A tree appeared.
     TreeAdded { root: NodeId },
-    /// A tree was dropped (its root left or died).
+    /// A tree was dropped (its root left or died, or with shared trees, this node no
+    /// longer keeps it: see `Config::shared_trees_from`).
     TreeRemoved { root: NodeId },
     /// This consumer fell behind: `missed` events were dropped for it (the oldest); the
     /// events after this one are the oldest still queued. Read `status()` to resync.

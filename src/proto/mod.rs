@@ -196,9 +196,11 @@ pub enum Event {
     },
     /// This node gained or lost its path to `root`.
     ConnectedChanged { root: NodeId, connected: bool },
-    /// A new tree is tracked (a member appeared).
+    /// A new tree is tracked (a member appeared, or with shared trees, discovery placed
+    /// it where this node keeps its tree).
     RootAdded { root: NodeId },
-    /// A tree was dropped (its root left or died).
+    /// A tree was dropped (its root left or died, or with shared trees, it is of another
+    /// cluster than this node's and not its representative).
     RootRemoved { root: NodeId },
     /// Membership changed.
     MemberUp { id: NodeId },
