@@ -165,9 +165,17 @@ pub struct Config {
     pub bw_budget: u32,
     /// From this many members on (this node included), the roots of one discovered cluster
     /// share their tree outside it: a node outside the cluster keeps no state for them, and
-    /// their operations leave the cluster along the tree of its smallest-id member (see
-    /// the `shared` module of the core). `None`: every root has a tree of its own
+    /// their operations leave the cluster along the tree of its smallest-id member
+    /// (`docs/DESIGN.md` §3.11). A node then keeps one tree per member of its cluster and
+    /// one per other cluster, not one per member. The cost: a tree starts only once
+    /// cluster discovery has placed its root, and operations leave their cluster where the
+    /// shared tree does. `None` (the default): every root has a tree of its own
     /// everywhere, the paper's design.
+    ///
+    /// ```
+    /// let config = overlay::Config { shared_trees_from: Some(1000), ..overlay::Config::wan() };
+    /// assert_eq!(config.shared_trees_from, Some(1000));
+    /// ```
     pub shared_trees_from: Option<usize>,
 }
 
