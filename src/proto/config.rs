@@ -163,8 +163,9 @@ pub struct Config {
     /// Bytes per second of trains a node sends at most on average when asked (a token
     /// bucket holding one minute of it).
     pub bw_budget: u32,
-    /// From this many members on (this node included), the roots of one discovered cluster
-    /// share their tree outside it: a node outside the cluster keeps no state for them, and
+    /// From this many members on (this node included; off again below nine tenths of it),
+    /// the roots of one discovered cluster share their tree outside it: a node outside the
+    /// cluster keeps no tree for them, and
     /// their operations leave the cluster along the tree of its smallest-id member
     /// (`docs/DESIGN.md` §3.11). A node then keeps one tree per member of its cluster and
     /// one per other cluster, not one per member. The cost: a tree starts only once

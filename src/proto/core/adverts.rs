@@ -345,7 +345,7 @@ impl Core {
         built: &mut Built,
     ) -> usize {
         // With shared trees, a peer is told only of the trees it keeps.
-        let sharing = Sharing::of(&self.config, &self.members, &self.discovery.table);
+        let sharing = Sharing::of(self.discovery.shared_on, &self.discovery.table);
         let kept = |mut list: Vec<AdvertEntry>| {
             if sharing.is_on() {
                 list.retain(|e| sharing.tracks(peer, e.root));
@@ -363,10 +363,16 @@ impl Core {
             self.stats.full_advert_entries += all.len() as u64;
             Message::Advert { entries: all }
         } else if owed.sample.contains(&peer) {
-            if built.sample.is_none() {
-                built.sample = Some(self.nearest_entries(self.config.explorer_sample));
-            }
-            let mut some = built.sample.clone().unwrap_or_default();
+            let max = self.config.explorer_sample;
+            let mut some = if sharing.is_on() {
+                // The nearest of the trees it keeps: ours nearest are mostly our
+                // cluster's, which a peer of another cluster does not keep.
+                self.nearest_entries(max, |root| sharing.tracks(peer, root))
+            } else {
+                (built.sample)
+                    .get_or_insert_with(|| self.nearest_entries(max, |_| true))
+                    .clone()
+            };
             // The changes of this flush go out to it as to every target.
             for e in entries {
                 if !some.iter().any(|s| s.root == e.root) {
@@ -390,13 +396,13 @@ impl Core {
         len
     }
 
-    /// Our state in the (at most) `max` connected trees whose roots are nearest us, by
-    /// dist (ties by root), our own first.
-    fn nearest_entries(&self, max: usize) -> Vec<AdvertEntry> {
+    /// Our state in the (at most) `max` connected trees of the roots `keep` admits that
+    /// are nearest us, by dist (ties by root), our own first.
+    fn nearest_entries(&self, max: usize, keep: impl Fn(NodeId) -> bool) -> Vec<AdvertEntry> {
         let mut near: Vec<(u32, NodeId, RootIdx)> = (0..self.trees.len())
             .filter_map(|ri| {
                 let t = self.trees.get(ri)?;
-                t.connected.then_some((t.dist_us, t.root, ri))
+                (t.connected && keep(t.root)).then_some((t.dist_us, t.root, ri))
             })
             .collect();
         if near.len() > max {

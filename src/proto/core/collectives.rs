@@ -138,7 +138,7 @@ impl Core {
                 .map(|g| g.members.as_slice())
                 .filter(|m| m.len() > 1),
             groups: &self.coll.groups,
-            sharing: Sharing::of(&self.config, &self.members, &self.discovery.table),
+            sharing: Sharing::of(self.discovery.shared_on, &self.discovery.table),
         };
         f(&mut self.coll.engine, &view);
     }

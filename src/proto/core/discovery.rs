@@ -44,8 +44,8 @@ pub(super) struct Discovery {
     tokens_at: Time,
     /// When this node last republished for news of its bandwidth figures.
     bandwidth_at: Option<Time>,
-    /// Whether trees were shared at the last recompute (see the `shared` module).
-    shared_on: bool,
+    /// Whether trees are shared (see `Core::update_sharing`).
+    pub(super) shared_on: bool,
 }
 
 impl Discovery {
@@ -186,12 +186,9 @@ impl Core {
         let alive = self.members.alive().to_vec();
         // (The view is computed when first asked for: only for the log if it is on.)
         let recomputed = self.discovery.table.recompute(&alive, &params);
-        if self.config.shared_trees_from.is_some() {
-            let on = self.sharing().is_on();
-            if (recomputed && on) || on != self.discovery.shared_on {
-                self.discovery.shared_on = on;
-                self.retrack();
-            }
+        self.update_sharing();
+        if recomputed && self.discovery.shared_on {
+            self.retrack();
         }
         if recomputed && tracing::enabled!(tracing::Level::DEBUG) {
             let view = self.discovery.table.view();

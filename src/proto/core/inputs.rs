@@ -42,7 +42,9 @@ impl Core {
         if self.trees.index_of(id).is_some() {
             self.send(id, Message::Resync);
         }
-        if self.tracks_tree(id) {
+        self.update_sharing();
+        // (Turning shared trees on or off may just have taken it up.)
+        if self.tracks_tree(id) && self.trees.live_root(id).is_none() {
             self.start_tree(id);
         }
         // Measured by the sweep; the candidate set is topped up with random members at the
@@ -70,6 +72,7 @@ impl Core {
         self.resync.forget(&id);
         self.asks.forget_peer(&id);
         self.end_tree(id);
+        self.update_sharing();
         for ri in 0..self.trees.len() {
             let Some(t) = self.trees.get_mut(ri) else {
                 continue;

@@ -27,9 +27,7 @@
 use super::Core;
 use super::trees::Trees;
 use crate::proto::clusters::ClusterTable;
-use crate::proto::config::Config;
 use crate::proto::id::NodeId;
-use crate::proto::membership::MemberTable;
 
 /// The rule of shared trees over one view of the clusters.
 #[derive(Clone, Copy)]
@@ -41,9 +39,8 @@ pub(super) struct Sharing<'a> {
 }
 
 impl<'a> Sharing<'a> {
-    /// The rule with `config`, among `members`, over the clusters `view`.
-    pub(super) fn of(config: &Config, members: &MemberTable, table: &'a ClusterTable) -> Self {
-        let on = (config.shared_trees_from).is_some_and(|n| members.alive().len() + 1 >= n);
+    /// The rule over the clusters in `table`, with trees shared or not (`on`).
+    pub(super) fn of(on: bool, table: &'a ClusterTable) -> Self {
         Sharing { on, table }
     }
 
@@ -86,9 +83,13 @@ impl<'a> Sharing<'a> {
 
     /// The children an operation of `root` goes to from a node with trees `trees`: its
     /// children in `root`'s tree, and its children in the representative's tree that keep
-    /// no tree for `root` (outside `root`'s cluster).
+    /// no tree for `root` (outside `root`'s cluster). A node that keeps no tree for `root`
+    /// passes it to all its children in the representative's tree, whatever its view says
+    /// of theirs: a child it would wrongly count as keeping one would lose its whole
+    /// subtree, a child reached twice only answers the second time with nothing.
     pub(super) fn children(&self, trees: &Trees, root: NodeId) -> Vec<NodeId> {
-        let mut out: Vec<NodeId> = (trees.find(root))
+        let own = trees.find(root);
+        let mut out: Vec<NodeId> = own
             .map(|t| t.children.iter().copied().collect())
             .unwrap_or_default();
         let rep = self.rep(root);
@@ -96,7 +97,7 @@ impl<'a> Sharing<'a> {
             && let Some(t) = trees.find(rep)
         {
             for &c in &t.children {
-                if !self.tracks(c, root) && !out.contains(&c) {
+                if (own.is_none() || !self.tracks(c, root)) && !out.contains(&c) {
                     out.push(c);
                 }
             }
@@ -108,7 +109,28 @@ impl<'a> Sharing<'a> {
 impl Core {
     /// The rule of shared trees as this node sees the overlay now.
     pub(super) fn sharing(&self) -> Sharing<'_> {
-        Sharing::of(&self.config, &self.members, &self.discovery.table)
+        Sharing::of(self.discovery.shared_on, &self.discovery.table)
+    }
+
+    /// Turns shared trees on once the overlay has `Config::shared_trees_from` members, and
+    /// off only once it has fewer than nine tenths of that: a count that hovers around the
+    /// bound would otherwise drop and take up nearly every tree each time it crosses.
+    /// Every node then decides the same way within a member or two. Runs when members come
+    /// and go and at every cluster round; the trees follow at once.
+    pub(super) fn update_sharing(&mut self) {
+        let Some(from) = self.config.shared_trees_from else {
+            return;
+        };
+        let count = self.members.alive().len() + 1;
+        let on = if self.discovery.shared_on {
+            count * 10 >= from * 9
+        } else {
+            count >= from
+        };
+        if on != self.discovery.shared_on {
+            self.discovery.shared_on = on;
+            self.retrack();
+        }
     }
 
     /// The member whose tree carries `id`'s operations outside its cluster (see the module
@@ -118,7 +140,8 @@ impl Core {
     }
 
     /// Whether this node keeps a tree for `root`: always, unless trees are shared and
-    /// `root` is a member of another cluster than ours and not its representative.
+    /// `root` is a member of another cluster than ours and not its representative, or
+    /// discovery has not placed `root` yet.
     pub fn tracks_tree(&self, root: NodeId) -> bool {
         self.sharing().tracks(self.id, root)
     }
@@ -143,5 +166,97 @@ impl Core {
                 self.end_tree(id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::clusters::ClusterParams;
+    use crate::proto::message::{ClusterEdge, ClusterMessage, ClusterSummary};
+    use crate::proto::time::Time;
+
+    fn id(k: u8) -> NodeId {
+        NodeId([k; 16])
+    }
+
+    /// Node 1's table: clusters {1, 2, 3} and {5, 6} (0.2 ms inside, 20 ms between), and
+    /// member 9, whose summary has not come.
+    fn table() -> ClusterTable {
+        let e = |k: u8, rtt_us: u32| ClusterEdge {
+            peer: id(k),
+            rtt_us,
+        };
+        let s = |k: u8, edges: Vec<ClusterEdge>| ClusterSummary {
+            node: id(k),
+            version: 1,
+            edges,
+            bandwidth: vec![],
+        };
+        let mut t = ClusterTable::new(id(1));
+        t.publish_edges(vec![e(2, 200), e(3, 200), e(5, 20_000)]);
+        let summaries = vec![
+            s(2, vec![e(1, 200), e(3, 200)]),
+            s(3, vec![e(1, 200), e(2, 200)]),
+            s(5, vec![e(6, 200), e(1, 20_000)]),
+            s(6, vec![e(5, 200)]),
+        ];
+        let msg = ClusterMessage::Summaries { summaries };
+        t.handle(Time::from_micros(0), msg, |_| true);
+        t.recompute(&[2, 3, 5, 6, 9].map(id), &ClusterParams::default());
+        t
+    }
+
+    #[test]
+    fn a_node_keeps_its_clusters_trees_and_the_other_clusters_representatives() {
+        let t = table();
+        let on = Sharing::of(true, &t);
+        assert_eq!([2, 6, 9].map(|k| on.rep(id(k))), [1, 5, 9].map(id));
+        let keeps = |node: u8, root: u8| on.tracks(id(node), id(root));
+        assert!(keeps(1, 2) && keeps(1, 3), "its own cluster's roots");
+        assert!(
+            keeps(1, 5) && keeps(6, 1),
+            "the other cluster's representative"
+        );
+        assert!(
+            !keeps(1, 6) && !keeps(6, 2),
+            "not the other cluster's other roots"
+        );
+        assert!(!keeps(1, 9), "nor a root discovery has not placed");
+        assert!(keeps(9, 9), "but everyone its own");
+        let off = Sharing::of(false, &t);
+        assert!(off.tracks(id(1), id(6)) && off.tracks(id(1), id(9)));
+        assert_eq!(off.rep(id(6)), id(6));
+    }
+
+    #[test]
+    fn an_operation_leaves_the_cluster_along_the_representatives_tree() {
+        let t = table();
+        let on = Sharing::of(true, &t);
+        let now = Time::from_micros(0);
+        let with_children = |me: u8, trees: &[(u8, &[u8])]| {
+            let mut tt = Trees::new(id(me), now);
+            for &(root, children) in trees {
+                if root != me {
+                    tt.track(id(root), now);
+                }
+                let ri = tt.index_of(id(root)).expect("tracked");
+                tt.live_mut(ri).children = children.iter().map(|&k| id(k)).collect();
+            }
+            tt
+        };
+        // Node 2 keeps root 3's tree: its children there, and those in the
+        // representative's (1) tree that keep none for 3 (5, not the root itself).
+        let node2 = with_children(2, &[(3, &[1]), (1, &[5, 3])]);
+        assert_eq!(on.children(&node2, id(3)), vec![id(1), id(5)]);
+        // Node 6 keeps none for 3: all its children in 1's tree, whatever its view says
+        // of them.
+        let node6 = with_children(6, &[(1, &[9, 2])]);
+        assert_eq!(on.children(&node6, id(3)), vec![id(2), id(9)]);
+        // The representative's own operations follow its tree alone.
+        assert_eq!(on.children(&node2, id(1)), vec![id(3), id(5)]);
+        // Not shared: each root's own tree.
+        let off = Sharing::of(false, &t);
+        assert_eq!(off.children(&node2, id(3)), vec![id(1)]);
     }
 }
