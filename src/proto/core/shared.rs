@@ -6,12 +6,15 @@
 //! Once the overlay has [`Config::shared_trees_from`](crate::proto::Config) members, every
 //! discovered level-1 cluster C is represented by its smallest member id, rep(C). The tree
 //! of rep(C) spans the overlay, as every tree does. Another root r of C has a tree only
-//! inside C: nodes outside C keep no state for r, so a node keeps one tree per member of its
+//! inside C: nodes outside C keep no tree for r, so a node keeps one tree per member of its
 //! own cluster plus one per other cluster, not one per member. An operation of r spreads
-//! along r's tree inside C, and every node passes it on to those of its children in rep(C)'s
-//! tree that are outside C (`children_for`). Every node outside C has one parent in rep(C)'s
-//! tree, and following parents reaches C (rep(C) is in it), so the first node of C on that
-//! path, which has the operation from r's tree, starts it down: every node is reached once.
+//! along r's tree inside C; a node that keeps r's tree also passes it to those of its
+//! children in rep(C)'s tree that keep none, and a node that keeps none passes it to all
+//! its children in rep(C)'s tree (`Sharing::children`). Every node outside C has one parent
+//! in rep(C)'s tree, and following parents reaches C (rep(C) is in it), so the first node
+//! of C on that path, which has the operation from r's tree, starts it down: every node is
+//! reached once, provided r's tree spans C through C's members alone (nobody outside keeps
+//! it: a member of C that reaches r only through another cluster stays out of it).
 //! Where two nodes disagree on the clusters for a while (discovery has not spread
 //! everywhere yet), a node may be reached twice, which the collective engine answers with
 //! nothing (counted once), or not at all, which the root's direct asks make up for (§5.3
@@ -19,10 +22,11 @@
 //!
 //! The wide-area part of r's tree is rep(C)'s: the trees of one cluster's roots share their
 //! wide-area part once optimal (they enter every other cluster once, from the nearest
-//! cluster), so this loses at most the latency inside C. Loop freedom holds per tree as
-//! before: every tree tracked runs the same rules, and a tree a node stops tracking is
-//! dropped as when its root leaves (its children are told "no path" and its serial and
-//! feasibility distance are kept, see `Trees::track`).
+//! cluster), so the wide-area part costs nothing; an operation pays the hops inside C to
+//! where rep(C)'s tree leaves it (5-15 % on phoenix-168 broadcasts). Loop freedom holds
+//! per tree as before: every tree tracked runs the same rules, and a tree a node stops
+//! tracking is dropped as when its root leaves (its children are told "no path" and its
+//! serial and feasibility distance are kept, see `Trees::track`).
 
 use super::Core;
 use super::trees::Trees;
