@@ -346,9 +346,10 @@ impl Core {
     ) -> usize {
         // With shared trees, a peer is told only of the trees it keeps.
         let sharing = Sharing::of(self.discovery.shared_on, &self.discovery.table);
+        let keeps = sharing.kept_by(peer);
         let kept = |mut list: Vec<AdvertEntry>| {
             if sharing.is_on() {
-                list.retain(|e| sharing.tracks(peer, e.root));
+                list.retain(|e| keeps.keeps(e.root));
             }
             list
         };
@@ -367,7 +368,7 @@ impl Core {
             let mut some = if sharing.is_on() {
                 // The nearest of the trees it keeps: ours nearest are mostly our
                 // cluster's, which a peer of another cluster does not keep.
-                self.nearest_entries(max, |root| sharing.tracks(peer, root))
+                self.nearest_entries(max, |root| keeps.keeps(root))
             } else {
                 (built.sample)
                     .get_or_insert_with(|| self.nearest_entries(max, |_| true))

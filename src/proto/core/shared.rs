@@ -76,12 +76,17 @@ impl<'a> Sharing<'a> {
     /// start every node would otherwise keep every tree until the clusters are known, the
     /// cost shared trees are there to avoid.
     pub(super) fn tracks(&self, node: NodeId, root: NodeId) -> bool {
-        if !self.on || node == root {
-            return true;
-        }
-        match self.group_rep(root) {
-            Some(rep) => rep == root || Some(rep) == self.group_rep(node),
-            None => self.table.in_view(&root),
+        self.kept_by(node).keeps(root)
+    }
+
+    /// [`Sharing::tracks`] for one `node` and many roots: `node`'s cluster is looked up
+    /// once, not once per root.
+    pub(super) fn kept_by(self, node: NodeId) -> KeptBy<'a> {
+        let cluster = if self.on { self.group_rep(node) } else { None };
+        KeptBy {
+            sharing: self,
+            node,
+            cluster,
         }
     }
 
@@ -107,6 +112,29 @@ impl<'a> Sharing<'a> {
             }
         }
         out
+    }
+}
+
+/// The trees one node keeps (see [`Sharing::kept_by`]).
+#[derive(Clone, Copy)]
+pub(super) struct KeptBy<'a> {
+    sharing: Sharing<'a>,
+    node: NodeId,
+    /// The representative of `node`'s cluster, if discovery put it in one.
+    cluster: Option<NodeId>,
+}
+
+impl KeptBy<'_> {
+    /// Whether the node keeps a tree for `root`.
+    pub(super) fn keeps(&self, root: NodeId) -> bool {
+        let s = &self.sharing;
+        if !s.on || self.node == root {
+            return true;
+        }
+        match s.group_rep(root) {
+            Some(rep) => rep == root || Some(rep) == self.cluster,
+            None => s.table.in_view(&root),
+        }
     }
 }
 
@@ -137,12 +165,6 @@ impl Core {
         }
     }
 
-    /// The member whose tree carries `id`'s operations outside its cluster (see the module
-    /// docs): `id` itself unless trees are shared.
-    pub fn tree_rep(&self, id: NodeId) -> NodeId {
-        self.sharing().rep(id)
-    }
-
     /// Whether this node keeps a tree for `root`: always, unless trees are shared and
     /// `root` is a member of another cluster than ours and not its representative, or
     /// discovery has not placed `root` yet.
@@ -156,9 +178,10 @@ impl Core {
     pub(super) fn retrack(&mut self) {
         let alive = self.members.alive().to_vec();
         let sharing = self.sharing();
+        let kept = sharing.kept_by(self.id);
         let changes: Vec<(NodeId, bool)> = (alive.into_iter())
             .filter_map(|id| {
-                let want = sharing.tracks(self.id, id);
+                let want = kept.keeps(id);
                 (want != self.trees.live_root(id).is_some()).then_some((id, want))
             })
             .collect();

@@ -345,26 +345,27 @@ fn shared_reps(
         .collect()
 }
 
-/// `r`'s tree as parents by node: its own row, or with shared trees (`reps` not empty) its
-/// own row inside its cluster and its representative's outside.
+/// The tree whose row holds `node`'s parent in `r`'s tree: `r`'s own, or with shared trees
+/// (`reps` not empty) and `node` outside `r`'s cluster, its representative's.
+pub(super) fn row_holding(reps: &[usize], cluster_of: &[usize], r: usize, node: usize) -> usize {
+    let rep = reps.get(r).copied().unwrap_or(r);
+    if rep != r && cluster_of[node] != cluster_of[r] {
+        rep
+    } else {
+        r
+    }
+}
+
+/// `r`'s tree as parents by node (see [`row_holding`]).
 fn tree_row<'a>(
     view: &'a ParentView,
     reps: &[usize],
     cluster_of: &[usize],
     r: usize,
 ) -> Cow<'a, [u32]> {
-    let rep = reps.get(r).copied().unwrap_or(r);
-    if rep == r {
+    if reps.get(r).is_none_or(|&rep| rep == r) {
         return Cow::Borrowed(view.row(r));
     }
-    let (own, outside) = (view.row(r), view.row(rep));
-    let c = cluster_of[r];
-    let row = (0..own.len()).map(|x| {
-        if cluster_of[x] == c {
-            own[x]
-        } else {
-            outside[x]
-        }
-    });
+    let row = (0..view.row(r).len()).map(|x| view.row(row_holding(reps, cluster_of, r, x))[x]);
     Cow::Owned(row.collect())
 }

@@ -344,9 +344,8 @@ impl<N: SimNode> Sim<N> {
     /// `node`'s parent in `root`'s tree according to the global view (with shared trees,
     /// outside `root`'s cluster: in its representative's tree).
     pub fn parent_of(&self, root: usize, node: usize) -> Option<usize> {
-        let rep = self.reps.get(root).copied().unwrap_or(root);
-        let shared = rep != root && self.cluster_of[node] != self.cluster_of[root];
-        self.view.parent(if shared { rep } else { root }, node)
+        let row = checks::row_holding(&self.reps, &self.cluster_of, root, node);
+        self.view.parent(row, node)
     }
 
     /// How many times `node` changed its parent in `root`'s tree.
