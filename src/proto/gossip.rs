@@ -82,6 +82,8 @@ enum Timer {
     JoinRetry,
     /// Drop old tombstones.
     Prune,
+    /// Push the news held back since the last rumor push (see `GossipConfig::rumor_gap`).
+    RumorFlush,
 }
 
 /// One member as this node tracks it.
@@ -114,6 +116,14 @@ pub struct Gossip {
     config: GossipConfig,
     me: MemberRecord,
     members: IdMap<NodeId, Entry>,
+    /// The keys of `members` in the order they came (rebuilt when tombstones are pruned):
+    /// random members are drawn from it without a scan of the table.
+    member_ids: Vec<NodeId>,
+    /// The sum of the hashes of the live records in `members` and their count: the
+    /// digest without a pass over the table (see `digest`).
+    live_sum: (u64, u32),
+    /// News held back for the next rumor push (see [`GossipConfig::rumor_gap`]).
+    rumors: disseminate::HeldRumors,
     rng: SplitMix64,
     /// Updates to piggyback, with how many times each was sent.
     outbox: VecDeque<(MemberRecord, usize)>,
@@ -171,6 +181,9 @@ impl Gossip {
                 proof: Vec::new(),
             },
             members: IdMap::default(),
+            member_ids: Vec::new(),
+            live_sum: (0, 0),
+            rumors: Default::default(),
             rng: SplitMix64::new(seed),
             outbox: VecDeque::new(),
             probe_order: Vec::new(),

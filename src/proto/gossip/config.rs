@@ -33,6 +33,12 @@ pub struct GossipConfig {
     pub join_retry: Duration,
     /// How many random members a node forwards news to (`Rumor` messages).
     pub rumor_fanout: usize,
+    /// News that comes within this long of this node's last rumor push waits, and goes
+    /// out with whatever else comes until then in one rumor per member pushed to: a storm
+    /// of joins costs a node one push per gap, not one per join (at thousands of members
+    /// the pushes of every join to every node were a third of all messages). News after a
+    /// quiet spell goes out at once. Zero: every piece of news is pushed when it comes.
+    pub rumor_gap: Duration,
     /// Records a second this node sends in full answers to joins (each costs the table's
     /// size); past them (and `join_burst` at once) a join gets a light answer and pulls
     /// the rest from another member ([`super::admission`]).
@@ -52,6 +58,7 @@ impl GossipConfig {
         self.anti_entropy_interval *= k;
         self.anti_entropy_fast_interval *= k;
         self.join_retry *= k;
+        self.rumor_gap *= k;
         self.join_rate /= k as f64;
         self
     }
@@ -71,6 +78,7 @@ impl Default for GossipConfig {
             tombstone_ttl: Duration::from_secs(300),
             join_retry: Duration::from_secs(1),
             rumor_fanout: 3,
+            rumor_gap: Duration::from_millis(100),
             join_rate: 20_000.0,
             join_burst: 40_000,
         }

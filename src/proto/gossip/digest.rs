@@ -11,17 +11,31 @@ impl Gossip {
     /// order-free sum of one hash per record over everything a record's merge looks at.
     /// Tombstones are left out (they expire at different times on different nodes).
     pub(super) fn digest(&self) -> GossipMessage {
-        let live = self
-            .members
-            .values()
-            .map(|e| &e.record)
-            .filter(|r| matches!(r.state, Liveness::Alive | Liveness::Suspect));
-        let (mut hash, mut count) = (record_hash(&self.me), 1u32);
-        for r in live {
-            hash = hash.wrapping_add(record_hash(r));
-            count += 1;
+        let (sum, count) = self.live_sum;
+        GossipMessage::Digest {
+            hash: record_hash(&self.me).wrapping_add(sum),
+            live: count.saturating_add(1),
         }
-        GossipMessage::Digest { hash, live: count }
+    }
+
+    /// Keeps the digest's sum over the live records up to date as the record of one
+    /// member goes from `old` to `new` (a sum over the table per period was a twentieth of
+    /// the simulator's time at 500 nodes).
+    pub(super) fn digest_replace(
+        &mut self,
+        old: Option<&MemberRecord>,
+        new: Option<&MemberRecord>,
+    ) {
+        let live = |r: &&MemberRecord| matches!(r.state, Liveness::Alive | Liveness::Suspect);
+        let (sum, count) = &mut self.live_sum;
+        if let Some(r) = old.filter(live) {
+            *sum = sum.wrapping_sub(record_hash(r));
+            *count -= 1;
+        }
+        if let Some(r) = new.filter(live) {
+            *sum = sum.wrapping_add(record_hash(r));
+            *count += 1;
+        }
     }
 
     /// Sends every record this node knows; `reply` asks for the peer's in return.

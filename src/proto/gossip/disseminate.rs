@@ -6,9 +6,21 @@ use crate::proto::id::NodeId;
 use crate::proto::message::{GossipMessage, Liveness, MemberRecord};
 use crate::proto::time::Time;
 
+/// News held back for the next rumor push ([`crate::proto::GossipConfig::rumor_gap`]).
+#[derive(Debug, Default)]
+pub(super) struct HeldRumors {
+    /// Each record with the member it came from.
+    news: Vec<(MemberRecord, Option<NodeId>)>,
+    /// When news was last pushed.
+    last: Option<Time>,
+    /// Whether a flush is armed.
+    armed: bool,
+}
+
 impl Gossip {
     /// Applies `updates` and forwards what was news to a few random members (not to
-    /// `from`, nor to the members the news is about).
+    /// `from`, nor to the members the news is about): at once after a quiet spell, else
+    /// with the rest of the news at the end of the gap.
     pub(super) fn spread(&mut self, now: Time, updates: Vec<MemberRecord>, from: Option<NodeId>) {
         let news: Vec<MemberRecord> = updates
             .into_iter()
@@ -17,15 +29,43 @@ impl Gossip {
         if news.is_empty() {
             return;
         }
-        let mut exclude: Vec<NodeId> = news.iter().map(|r| r.id).collect();
-        exclude.extend(from);
+        let held = &mut self.rumors;
+        held.news.extend(news.into_iter().map(|r| (r, from)));
+        let due = held.last.map(|t| t + self.config.rumor_gap);
+        match due {
+            Some(due) if due > now => {
+                if !held.armed {
+                    held.armed = true;
+                    self.arm(due, super::Timer::RumorFlush);
+                }
+            }
+            _ => self.push_rumors(now),
+        }
+    }
+
+    /// Pushes the news held back to a few random members; none gets a record about
+    /// itself or one it sent us.
+    pub(super) fn push_rumors(&mut self, now: Time) {
+        self.rumors.armed = false;
+        if self.rumors.news.is_empty() {
+            return;
+        }
+        let news = std::mem::take(&mut self.rumors.news);
+        self.rumors.last = Some(now);
+        // One piece of news (the quiet case) skips the members it concerns when picking;
+        // a batch concerns too many for that, so each member picked gets what it lacks.
+        let exclude: Vec<NodeId> = match &news[..] {
+            [(r, from)] => std::iter::once(r.id).chain(*from).collect(),
+            _ => Vec::new(),
+        };
         for to in self.pick_random(self.config.rumor_fanout, &exclude) {
-            self.send(
-                to,
-                GossipMessage::Rumor {
-                    updates: news.clone(),
-                },
-            );
+            let updates: Vec<MemberRecord> = (news.iter())
+                .filter(|(r, from)| r.id != to && *from != Some(to))
+                .map(|(r, _)| r.clone())
+                .collect();
+            if !updates.is_empty() {
+                self.send(to, GossipMessage::Rumor { updates });
+            }
         }
     }
 
@@ -84,14 +124,18 @@ impl Gossip {
             return false;
         }
         let before = self.members.get(&r.id).map(|e| e.record.state);
+        if before.is_none() {
+            self.member_ids.push(r.id);
+        }
         self.news_since_sync = true;
-        self.members.insert(
+        let old = self.members.insert(
             r.id,
             Entry {
                 record: r.clone(),
                 changed: now,
             },
         );
+        self.digest_replace(old.as_ref().map(|e| &e.record), Some(&r));
         if piggyback {
             self.enqueue(r.clone());
         }
@@ -188,15 +232,38 @@ impl Gossip {
         out
     }
 
+    /// Up to `count` distinct random alive members, none of them in `exclude`.
     pub(super) fn pick_random(&mut self, count: usize, exclude: &[NodeId]) -> Vec<NodeId> {
+        let wanted = |g: &Gossip, id: &NodeId, out: &[NodeId]| {
+            g.members
+                .get(id)
+                .is_some_and(|e| e.record.state == Liveness::Alive)
+                && !exclude.contains(id)
+                && !out.contains(id)
+        };
+        // Random draws first: a scan of every member per rumor made spreading the news of
+        // n joins cost n^2 per node.
+        let mut out = Vec::new();
+        if !self.member_ids.is_empty() {
+            for _ in 0..(4 * count + 8) {
+                if out.len() >= count {
+                    return out;
+                }
+                let i = self.rng.below(self.member_ids.len() as u64) as usize;
+                let id = self.member_ids[i];
+                if wanted(self, &id, &out) {
+                    out.push(id);
+                }
+            }
+        }
+        // Few alive, or unlucky draws: the rest from a scan.
         let mut pool: Vec<NodeId> = self
-            .members
-            .values()
-            .filter(|e| e.record.state == Liveness::Alive && !exclude.contains(&e.record.id))
-            .map(|e| e.record.id)
+            .member_ids
+            .iter()
+            .filter(|id| wanted(self, id, &out))
+            .copied()
             .collect();
         pool.sort();
-        let mut out = Vec::new();
         while out.len() < count && !pool.is_empty() {
             let i = self.rng.below(pool.len() as u64) as usize;
             out.push(pool.swap_remove(i));

@@ -91,12 +91,15 @@ impl Gossip {
                     self.join(now, via);
                 }
             }
+            Timer::RumorFlush => self.push_rumors(now),
             Timer::Prune => {
                 let ttl = self.config.tombstone_ttl;
                 self.members.retain(|_, e| {
                     matches!(e.record.state, Liveness::Alive | Liveness::Suspect)
                         || now.saturating_since(e.changed) < ttl
                 });
+                let members = &self.members;
+                self.member_ids.retain(|id| members.contains_key(id));
                 self.arm(now + ttl, Timer::Prune);
             }
         }
