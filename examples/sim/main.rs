@@ -115,6 +115,10 @@ struct Args {
     /// core's `shared_trees_from`; off unless told).
     #[arg(long, value_name = "MEMBERS")]
     shared_trees_from: Option<usize>,
+    /// Measure a random sample of this many members, then only where cluster discovery
+    /// points (the core's `sweep_limit`; every member unless told).
+    #[arg(long, value_name = "MEMBERS", value_parser = clap::value_parser!(u32).range(1..))]
+    sweep_limit: Option<u32>,
 }
 
 /// Parses `--trace A,B,ROOT`.
@@ -247,6 +251,9 @@ fn run(args: Args) -> Result<()> {
     .dilated(args.dilate);
     if args.shared_trees_from.is_some() {
         core.shared_trees_from = args.shared_trees_from;
+    }
+    if let Some(limit) = args.sweep_limit {
+        core.sweep_limit = Some(limit as usize);
     }
     if let Some(rounds) = args.sweep_rounds {
         core.sweep_rounds = rounds as usize;

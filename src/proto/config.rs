@@ -115,6 +115,18 @@ pub struct Config {
     /// shorter sweep once left a few clusters entered twice for good, judged on samples
     /// taken in its rush; entry notices (DESIGN §3.9) make the entries meet again.
     pub sweep_rounds: usize,
+    /// The sweep measures at most this many members, a random sample of them; past it a
+    /// node measures where cluster discovery points (DESIGN §3.12): every member of its
+    /// own discovered cluster, and one member of every other cluster it has no sample
+    /// of. A node then measures O(sample + cluster + clusters) peers instead of every
+    /// member, the all-pairs probing that kept thousands of nodes out of reach. `None`
+    /// (the default): every member is measured, as the paper does.
+    ///
+    /// ```
+    /// let config = overlay::Config { sweep_limit: Some(256), ..overlay::Config::wan() };
+    /// assert_eq!(config.sweep_limit, Some(256));
+    /// ```
+    pub sweep_limit: Option<usize>,
     /// How many RTT samples the min-filter keeps per peer.
     pub rtt_window: usize,
     /// The RTT estimate follows the window's minimum down at once but up only past a band
@@ -206,6 +218,7 @@ impl Config {
             max_hinted: 8,
             sweep_per_round: 32,
             sweep_rounds: 4,
+            sweep_limit: None,
             rtt_window: 64,
             rtt_hold: true,
             serial_request_gap: Duration::from_millis(20),

@@ -68,6 +68,7 @@ mod collectives;
 mod discovery;
 mod entries;
 mod explore;
+mod guided;
 mod hints;
 mod inputs;
 mod neighbours;

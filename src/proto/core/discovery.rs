@@ -7,7 +7,7 @@
 
 use super::Core;
 use crate::proto::clusters::{ClusterTable, ClusterView, summary};
-use crate::proto::id::NodeId;
+use crate::proto::id::{IdMap, IdSet, NodeId};
 use crate::proto::message::{ClusterMessage, Message};
 use crate::proto::rng::SplitMix64;
 use crate::proto::time::Time;
@@ -46,6 +46,14 @@ pub(super) struct Discovery {
     bandwidth_at: Option<Time>,
     /// Whether trees are shared (see `Core::update_sharing`).
     pub(super) shared_on: bool,
+    /// Every peer a summary of ours has named. With a limited sweep a node's row fills in
+    /// over several rounds (its cluster, then a member of each other cluster), and a
+    /// summary naming a peer for the first time is new structure, not drift: it is
+    /// published without spending the allowance (at most once per peer ever measured).
+    pub(super) named: IdSet<NodeId>,
+    /// Trees taken up with shared trees on that have heard nothing yet, and when they
+    /// were last asked for (see `Core::reask_unrouted`).
+    pub(super) unrouted: IdMap<NodeId, Time>,
 }
 
 impl Discovery {
@@ -56,6 +64,8 @@ impl Discovery {
             rng: SplitMix64::new(seed ^ 0xC1A5_7E55_D15C_0FE7),
             next_sync: now + sync,
             republish_tokens: REPUBLISH_BURST,
+            named: IdSet::default(),
+            unrouted: IdMap::default(),
             tokens_at: now,
             bandwidth_at: None,
             shared_on: false,
@@ -153,7 +163,12 @@ impl Core {
             let interval = self.config.bw_probe_interval;
             // News of the links first spends the allowance kept for it, RTT news the
             // general one; either may use the other's.
+            let names_new = self.config.sweep_limit.is_some()
+                && edges
+                    .iter()
+                    .any(|e| !self.discovery.named.contains(&e.peer));
             let publish = match (rtt_moved, bw_moved) {
+                (true, _) if names_new => true,
                 (true, _) => {
                     self.discovery.may_republish(now, alive)
                         || (bw_moved && self.discovery.may_republish_bandwidth(now, interval))
@@ -170,6 +185,7 @@ impl Core {
                     bandwidth = bandwidth.len(),
                     "cluster summary republished"
                 );
+                (self.discovery.named).extend(edges.iter().map(|e| e.peer));
                 self.discovery.table.publish(self.now, edges, bandwidth);
                 self.stats.cluster_publishes += 1;
             }
@@ -189,6 +205,9 @@ impl Core {
         self.update_sharing();
         if recomputed && self.discovery.shared_on {
             self.retrack();
+        }
+        if self.discovery.shared_on {
+            self.reask_unrouted();
         }
         if recomputed && tracing::enabled!(tracing::Level::DEBUG) {
             let view = self.discovery.table.view();

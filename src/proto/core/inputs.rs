@@ -64,6 +64,7 @@ impl Core {
         }
         self.out.event(Event::MemberDown { id, reason });
         self.discovery.table.remove(&id);
+        self.discovery.named.remove(&id);
         self.nbrs.forget(&id);
         self.probing.forget(&id);
         self.bw.forget(&id);
@@ -92,6 +93,11 @@ impl Core {
     pub(super) fn start_tree(&mut self, id: NodeId) {
         self.trees.track(id, self.now);
         self.out.event(Event::RootAdded { root: id });
+        self.ask_for_tree(id);
+    }
+
+    /// Asks for `id`'s tree as [`Core::start_tree`] does.
+    pub(super) fn ask_for_tree(&mut self, id: NodeId) {
         // What our candidates told us about this root before we knew it was dropped
         // (`handle_entry` keeps entries of live roots only), and a candidate whose state in
         // the tree has settled advertises it again only in its periodic full advert (every

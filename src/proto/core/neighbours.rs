@@ -43,6 +43,13 @@ impl Neighbours {
         near
     }
 
+    /// Every peer measured by our own samples, with its filtered RTT (µs), in no order.
+    pub(super) fn measured_rtts(&self) -> impl Iterator<Item = (NodeId, u32)> + '_ {
+        (self.rtt.iter())
+            .filter(|(_, e)| e.measured())
+            .filter_map(|(p, e)| e.rtt_us().map(|r| (*p, r)))
+    }
+
     /// Whether `peer`'s estimate comes from our own samples (not only from a hint).
     pub(super) fn measured(&self, peer: &NodeId) -> bool {
         self.rtt.get(peer).is_some_and(|e| e.measured())

@@ -58,6 +58,10 @@ fn peer_backoff(
 pub(super) struct Probing {
     /// Members not measured yet, probed a few per round.
     sweep: Vec<NodeId>,
+    /// Members the sweep has probed (it stops at `Config::sweep_limit`).
+    swept: usize,
+    /// Where measuring past a limited sweep stands (see `guided`).
+    pub(super) guide: super::guided::Guide,
     /// Probes of the current round still to send (peer, whether to watch it).
     queue: VecDeque<(NodeId, bool)>,
     /// The gap between two probes of the current round.
@@ -360,10 +364,13 @@ impl Core {
             .into_iter()
             .map(|p| (p, !self.nbrs.is_hinted(&p) || parents.contains(&p)))
             .collect();
-        let per_round = self
-            .config
-            .sweep_per_round
-            .max(self.members.alive().len() / self.config.sweep_rounds.max(1));
+        // The sweep meets every member in about `sweep_rounds` rounds, or its sample of
+        // `sweep_limit` of them.
+        let alive = self.members.alive().len();
+        let limit = self.config.sweep_limit;
+        let sweep_len = limit.map_or(alive, |m| alive.min(m));
+        let per_round =
+            (self.config.sweep_per_round).max(sweep_len / self.config.sweep_rounds.max(1));
         for _ in 0..per_round {
             let sweep = &mut self.probing.sweep;
             if sweep.is_empty() {
@@ -373,13 +380,22 @@ impl Core {
             let peer = sweep.swap_remove(i);
             if self.members.is_alive(&peer) && self.nbrs.cands.role(&peer).is_none() {
                 round.push((peer, false));
+                self.probing.swept += 1;
             }
         }
-        if self.probing.met_everyone()
-            && let Some(peer) = self.unmeasured_member()
-            && !round.iter().any(|(p, _)| *p == peer)
-        {
-            round.push((peer, false));
+        if limit.is_some_and(|m| self.probing.swept >= m) {
+            self.probing.sweep.clear();
+        }
+        if self.probing.met_everyone() {
+            let more = match limit {
+                Some(_) => self.guided_targets(per_round),
+                None => self.unmeasured_member().into_iter().collect(),
+            };
+            for peer in more {
+                if !round.iter().any(|(p, _)| *p == peer) {
+                    round.push((peer, false));
+                }
+            }
         }
         for i in (1..round.len()).rev() {
             let j = self.rng.below(i as u64 + 1) as usize;

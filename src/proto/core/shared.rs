@@ -65,10 +65,7 @@ impl<'a> Sharing<'a> {
 
     /// The smallest member of `id`'s discovered cluster, if it has one of two or more.
     fn group_rep(&self, id: NodeId) -> Option<NodeId> {
-        match self.table.view().group_of(1, &id) {
-            Some(g) if g.members.len() > 1 => Some(g.members[0]),
-            _ => None,
-        }
+        self.table.cluster_rep(&id)
     }
 
     /// Whether `node` keeps a tree for `root`. A root discovery has not placed yet (in a
@@ -170,6 +167,39 @@ impl Core {
     /// discovery has not placed `root` yet.
     pub fn tracks_tree(&self, root: NodeId) -> bool {
         self.sharing().tracks(self.id, root)
+    }
+
+    /// Asks again for the trees taken up that have heard nothing for two serial periods.
+    /// A node takes a tree up when its view of the clusters places the root, and its
+    /// first asks may all come to nothing: its near peers' views may not place the root
+    /// yet (they do not keep the tree, so neither answer nor advertise it to us), and the
+    /// root's answer cannot be judged before we hold samples of the root (with a limited
+    /// sweep, a cluster mate is measured only once discovery points to it). Without news
+    /// of the tree nobody sends it again: such trees stayed without a parent for tens of
+    /// seconds at a thousand nodes.
+    pub(super) fn reask_unrouted(&mut self) {
+        let wait = self.config.serial_period * 2;
+        let now = self.now;
+        let me = self.id;
+        let unrouted: Vec<NodeId> = (self.trees.iter())
+            .filter(|t| t.root != me && t.serial == 0 && !t.connected)
+            .map(|t| t.root)
+            .filter(|r| self.trees.live_root(*r).is_some())
+            .collect();
+        let asked = &mut self.discovery.unrouted;
+        asked.retain(|r, _| unrouted.contains(r));
+        let mut due = Vec::new();
+        for r in unrouted {
+            let at = asked.entry(r).or_insert(now);
+            if now.saturating_since(*at) >= wait {
+                *at = now;
+                due.push(r);
+            }
+        }
+        for r in due {
+            self.stats.reasks += 1;
+            self.ask_for_tree(r);
+        }
     }
 
     /// Brings the trees tracked in line with [`Core::tracks_tree`], after the clusters or
