@@ -124,12 +124,20 @@ impl ClusterView {
 }
 
 /// A received summary cut to the size bound, without edges to its own node.
+/// Left as it came (shared) when it needs no cut, as an honest node's always does.
 pub(crate) fn sanitize(mut s: ClusterSummary) -> ClusterSummary {
     let node = s.node;
-    s.edges.retain(|e: &ClusterEdge| e.peer != node);
-    s.edges.truncate(MAX_CLUSTER_EDGES);
-    s.bandwidth.retain(|e| e.from != node);
-    s.bandwidth.truncate(MAX_BANDWIDTH_EDGES);
+    let edges_ok = s.edges.len() <= MAX_CLUSTER_EDGES && s.edges.iter().all(|e| e.peer != node);
+    if !edges_ok {
+        let edges = (s.edges.iter()).filter(|e: &&ClusterEdge| e.peer != node);
+        s.edges = edges.take(MAX_CLUSTER_EDGES).copied().collect();
+    }
+    let bandwidth_ok =
+        s.bandwidth.len() <= MAX_BANDWIDTH_EDGES && s.bandwidth.iter().all(|e| e.from != node);
+    if !bandwidth_ok {
+        let bandwidth = s.bandwidth.iter().filter(|e| e.from != node);
+        s.bandwidth = bandwidth.take(MAX_BANDWIDTH_EDGES).copied().collect();
+    }
     s
 }
 

@@ -316,8 +316,8 @@ impl ClusterTable {
             return;
         }
         let s = sanitize(s);
-        self.bandwidth.insert(s.node, (s.bandwidth.into(), now));
-        self.entries.insert(s.node, (s.version, s.edges.into()));
+        self.bandwidth.insert(s.node, (s.bandwidth, now));
+        self.entries.insert(s.node, (s.version, s.edges));
         self.news.insert(s.node);
         self.changed = true;
     }
@@ -326,11 +326,8 @@ impl ClusterTable {
         self.entries.get(id).map(|(version, edges)| ClusterSummary {
             node: *id,
             version: *version,
-            edges: edges.to_vec(),
-            bandwidth: self
-                .bandwidth
-                .get(id)
-                .map_or_else(Vec::new, |(b, _)| b.to_vec()),
+            edges: edges.clone(),
+            bandwidth: (self.bandwidth.get(id)).map_or_else(|| Arc::from([]), |(b, _)| b.clone()),
         })
     }
 

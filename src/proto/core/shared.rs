@@ -169,30 +169,40 @@ impl Core {
         self.sharing().tracks(self.id, root)
     }
 
-    /// Asks again for the trees taken up that have heard nothing for two serial periods.
-    /// A node takes a tree up when its view of the clusters places the root, and its
-    /// first asks may all come to nothing: its near peers' views may not place the root
-    /// yet (they do not keep the tree, so neither answer nor advertise it to us), and the
-    /// root's answer cannot be judged before we hold samples of the root (with a limited
-    /// sweep, a cluster mate is measured only once discovery points to it). Without news
-    /// of the tree nobody sends it again: such trees stayed without a parent for tens of
-    /// seconds at a thousand nodes.
+    /// Asks again for the trees taken up that are not settled where they should be: those
+    /// that heard nothing for two serial periods, and those of a root of our cluster that
+    /// we reach through another cluster. A node takes a tree up when its view of the
+    /// clusters places the root, and its first asks may all come to nothing: its near
+    /// peers' views may not place the root yet (they do not keep the tree, so neither
+    /// answer nor advertise it to us), and the root's answer cannot be judged before we
+    /// hold samples of the root (with a limited sweep, a cluster mate is measured only
+    /// once discovery points to it); a member of another cluster that kept the tree a
+    /// while may be all we heard. Without news of the tree nobody sends it again: such
+    /// trees stayed without a parent, or entered their own cluster from outside, for tens
+    /// of seconds at a thousand nodes. The wait doubles after each ask, up to 32 periods.
     pub(super) fn reask_unrouted(&mut self) {
-        let wait = self.config.serial_period * 2;
+        let period = self.config.serial_period;
         let now = self.now;
         let me = self.id;
-        let unrouted: Vec<NodeId> = (self.trees.iter())
-            .filter(|t| t.root != me && t.serial == 0 && !t.connected)
+        let table = &self.discovery.table;
+        let own = table.cluster_rep(&me);
+        let outside = |p: &NodeId| own.is_some() && table.cluster_rep(p) != own;
+        let unsettled: Vec<NodeId> = (self.trees.iter())
+            .filter(|t| t.root != me && self.trees.live_root(t.root).is_some())
+            .filter(|t| {
+                (t.serial == 0 && !t.connected)
+                    || (!outside(&t.root) && t.parent.is_some_and(|p| outside(&p)))
+            })
             .map(|t| t.root)
-            .filter(|r| self.trees.live_root(*r).is_some())
             .collect();
         let asked = &mut self.discovery.unrouted;
-        asked.retain(|r, _| unrouted.contains(r));
+        asked.retain(|r, _| unsettled.contains(r));
         let mut due = Vec::new();
-        for r in unrouted {
-            let at = asked.entry(r).or_insert(now);
-            if now.saturating_since(*at) >= wait {
+        for r in unsettled {
+            let (at, wait) = asked.entry(r).or_insert((now, period * 2));
+            if now.saturating_since(*at) >= *wait {
                 *at = now;
+                *wait = (*wait * 2).min(period * 32);
                 due.push(r);
             }
         }
@@ -232,6 +242,7 @@ mod tests {
     use crate::proto::clusters::ClusterParams;
     use crate::proto::message::{ClusterEdge, ClusterMessage, ClusterSummary};
     use crate::proto::time::Time;
+    use std::sync::Arc;
 
     fn id(k: u8) -> NodeId {
         NodeId([k; 16])
@@ -247,8 +258,8 @@ mod tests {
         let s = |k: u8, edges: Vec<ClusterEdge>| ClusterSummary {
             node: id(k),
             version: 1,
-            edges,
-            bandwidth: vec![],
+            edges: edges.into(),
+            bandwidth: Arc::from([]),
         };
         let mut t = ClusterTable::new(id(1));
         t.publish_edges(vec![e(2, 200), e(3, 200), e(5, 20_000)]);

@@ -18,8 +18,8 @@ pub struct CoreStats {
     /// Trees dropped while their root lives, the root being in another cluster than ours
     /// (shared trees, see the `shared` module of the core).
     pub trees_unshared: u64,
-    /// Trees asked for again after two serial periods without news (shared trees: see
-    /// the `shared` module of the core).
+    /// Trees asked for again, not settled where they should be (shared trees: see
+    /// `reask_unrouted` in the `shared` module of the core).
     pub reasks: u64,
     /// Parents dropped because they went quiet for six refresh periods.
     pub parents_quiet: u64,

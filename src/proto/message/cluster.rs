@@ -4,6 +4,7 @@
 use super::BandwidthEdge;
 use crate::proto::id::NodeId;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// At most this many edges in one [`ClusterSummary`]; a longer list is cut on receipt.
 pub const MAX_CLUSTER_EDGES: usize = 32;
@@ -32,11 +33,13 @@ pub struct ClusterSummary {
     pub node: NodeId,
     /// Bumped by `node` whenever its summary changes; the higher version wins.
     pub version: u32,
-    /// The latencies it publishes.
-    pub edges: Vec<ClusterEdge>,
+    /// The latencies it publishes. Shared, not copied, by every table that holds this
+    /// version (on the wire a plain sequence): in the simulator, a copy per node of every
+    /// summary was O(N²) memory.
+    pub edges: Arc<[ClusterEdge]>,
     /// Bandwidths it measured arriving from peers in other clusters (at most
-    /// [`MAX_BANDWIDTH_EDGES`](super::MAX_BANDWIDTH_EDGES)).
-    pub bandwidth: Vec<BandwidthEdge>,
+    /// [`MAX_BANDWIDTH_EDGES`](super::MAX_BANDWIDTH_EDGES)); shared as `edges` is.
+    pub bandwidth: Arc<[BandwidthEdge]>,
 }
 
 /// How many buckets the cluster summaries are split into (by the first byte of the node

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::proto::rng::SplitMix64;
+use std::sync::Arc;
 
 fn sample() -> Vec<Message> {
     let a = NodeId::from_seed(1, 1);
@@ -90,8 +91,9 @@ fn sample() -> Vec<Message> {
                 edges: vec![ClusterEdge {
                     peer: b,
                     rtt_us: 3_000,
-                }],
-                bandwidth: vec![],
+                }]
+                .into(),
+                bandwidth: Arc::from([]),
             }],
         }),
     ]
@@ -150,8 +152,8 @@ fn the_largest_cluster_messages_fit_in_a_frame() {
     let summary = ClusterSummary {
         node: id,
         version: u32::MAX,
-        edges: vec![edge; MAX_CLUSTER_EDGES],
-        bandwidth: vec![],
+        edges: vec![edge; MAX_CLUSTER_EDGES].into(),
+        bandwidth: Arc::from([]),
     };
     let summaries = Message::Cluster(ClusterMessage::Summaries {
         summaries: vec![summary.clone(); MAX_CLUSTER_SUMMARIES],

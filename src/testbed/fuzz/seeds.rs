@@ -126,12 +126,14 @@ pub fn packets() -> Vec<Packet> {
                 edges: vec![ClusterEdge {
                     peer: b,
                     rtt_us: 3_000,
-                }],
+                }]
+                .into(),
                 bandwidth: vec![BandwidthEdge {
                     from: b,
                     kbps: 20_000,
                     samples: 3,
-                }],
+                }]
+                .into(),
             }],
         }),
         Message::TrainRequest {

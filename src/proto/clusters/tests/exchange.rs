@@ -3,6 +3,7 @@
 use super::*;
 use crate::proto::message::{ClusterMessage, MAX_CLUSTER_SUMMARIES};
 use crate::proto::time::Time;
+use std::sync::Arc;
 
 #[test]
 fn a_summary_takes_the_nearest_and_smallest_of_every_shell() {
@@ -92,14 +93,14 @@ fn two_tables_reconcile_and_refuse_strangers() {
     let c = ClusterSummary {
         node: ids[2],
         version: 3,
-        edges: vec![edge(0, 200)],
-        bandwidth: vec![],
+        edges: vec![edge(0, 200)].into(),
+        bandwidth: Arc::from([]),
     };
     let stranger = ClusterSummary {
         node: ids[4],
         version: 1,
-        edges: vec![edge(0, 1)],
-        bandwidth: vec![],
+        edges: vec![edge(0, 1)].into(),
+        bandwidth: Arc::from([]),
     };
     a.handle(
         Time::from_micros(0),
@@ -145,8 +146,8 @@ fn a_node_outranks_its_own_summary_from_before_a_restart() {
     let old = ClusterSummary {
         node: ids[0],
         version: 40,
-        edges: Vec::new(),
-        bandwidth: vec![],
+        edges: Arc::from([]),
+        bandwidth: Arc::from([]),
     };
     a.handle(
         Time::from_micros(0),
@@ -171,7 +172,7 @@ fn a_node_outranks_its_own_summary_from_before_a_restart() {
     assert_eq!((a.version(&ids[0]), a.has_news()), (Some(41), false));
     // ...but the same version with other edges (a run before a restart) is outranked.
     let other = ClusterSummary {
-        edges: Vec::new(),
+        edges: Arc::from([]),
         ..back
     };
     a.handle(Time::from_micros(0), own(other), |_: &NodeId| true);
@@ -193,8 +194,8 @@ fn received_summaries_are_bounded() {
         .map(|i| ClusterSummary {
             node: NodeId::from_seed(5, i),
             version: 1,
-            edges: Vec::new(),
-            bandwidth: vec![],
+            edges: Arc::from([]),
+            bandwidth: Arc::from([]),
         })
         .collect();
     many.insert(
@@ -202,8 +203,8 @@ fn received_summaries_are_bounded() {
         ClusterSummary {
             node: ids[1],
             version: 1,
-            edges,
-            bandwidth: vec![],
+            edges: edges.into(),
+            bandwidth: Arc::from([]),
         },
     );
     a.handle(
