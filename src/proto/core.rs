@@ -30,6 +30,7 @@
 //! | `entries` | `HeardTable` | what peers told us about each tree |
 //! | `neighbours` | `Neighbours` | RTT estimates, candidate set |
 //! | `probing` | `Probing` | the measuring sweep, the round's probes |
+//! | `guided` | `Guide` | where measuring past a limited sweep stands |
 //! | `explore` | `Exploring` | the pace of explorer rotation |
 //! | `adverts` | `Adverts` | adverts due, full adverts owed, budget |
 //! | `asks` | `Asks` | requests waiting, sent (rate limits), batched |
@@ -38,12 +39,14 @@
 //! | `rounds` | `Schedule` | timers, last serial bump, round count |
 //! | `outputs` | `Outputs` | transmits, events, the outbox |
 //! | `collectives` | `CollectiveBridge` | the engine, send cost |
-//! | `discovery` | `Discovery` | cluster table and its own RNG |
+//! | `discovery` | `Discovery` | cluster table, its own RNG, republish and recompute pacing, trees to ask for again |
 //! | `bandwidth` | `Bandwidth` | inbound bandwidth estimates, trains asked, probe budget |
 //!
 //! The rest of the code is one concept per file, as [`Core`] methods:
 //! - `inputs`: members coming and going, and the dispatch of received messages;
 //! - `parents`: judging candidates, switching, detaching, and what follows a change;
+//! - `shared`: which trees a node keeps when trees are shared, and asking again for those
+//!   not settled;
 //! - `stats`: the counters ([`CoreStats`]);
 //! - `rootset`: the bitmap set of root indices the adverts due are kept in.
 //!

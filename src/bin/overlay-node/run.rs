@@ -41,6 +41,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(name) = &settings.name {
         builder = builder.name(name.clone());
     }
+    if settings.shared_trees_from.is_some() || settings.sweep_limit.is_some() {
+        builder = builder.config(overlay::Config {
+            shared_trees_from: settings.shared_trees_from.map(|n| n as usize),
+            sweep_limit: settings.sweep_limit.map(|n| n as usize),
+            ..overlay::Config::wan()
+        });
+    }
     // A daemon never exits because joining is slow (a seed busy with a join storm, a
     // network still coming up): without --join-timeout it keeps trying.
     let join_timeout = settings

@@ -12,6 +12,8 @@
 //! name = "worker-3"
 //! log_format = "json"
 //! threads = 1
+//! shared_trees_from = 1000
+//! sweep_limit = 256
 //! ```
 
 use crate::dirs::DataDirArg;
@@ -101,6 +103,16 @@ pub struct RunArgs {
     /// third less CPU than on two. Give more for bulk transfers on fast links.
     #[arg(long, env = "OVERLAY_THREADS", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=MAX_THREADS as i64))]
     pub threads: Option<u16>,
+    /// From this many members on, the roots of one discovered cluster share their tree
+    /// outside it: a node keeps its cluster's trees and one per other cluster (for
+    /// overlays of thousands; every node of an overlay should give the same value)
+    /// [default: a tree per member]
+    #[arg(long, env = "OVERLAY_SHARED_TREES_FROM", value_name = "MEMBERS", value_parser = clap::value_parser!(u32).range(2..))]
+    pub shared_trees_from: Option<u32>,
+    /// Measure a random sample of this many members, then only where cluster discovery
+    /// points (the node's cluster, one member of each other) [default: every member]
+    #[arg(long, env = "OVERLAY_SWEEP_LIMIT", value_name = "MEMBERS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub sweep_limit: Option<u32>,
 }
 
 /// The config file, and the effective settings `config print` shows.
@@ -140,6 +152,12 @@ pub struct Settings {
     /// Runtime threads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<u16>,
+    /// Members from which trees are shared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_trees_from: Option<u32>,
+    /// Members the first sweep measures at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_limit: Option<u32>,
 }
 
 /// Effective settings and the token given on the command line or in the environment
@@ -177,6 +195,8 @@ impl RunArgs {
             metrics: self.metrics.or(file.metrics),
             http: self.http.or(file.http),
             threads: self.threads.or(file.threads),
+            shared_trees_from: self.shared_trees_from.or(file.shared_trees_from),
+            sweep_limit: self.sweep_limit.or(file.sweep_limit),
         };
         match settings.threads {
             Some(0) => bail!("threads = 0 in the config file: a node needs at least one thread"),
@@ -184,6 +204,14 @@ impl RunArgs {
                 bail!("threads = {n} in the config file: at most {MAX_THREADS}")
             }
             _ => {}
+        }
+        if settings.shared_trees_from.is_some_and(|n| n < 2) {
+            bail!(
+                "shared_trees_from below 2 in the config file: trees are shared among two members at least"
+            );
+        }
+        if settings.sweep_limit == Some(0) {
+            bail!("sweep_limit = 0 in the config file: the sweep measures one member at least");
         }
         if self.token.is_some() && settings.token_file.is_some() {
             bail!(

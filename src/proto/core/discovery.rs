@@ -41,6 +41,10 @@ const REPUBLISH_MIN_GAP: Duration = Duration::from_secs(10);
 /// and would be seven times that per node at 5000). Up to 1000 members, nothing changes.
 const RECOMPUTE_GAP_PER_MEMBER: Duration = Duration::from_millis(1);
 
+/// Republishes a node may make without the allowance while its row fills in past a
+/// limited sweep (see `Discovery::named`).
+const FREE_REPUBLISHES: u32 = 4;
+
 /// Cluster discovery state of one core.
 pub(super) struct Discovery {
     pub(super) table: ClusterTable,
@@ -55,10 +59,15 @@ pub(super) struct Discovery {
     /// Whether trees are shared (see `Core::update_sharing`).
     pub(super) shared_on: bool,
     /// Every peer a summary of ours has named. With a limited sweep a node's row fills in
-    /// over several rounds (its cluster, then a member of each other cluster), and a
-    /// summary naming a peer for the first time is new structure, not drift: it is
-    /// published without spending the allowance (at most once per peer ever measured).
+    /// over several rounds (its cluster, then a member of each other cluster), and while
+    /// it does, a summary naming a peer for the first time is new structure, not drift:
+    /// it is published without spending the allowance, [`FREE_REPUBLISHES`] times at
+    /// most. (Not once the row is complete: in a cluster of near-equal RTTs the nearest
+    /// few reshuffle with jitter and kept naming new peers; at 2000 nodes the summaries
+    /// were then 35 KB/s per node after convergence.)
     pub(super) named: IdSet<NodeId>,
+    /// Republishes left that need no allowance (see `named`).
+    free_left: u32,
     /// Trees not settled where they should be, with shared trees on: when each was last
     /// asked for, and the wait before the next ask (see `Core::reask_unrouted`).
     pub(super) unrouted: IdMap<NodeId, (Time, Duration)>,
@@ -75,6 +84,7 @@ impl Discovery {
             next_sync: now + sync,
             republish_tokens: REPUBLISH_BURST,
             named: IdSet::default(),
+            free_left: FREE_REPUBLISHES,
             unrouted: IdMap::default(),
             recompute_after: now,
             tokens_at: now,
@@ -174,12 +184,17 @@ impl Core {
             let interval = self.config.bw_probe_interval;
             // News of the links first spends the allowance kept for it, RTT news the
             // general one; either may use the other's.
-            let names_new = self.config.sweep_limit.is_some()
+            let free = self.config.sweep_limit.is_some()
+                && self.probing.guide.filling()
+                && self.discovery.free_left > 0
                 && edges
                     .iter()
                     .any(|e| !self.discovery.named.contains(&e.peer));
             let publish = match (rtt_moved, bw_moved) {
-                (true, _) if names_new => true,
+                (true, _) if free => {
+                    self.discovery.free_left -= 1;
+                    true
+                }
                 (true, _) => {
                     self.discovery.may_republish(now, alive)
                         || (bw_moved && self.discovery.may_republish_bandwidth(now, interval))

@@ -23,6 +23,16 @@ const GROUPS_PER_ROUND: usize = 16;
 pub(super) struct Guide {
     /// Index of the next level-1 group to look at.
     next_group: usize,
+    /// Whether the last round found members to measure: the row is still filling in.
+    filling: bool,
+}
+
+impl Guide {
+    /// Whether the last probe round found members discovery points to and this node had
+    /// not measured: its row is still filling in.
+    pub(super) fn filling(&self) -> bool {
+        self.filling
+    }
 }
 
 impl Core {
@@ -90,6 +100,7 @@ impl Core {
             }
         }
         self.probing.guide.next_group = (start + looked) % groups.len().max(1);
+        self.probing.guide.filling = !out.is_empty();
         out
     }
 }
