@@ -230,3 +230,60 @@ fn forming_trees_send_fewer_advert_frames_with_throttled_flushes_and_converge_as
         "throttled flushes slowed convergence: {slow_at:.1} s then {at:.1} s"
     );
 }
+
+/// A limited sweep (`Config::sweep_limit`) measures a random sample of the members, then
+/// where discovery points: on 300 nodes in ten clusters with shared trees, every tree still ends
+/// wide-area optimal, with fewer probes and far fewer members of other clusters measured
+/// per node than when every member is.
+#[test]
+fn a_limited_sweep_measures_fewer_members_and_every_tree_still_ends_wide_area_optimal() {
+    let run = |limit: Option<usize>| {
+        let mut cfg = SimConfig {
+            seed: 3,
+            ..SimConfig::default()
+        };
+        cfg.core.shared_trees_from = Some(2);
+        cfg.core.sweep_limit = limit;
+        // Ten clusters of 30: phoenix-168's two large clusters leave little to spare.
+        let net = topology("scale-1000").scaled(0.3);
+        let mut sim = Sim::with_membership(&net, cfg, GossipConfig::default());
+        let took = sim.run_until_converged(Duration::from_secs(60));
+        assert!(
+            took.is_some(),
+            "sweep_limit {limit:?}: not converged\n{}",
+            sim.explain(3)
+        );
+        let pings = sim.traffic().get("ping").map_or(0, |k| k.messages);
+        // Members of other clusters measured: with every member swept, all of them; a
+        // limited sweep measures its own cluster whole, and of the others its sample,
+        // one member each where the sample missed, explorers, and those that probe it.
+        let live = sim.live_nodes();
+        let measured: usize = (live.iter())
+            .map(|&i| {
+                let core = sim.core(i);
+                (live.iter())
+                    .filter(|&&j| sim.cluster_of(j) != sim.cluster_of(i))
+                    .filter(|&&j| core.rtt(sim.id(j)).is_some())
+                    .count()
+            })
+            .sum();
+        let per_node = measured as f64 / live.len() as f64;
+        eprintln!(
+            "sweep_limit {limit:?}: converged after {took:?}, {pings} pings, {per_node:.1} \
+             members of other clusters measured per node"
+        );
+        (pings, per_node)
+    };
+    let (all_pings, all_measured) = run(None);
+    let (pings, measured) = run(Some(32));
+    // (Answers carry probes of their own when one is due, so a node also measures those
+    // that probe it: about half the members of other clusters in the end, at 300 nodes.)
+    assert!(
+        (pings as f64) < 0.9 * all_pings as f64,
+        "{pings} pings against {all_pings}"
+    );
+    assert!(
+        measured < 0.65 * all_measured,
+        "{measured:.1} members of other clusters measured per node against {all_measured:.1}"
+    );
+}

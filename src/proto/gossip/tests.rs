@@ -25,6 +25,8 @@ struct Net {
     digests: usize,
     /// Records sent in `Sync` messages, per sender.
     sync_records: Vec<usize>,
+    /// Rumors sent so far.
+    rumors: usize,
 }
 
 fn addr(i: usize) -> SocketAddr {
@@ -64,6 +66,7 @@ impl Net {
             syncs: 0,
             digests: 0,
             sync_records: vec![0; n],
+            rumors: 0,
         }
     }
 
@@ -83,6 +86,7 @@ impl Net {
                     self.sync_records[i] += members.len();
                 }
                 GossipMessage::Digest { .. } => self.digests += 1,
+                GossipMessage::Rumor { .. } => self.rumors += 1,
                 _ => {}
             }
             let to = self.index(t.to);
@@ -433,5 +437,6 @@ fn a_members_groups_spread_to_everyone_and_only_valid_lists_are_taken() {
 
 mod admission;
 mod revive;
+mod rumors;
 mod signed;
 mod starved;
