@@ -119,6 +119,10 @@ struct Args {
     /// points (the core's `sweep_limit`; every member unless told).
     #[arg(long, value_name = "MEMBERS", value_parser = clap::value_parser!(u32).range(1..))]
     sweep_limit: Option<u32>,
+    /// With `--membership gossip`: news within this many milliseconds of a node's last
+    /// rumor push waits and goes in one rumor (the membership's `rumor_gap`; 0 unless told)
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    rumor_gap: u64,
 }
 
 /// Parses `--trace A,B,ROOT`.
@@ -278,7 +282,11 @@ fn run(args: Args) -> Result<()> {
         ..SimConfig::default()
     };
     if args.membership == "gossip" {
-        let gossip = GossipConfig::default().slowed(args.dilate);
+        let gossip = GossipConfig {
+            rumor_gap: Duration::from_millis(args.rumor_gap),
+            ..GossipConfig::default()
+        }
+        .slowed(args.dilate);
         let sim = Sim::with_membership(&topo, cfg, gossip);
         return finish(sim, &args, &topo, max, window, wall);
     }
