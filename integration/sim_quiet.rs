@@ -254,9 +254,10 @@ fn a_limited_sweep_measures_fewer_members_and_every_tree_still_ends_wide_area_op
             sim.explain(3)
         );
         let pings = sim.traffic().get("ping").map_or(0, |k| k.messages);
-        // Members of other clusters measured: with every member swept, all of them; a
-        // limited sweep measures its own cluster whole, and of the others its sample,
-        // one member each where the sample missed, explorers, and those that probe it.
+        // Members of other clusters a node holds an RTT estimate of (`Core::rtt`: measured,
+        // or hinted by a parent): with every member swept, all of them; a limited sweep
+        // measures its own cluster whole, and of the others its sample, one member each
+        // where the sample missed, explorers, and those that probe it.
         let live = sim.live_nodes();
         let measured: usize = (live.iter())
             .map(|&i| {

@@ -12,7 +12,8 @@
 //!   dead when the suspicion times out without a refutation (a suspect member refutes by
 //!   bumping its incarnation). One slow probe therefore never kills a member.
 //! - Dissemination: news is pushed at once to a few random members, who forward what is
-//!   news to them ([`GossipMessage::Rumor`]); updates also ride on probes and acks, each
+//!   news to them ([`GossipMessage::Rumor`]; with [`GossipConfig::rumor_gap`] set, news
+//!   coming within the gap of the last push waits and goes out in one rumor); updates also ride on probes and acks, each
 //!   sent a bounded number of times; a periodic push-pull [`GossipMessage::Sync`] with a
 //!   random member repairs anything both missed (anti-entropy), more often while news
 //!   keeps coming.

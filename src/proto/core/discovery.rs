@@ -33,13 +33,14 @@ const REPUBLISH_GAP_PER_MEMBER: Duration = Duration::from_secs(1);
 /// See [`REPUBLISH_GAP_PER_MEMBER`].
 const REPUBLISH_MIN_GAP: Duration = Duration::from_secs(10);
 
-/// A node recomputes its view of the clusters at most once per this much time per alive
-/// member (and at most once per round). A computation is O(E log E) over the
-/// summaries' edges, E about 16 per member: spacing them out in proportion keeps the CPU
-/// a node spends on discovery about constant per second whatever the overlay's size (a
-/// view a second each was 38 % of the simulator's time at 1000 nodes with shared trees,
-/// and would be seven times that per node at 5000). Up to 1000 members, nothing changes.
-const RECOMPUTE_GAP_PER_MEMBER: Duration = Duration::from_millis(1);
+/// A node recomputes its view of the clusters (once per housekeeping round, when the table
+/// changed) at most once per this many rounds per alive member, rounded down: every round
+/// below 2000 members, every other round from 2000, every fifth at 5000. A computation is
+/// O(E log E) over the summaries' edges, E about 16 per member: spacing them out in
+/// proportion keeps the CPU a node spends on discovery about constant per second
+/// whatever the overlay's size (a view a round was 38 % of the simulator's time at 1000
+/// nodes with shared trees, and would cost seven times that per node at 5000).
+const RECOMPUTE_ROUNDS_PER_MEMBER: f64 = 0.001;
 
 /// Republishes a node may make without the allowance while its row fills in past a
 /// limited sweep (see `Discovery::named`).
@@ -71,7 +72,7 @@ pub(super) struct Discovery {
     /// Trees not settled where they should be, with shared trees on: when each was last
     /// asked for, and the wait before the next ask (see `Core::reask_unrouted`).
     pub(super) unrouted: IdMap<NodeId, (Time, Duration)>,
-    /// No recompute before this (see [`RECOMPUTE_GAP_PER_MEMBER`]).
+    /// No recompute before this (see [`RECOMPUTE_ROUNDS_PER_MEMBER`]).
     recompute_after: Time,
 }
 
@@ -211,7 +212,9 @@ impl Core {
                     bandwidth = bandwidth.len(),
                     "cluster summary republished"
                 );
-                (self.discovery.named).extend(edges.iter().map(|e| e.peer));
+                if self.config.sweep_limit.is_some() {
+                    (self.discovery.named).extend(edges.iter().map(|e| e.peer));
+                }
                 self.discovery.table.publish(self.now, edges, bandwidth);
                 self.stats.cluster_publishes += 1;
             }
@@ -230,10 +233,10 @@ impl Core {
         let recomputed = self.now >= self.discovery.recompute_after
             && self.discovery.table.recompute(&alive, &params);
         if recomputed {
-            let gap = RECOMPUTE_GAP_PER_MEMBER * alive.len() as u32;
-            // (Less a tenth: rounds are jittered, and a gap of exactly one round would
-            // skip every other one.)
-            self.discovery.recompute_after = self.now + gap.mul_f64(0.9);
+            let rounds = (alive.len() as f64 * RECOMPUTE_ROUNDS_PER_MEMBER).floor();
+            // (Half a round short of it: the next round due then comes on time.)
+            let gap = self.config.serial_period.mul_f64((rounds - 0.5).max(0.0));
+            self.discovery.recompute_after = self.now + gap;
         }
         self.update_sharing();
         if recomputed && self.discovery.shared_on {
@@ -241,6 +244,8 @@ impl Core {
         }
         if self.discovery.shared_on {
             self.reask_unrouted();
+        } else {
+            self.discovery.unrouted.clear();
         }
         if recomputed && tracing::enabled!(tracing::Level::DEBUG) {
             let view = self.discovery.table.view();

@@ -7,7 +7,8 @@
 //! the members of this node's discovered level-1 cluster it has no sample of (and of any
 //! group holding a peer it measured as near as its nearest), then one
 //! random member of each other cluster it has no sample of (a few clusters a round, round
-//! robin, so a round costs O(budget) and not O(members)). A node whose cluster mates were
+//! robin, so a round costs what the node measured, its cluster and 16 clusters, not
+//! O(members)). A node whose cluster mates were
 //! all missed by the sample stands alone at first; the member of its cluster it then
 //! measures is its nearest peer, its next summary says so, and discovery puts it in its
 //! cluster, whose other members the next rounds measure.
@@ -72,22 +73,19 @@ impl Core {
         for label in near {
             if let Ok(i) = groups.binary_search_by_key(&label, |g| g.label) {
                 let left = max.saturating_sub(out.len());
-                out.extend(
-                    groups[i]
-                        .members
-                        .iter()
-                        .filter(|p| unmeasured(p))
-                        .take(left),
-                );
+                // From a random place: in id order, every member of a cluster would probe
+                // the same few first.
+                let members = &groups[i].members;
+                let from = self.rng.below(members.len() as u64) as usize;
+                let (tail, head) = members.split_at(from);
+                out.extend(head.iter().chain(tail).filter(|p| unmeasured(p)).take(left));
             }
         }
         let start = self.probing.guide.next_group;
-        let looked = groups.len().min(GROUPS_PER_ROUND);
-        for k in 0..looked {
-            if out.len() >= max {
-                break;
-            }
-            let g = &groups[(start + k) % groups.len()];
+        let mut looked = 0;
+        while looked < groups.len().min(GROUPS_PER_ROUND) && out.len() < max {
+            let g = &groups[(start + looked) % groups.len()];
+            looked += 1;
             if g.members.binary_search(&self.id).is_ok()
                 || g.members.iter().any(|p| self.nbrs.measured(p))
             {

@@ -50,7 +50,7 @@ impl Core {
         // Measured by the sweep; the candidate set is topped up with random members at the
         // next probe round (taking the first members to arrive would make every node of a
         // fresh overlay watch the same few peers, and load them with everyone's traffic).
-        self.probing.meet(id);
+        self.probing.meet(id, self.config.sweep_limit);
     }
 
     /// A member left or died: everything about it is forgotten, its tree dropped, and the trees it was our parent in detached and re-judged.

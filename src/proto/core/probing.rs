@@ -94,9 +94,13 @@ impl Probing {
         self.sweep.clear();
     }
 
-    /// Queues a new member for the sweep.
-    pub(super) fn meet(&mut self, id: NodeId) {
-        self.sweep.push(id);
+    /// Queues a new member for the sweep, unless the sweep has taken its sample of
+    /// `limit` members (`Config::sweep_limit`): members coming later are measured where
+    /// discovery points, like the rest.
+    pub(super) fn meet(&mut self, id: NodeId, limit: Option<usize>) {
+        if limit.is_none_or(|m| self.swept < m) {
+            self.sweep.push(id);
+        }
     }
 
     /// This node started or stopped moving bulk data.
@@ -371,7 +375,8 @@ impl Core {
         let sweep_len = limit.map_or(alive, |m| alive.min(m));
         let per_round =
             (self.config.sweep_per_round).max(sweep_len / self.config.sweep_rounds.max(1));
-        for _ in 0..per_round {
+        let left = limit.map_or(usize::MAX, |m| m.saturating_sub(self.probing.swept));
+        for _ in 0..per_round.min(left) {
             let sweep = &mut self.probing.sweep;
             if sweep.is_empty() {
                 break;

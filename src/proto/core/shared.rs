@@ -31,7 +31,7 @@
 use super::Core;
 use super::trees::Trees;
 use crate::proto::clusters::ClusterTable;
-use crate::proto::id::NodeId;
+use crate::proto::id::{IdSet, NodeId};
 
 /// The rule of shared trees over one view of the clusters.
 #[derive(Clone, Copy)]
@@ -187,7 +187,7 @@ impl Core {
         let table = &self.discovery.table;
         let own = table.cluster_rep(&me);
         let outside = |p: &NodeId| own.is_some() && table.cluster_rep(p) != own;
-        let unsettled: Vec<NodeId> = (self.trees.iter())
+        let unsettled: IdSet<NodeId> = (self.trees.iter())
             .filter(|t| t.root != me && self.trees.live_root(t.root).is_some())
             .filter(|t| {
                 (t.serial == 0 && !t.connected)
@@ -206,6 +206,7 @@ impl Core {
                 due.push(r);
             }
         }
+        due.sort_unstable();
         for r in due {
             self.stats.reasks += 1;
             self.ask_for_tree(r);

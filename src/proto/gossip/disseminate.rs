@@ -18,9 +18,9 @@ pub(super) struct HeldRumors {
 }
 
 impl Gossip {
-    /// Applies `updates` and forwards what was news to a few random members (not to
-    /// `from`, nor to the members the news is about): at once after a quiet spell, else
-    /// with the rest of the news at the end of the gap.
+    /// Applies `updates` and forwards what was news to a few random members (a member
+    /// gets no record about itself nor one it sent us): at once after a quiet spell, else
+    /// with the rest of the news at the end of the gap (`GossipConfig::rumor_gap`).
     pub(super) fn spread(&mut self, now: Time, updates: Vec<MemberRecord>, from: Option<NodeId>) {
         let news: Vec<MemberRecord> = updates
             .into_iter()
@@ -50,8 +50,21 @@ impl Gossip {
         if self.rumors.news.is_empty() {
             return;
         }
-        let news = std::mem::take(&mut self.rumors.news);
+        let mut news = std::mem::take(&mut self.rumors.news);
         self.rumors.last = Some(now);
+        if news.len() > 1 {
+            // One record per member, as the table holds it now: news held a while may
+            // have been overtaken (a suspicion by a death, or a record come by a sync).
+            let mut seen = crate::proto::id::IdSet::default();
+            news.reverse();
+            news.retain(|(r, _)| seen.insert(r.id));
+            news.reverse();
+            for (r, _) in news.iter_mut() {
+                if let Some(e) = self.members.get(&r.id) {
+                    *r = e.record.clone();
+                }
+            }
+        }
         // One piece of news (the quiet case) skips the members it concerns when picking;
         // a batch concerns too many for that, so each member picked gets what it lacks.
         let exclude: Vec<NodeId> = match &news[..] {
@@ -247,7 +260,7 @@ impl Gossip {
         if !self.member_ids.is_empty() {
             for _ in 0..(4 * count + 8) {
                 if out.len() >= count {
-                    return out;
+                    break;
                 }
                 let i = self.rng.below(self.member_ids.len() as u64) as usize;
                 let id = self.member_ids[i];
@@ -255,6 +268,9 @@ impl Gossip {
                     out.push(id);
                 }
             }
+        }
+        if out.len() >= count {
+            return out;
         }
         // Few alive, or unlucky draws: the rest from a scan.
         let mut pool: Vec<NodeId> = self

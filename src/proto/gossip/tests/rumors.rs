@@ -81,3 +81,89 @@ fn news_after_a_quiet_spell_goes_out_at_once() {
         "members that know the newcomer after 100 ms: {held} with the gap, {at_once} without"
     );
 }
+
+/// Every rumor node 0 sends until `now`, as (to, records) pairs.
+fn rumors_sent(net: &mut Net) -> Vec<(NodeId, Vec<NodeId>)> {
+    let mut out = Vec::new();
+    while let Some(t) = net.nodes[0].poll_transmit() {
+        if let GossipMessage::Rumor { updates } = t.msg {
+            out.push((t.to, updates.iter().map(|r| r.id).collect()));
+        }
+    }
+    out
+}
+
+#[test]
+fn news_held_within_the_gap_goes_out_in_one_rumor_when_the_gap_ends() {
+    let gap = Duration::from_millis(100);
+    let mut net = storm(gap, 10);
+    let newcomer = |k: u64| {
+        let g = Gossip::new(
+            NodeId::from_seed(77, k),
+            format!("new{k}"),
+            addr(100 + k as usize),
+            1,
+            GossipConfig::default(),
+            k,
+            Time::ZERO,
+        );
+        g.me().clone()
+    };
+    let (a, b, c) = (newcomer(1), newcomer(2), newcomer(3));
+    let from = net.id(1);
+    let t0 = net.now;
+    let _ = rumors_sent(&mut net);
+    // After a quiet spell, news goes out at once.
+    net.nodes[0].handle_message(
+        t0,
+        from,
+        GossipMessage::Rumor {
+            updates: vec![a.clone()],
+        },
+    );
+    let first = rumors_sent(&mut net);
+    assert!(!first.is_empty(), "news after a quiet spell waits");
+    assert!(
+        first
+            .iter()
+            .all(|(to, ids)| *ids == vec![a.id] && *to != from)
+    );
+    // Within the gap, news waits ...
+    let t1 = t0 + Duration::from_millis(10);
+    net.nodes[0].handle_message(
+        t1,
+        from,
+        GossipMessage::Rumor {
+            updates: vec![b.clone()],
+        },
+    );
+    let t2 = t0 + Duration::from_millis(20);
+    net.nodes[0].handle_message(
+        t2,
+        from,
+        GossipMessage::Rumor {
+            updates: vec![c.clone()],
+        },
+    );
+    assert!(
+        rumors_sent(&mut net).is_empty(),
+        "news within the gap went out at once"
+    );
+    let due = net.nodes[0].poll_timeout().expect("a flush is armed");
+    assert!(due <= t0 + gap, "the flush comes after the gap: {due:?}");
+    // ... and goes out in one rumor per member when the gap ends.
+    net.nodes[0].handle_timeout(t0 + gap);
+    let batch = rumors_sent(&mut net);
+    assert!(!batch.is_empty(), "the held news never went out");
+    for (to, ids) in &batch {
+        assert_eq!(
+            *ids,
+            vec![b.id, c.id],
+            "one rumor to {to:?} with both records"
+        );
+    }
+    let mut targets: Vec<NodeId> = batch.iter().map(|(to, _)| *to).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    assert_eq!(targets.len(), batch.len(), "one rumor per member");
+}
