@@ -113,14 +113,15 @@ fn news_held_within_the_gap_goes_out_in_one_rumor_when_the_gap_ends() {
     let from = net.id(1);
     let t0 = net.now;
     let _ = rumors_sent(&mut net);
+    // Node 0 hears `record` from node 1 at `at`.
+    let hear = |net: &mut Net, at: Time, record: MemberRecord| {
+        let msg = GossipMessage::Rumor {
+            updates: vec![record],
+        };
+        net.nodes[0].handle_message(at, from, msg);
+    };
     // After a quiet spell, news goes out at once.
-    net.nodes[0].handle_message(
-        t0,
-        from,
-        GossipMessage::Rumor {
-            updates: vec![a.clone()],
-        },
-    );
+    hear(&mut net, t0, a.clone());
     let first = rumors_sent(&mut net);
     assert!(!first.is_empty(), "news after a quiet spell waits");
     assert!(
@@ -130,21 +131,9 @@ fn news_held_within_the_gap_goes_out_in_one_rumor_when_the_gap_ends() {
     );
     // Within the gap, news waits ...
     let t1 = t0 + Duration::from_millis(10);
-    net.nodes[0].handle_message(
-        t1,
-        from,
-        GossipMessage::Rumor {
-            updates: vec![b.clone()],
-        },
-    );
+    hear(&mut net, t1, b.clone());
     let t2 = t0 + Duration::from_millis(20);
-    net.nodes[0].handle_message(
-        t2,
-        from,
-        GossipMessage::Rumor {
-            updates: vec![c.clone()],
-        },
-    );
+    hear(&mut net, t2, c.clone());
     assert!(
         rumors_sent(&mut net).is_empty(),
         "news within the gap went out at once"
