@@ -40,6 +40,7 @@ mod config;
 mod digest;
 mod disseminate;
 mod health;
+mod piggyback;
 mod probe;
 
 pub use auth::{RecordAuth, TrustAll};
@@ -126,8 +127,8 @@ pub struct Gossip {
     /// News held back for the next rumor push (see [`GossipConfig::rumor_gap`]).
     rumors: disseminate::HeldRumors,
     rng: SplitMix64,
-    /// Updates to piggyback, with how many times each was sent.
-    outbox: VecDeque<(MemberRecord, usize)>,
+    /// Members whose records ride on probes and acks, with how many times each went.
+    outbox: piggyback::PiggybackQueue,
     probe_order: Vec<NodeId>,
     probe: Option<Probe>,
     relays: Vec<Relay>,
@@ -186,7 +187,7 @@ impl Gossip {
             live_sum: (0, 0),
             rumors: Default::default(),
             rng: SplitMix64::new(seed),
-            outbox: VecDeque::new(),
+            outbox: Default::default(),
             probe_order: Vec::new(),
             probe: None,
             relays: Vec::new(),

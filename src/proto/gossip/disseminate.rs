@@ -150,7 +150,7 @@ impl Gossip {
         );
         self.digest_replace(old.as_ref().map(|e| &e.record), Some(&r));
         if piggyback {
-            self.enqueue(r.clone());
+            self.enqueue(&r);
         }
         match r.state {
             Liveness::Alive => self.events.push_back(GossipEvent::Up(r)),
@@ -200,7 +200,7 @@ impl Gossip {
     /// Spreads this node's own record after a change (a refutation, new groups): queued
     /// for piggybacking and pushed at once to a few members.
     pub(super) fn announce_me(&mut self) {
-        self.enqueue(self.me.clone());
+        self.outbox.push(self.me.id);
         let news = self.me.clone();
         for to in self.pick_random(self.config.rumor_fanout, &[]) {
             self.send(
@@ -222,27 +222,25 @@ impl Gossip {
         ok
     }
 
-    pub(super) fn enqueue(&mut self, r: MemberRecord) {
-        self.outbox.retain(|(o, _)| o.id != r.id);
-        self.outbox.push_back((r, 0));
+    /// Queues `r` (as the table or our own record holds it) to ride on probes and acks.
+    pub(super) fn enqueue(&mut self, r: &MemberRecord) {
+        self.outbox.push(r.id);
     }
 
-    /// Takes the least-sent updates for one message; drops those sent often enough.
+    /// Takes the least-sent updates for one message, as the table holds them now; drops
+    /// those sent often enough.
     pub(super) fn piggyback(&mut self) -> Vec<MemberRecord> {
         let n = self.members.len() + 1;
         let limit = self.config.retransmit_factor * log10_ceil(n + 1);
-        let mut out = Vec::new();
-        let take = self.config.max_piggyback.min(self.outbox.len());
-        for _ in 0..take {
-            let Some((r, sent)) = self.outbox.pop_front() else {
-                break;
-            };
-            out.push(r.clone());
-            if sent + 1 < limit {
-                self.outbox.push_back((r, sent + 1));
-            }
-        }
-        out
+        let ids = self.outbox.take(self.config.max_piggyback, limit);
+        let me = &self.me;
+        let members = &self.members;
+        (ids.iter())
+            .filter_map(|id| match *id == me.id {
+                true => Some(me.clone()),
+                false => members.get(id).map(|e| e.record.clone()),
+            })
+            .collect()
     }
 
     /// Up to `count` distinct random alive members, none of them in `exclude`.
