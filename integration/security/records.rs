@@ -46,6 +46,7 @@ async fn a_member_cannot_declare_another_dead_or_gone() {
             ),
         ];
         let count = updates.len() as u64;
+        let updates = updates.into_iter().map(Into::into).collect();
         let rumor = Packet::Gossip(GossipMessage::Rumor { updates });
         let mut send = conn.open_uni().await.expect("open_uni");
         write_frame(&mut send, &rumor.encode().expect("encode"))

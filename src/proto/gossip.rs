@@ -32,6 +32,7 @@ pub use config::GossipConfig;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub mod admission;
@@ -50,7 +51,7 @@ pub use health::MAX_LOCAL_HEALTH;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GossipEvent {
     /// A member is alive (new, back after a restart, or its record changed).
-    Up(MemberRecord),
+    Up(Arc<MemberRecord>),
     /// A member is suspected; it is still a member.
     Suspect(NodeId),
     /// A member is gone: `state` is [`Liveness::Dead`] or [`Liveness::Left`].
@@ -91,7 +92,7 @@ enum Timer {
 /// One member as this node tracks it.
 #[derive(Clone, Debug)]
 struct Entry {
-    record: MemberRecord,
+    record: Arc<MemberRecord>,
     /// When the record last changed (tombstone expiry).
     changed: Time,
 }
@@ -116,7 +117,7 @@ struct Relay {
 /// The membership state machine of one node.
 pub struct Gossip {
     config: GossipConfig,
-    me: MemberRecord,
+    me: Arc<MemberRecord>,
     members: IdMap<NodeId, Entry>,
     /// The keys of `members` in the order they came (rebuilt when tombstones are pruned):
     /// random members are drawn from it without a scan of the table.
@@ -172,7 +173,7 @@ impl Gossip {
         let join_budget = JoinBudget::new(config.join_burst, now);
         let mut g = Gossip {
             config,
-            me: MemberRecord {
+            me: Arc::new(MemberRecord {
                 id,
                 name,
                 addr,
@@ -181,7 +182,7 @@ impl Gossip {
                 state: Liveness::Alive,
                 groups: Vec::new(),
                 proof: Vec::new(),
-            },
+            }),
             members: IdMap::default(),
             member_ids: Vec::new(),
             live_sum: (0, 0),
@@ -241,13 +242,14 @@ impl Gossip {
 
     /// Signs our record after a change of its fields or incarnation.
     fn sign_me(&mut self) {
-        self.me.proof = self.auth.sign(&auth::statement(&self.me));
+        Arc::make_mut(&mut self.me).proof = self.auth.sign(&auth::statement(&self.me));
     }
 
     /// Every member this node knows, itself included, dead and departed ones too (until
     /// their tombstones expire), sorted by id.
-    pub fn records(&self) -> Vec<MemberRecord> {
-        let mut all: Vec<MemberRecord> = self.members.values().map(|e| e.record.clone()).collect();
+    pub fn records(&self) -> Vec<Arc<MemberRecord>> {
+        let mut all: Vec<Arc<MemberRecord>> =
+            self.members.values().map(|e| e.record.clone()).collect();
         all.push(self.me.clone());
         all.sort_by_key(|r| r.id);
         all
@@ -258,14 +260,14 @@ impl Gossip {
         if *id == self.me.id {
             return Some(&self.me);
         }
-        self.members.get(id).map(|e| &e.record)
+        self.members.get(id).map(|e| &*e.record)
     }
 
     /// Members currently alive or suspect (not this node).
     pub fn live_members(&self) -> impl Iterator<Item = &MemberRecord> {
         self.members
             .values()
-            .map(|e| &e.record)
+            .map(|e| &*e.record)
             .filter(|r| matches!(r.state, Liveness::Alive | Liveness::Suspect))
     }
 
@@ -279,7 +281,7 @@ impl Gossip {
         self.send(
             via,
             GossipMessage::Join {
-                me: self.me.clone(),
+                me: MemberRecord::clone(&self.me),
             },
         );
         self.arm(now + self.config.join_retry, Timer::JoinRetry);
@@ -300,8 +302,9 @@ impl Gossip {
         if self.left {
             return;
         }
-        self.me.incarnation = self.me.incarnation.saturating_add(1);
-        self.me.state = Liveness::Left;
+        let me = Arc::make_mut(&mut self.me);
+        me.incarnation = me.incarnation.saturating_add(1);
+        me.state = Liveness::Left;
         self.sign_me();
         let targets: Vec<NodeId> = self.live_members().map(|r| r.id).collect();
         for to in targets {

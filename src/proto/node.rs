@@ -101,7 +101,7 @@ pub enum NodeOutput {
     /// A tree or collective event of the core (member changes come as the variants below).
     Core(Event),
     /// A member joined, came back, or its record changed.
-    MemberUp(MemberRecord),
+    MemberUp(std::sync::Arc<MemberRecord>),
     /// A member restarted: its previous run is forgotten (close its old connection
     /// quietly); a [`NodeOutput::MemberUp`] for the new run follows.
     MemberRestarted { id: NodeId },

@@ -21,6 +21,7 @@ use super::Gossip;
 use crate::proto::id::NodeId;
 use crate::proto::message::{GossipMessage, MemberRecord};
 use crate::proto::time::Time;
+use std::sync::Arc;
 
 /// Live records (besides its own) a node sends in a light answer to a join.
 pub const LIGHT_JOIN_RECORDS: usize = 8;
@@ -48,7 +49,7 @@ impl Gossip {
     /// answer once full answers run past the budget (see the module docs).
     pub(super) fn answer_join(&mut self, now: Time, joiner: MemberRecord) {
         let from = joiner.id;
-        self.spread(now, vec![joiner], Some(from));
+        self.spread(now, vec![Arc::new(joiner)], Some(from));
         // Tables this small cost no more in full than lightly.
         let live = self.live_members().count();
         let small = live <= LIGHT_JOIN_RECORDS + 1;

@@ -5,12 +5,13 @@ use super::{Entry, Gossip, GossipEvent, Timer};
 use crate::proto::id::NodeId;
 use crate::proto::message::{GossipMessage, Liveness, MemberRecord};
 use crate::proto::time::Time;
+use std::sync::Arc;
 
 /// News held back for the next rumor push ([`crate::proto::GossipConfig::rumor_gap`]).
 #[derive(Debug, Default)]
 pub(super) struct HeldRumors {
     /// Each record with the member it came from.
-    news: Vec<(MemberRecord, Option<NodeId>)>,
+    news: Vec<(Arc<MemberRecord>, Option<NodeId>)>,
     /// When news was last pushed.
     last: Option<Time>,
     /// Whether a flush is armed.
@@ -21,8 +22,13 @@ impl Gossip {
     /// Applies `updates` and forwards what was news to a few random members (a member
     /// gets no record about itself nor one it sent us): at once after a quiet spell, else
     /// with the rest of the news at the end of the gap (`GossipConfig::rumor_gap`).
-    pub(super) fn spread(&mut self, now: Time, updates: Vec<MemberRecord>, from: Option<NodeId>) {
-        let news: Vec<MemberRecord> = updates
+    pub(super) fn spread(
+        &mut self,
+        now: Time,
+        updates: Vec<Arc<MemberRecord>>,
+        from: Option<NodeId>,
+    ) {
+        let news: Vec<Arc<MemberRecord>> = updates
             .into_iter()
             .filter(|r| self.apply(now, r.clone()))
             .collect();
@@ -72,7 +78,7 @@ impl Gossip {
             _ => Vec::new(),
         };
         for to in self.pick_random(self.config.rumor_fanout, &exclude) {
-            let updates: Vec<MemberRecord> = (news.iter())
+            let updates: Vec<Arc<MemberRecord>> = (news.iter())
                 .filter(|(r, from)| r.id != to && *from != Some(to))
                 .map(|(r, _)| r.clone())
                 .collect();
@@ -82,7 +88,7 @@ impl Gossip {
         }
     }
 
-    pub(super) fn apply_all(&mut self, now: Time, updates: Vec<MemberRecord>) {
+    pub(super) fn apply_all(&mut self, now: Time, updates: Vec<Arc<MemberRecord>>) {
         for r in updates {
             let _ = self.apply(now, r);
         }
@@ -91,13 +97,13 @@ impl Gossip {
     /// Merges one record: a higher incarnation wins; at equal incarnation the later state
     /// wins (`Alive < Suspect < Dead < Left`). Returns whether it was news. News is queued
     /// to ride on our probes and acks.
-    pub(super) fn apply(&mut self, now: Time, r: MemberRecord) -> bool {
+    pub(super) fn apply(&mut self, now: Time, r: Arc<MemberRecord>) -> bool {
         self.apply_with(now, r, true)
     }
 
     /// [`Gossip::apply`]; with `piggyback` off, news is not queued for probes and acks
     /// (the records a joining node receives: news to it alone).
-    pub(super) fn apply_with(&mut self, now: Time, r: MemberRecord, piggyback: bool) -> bool {
+    pub(super) fn apply_with(&mut self, now: Time, r: Arc<MemberRecord>, piggyback: bool) -> bool {
         if !crate::proto::message::groups_valid(&r.groups) {
             return false; // only a buggy or hostile member sends these
         }
@@ -115,7 +121,7 @@ impl Gossip {
                 }
                 // Others could not hear from us in time: we may be the slow one.
                 self.health_worse();
-                self.me.incarnation = r.incarnation + 1; // below u64::MAX: checked above
+                Arc::make_mut(&mut self.me).incarnation = r.incarnation + 1; // below u64::MAX: checked above
                 self.sign_me();
                 self.announce_me();
             }
@@ -148,7 +154,7 @@ impl Gossip {
                 changed: now,
             },
         );
-        self.digest_replace(old.as_ref().map(|e| &e.record), Some(&r));
+        self.digest_replace(old.as_ref().map(|e| &*e.record), Some(&r));
         if piggyback {
             self.enqueue(&r);
         }
@@ -157,9 +163,9 @@ impl Gossip {
             Liveness::Suspect => {
                 if before != Some(Liveness::Alive) {
                     // First heard of it as suspect: it is a member all the same.
-                    let mut alive = r.clone();
+                    let mut alive = MemberRecord::clone(&r);
                     alive.state = Liveness::Alive;
-                    self.events.push_back(GossipEvent::Up(alive));
+                    self.events.push_back(GossipEvent::Up(Arc::new(alive)));
                 }
                 self.events.push_back(GossipEvent::Suspect(r.id));
                 let timeout = self.suspicion_timeout();
@@ -190,8 +196,9 @@ impl Gossip {
         let Some(next) = self.me.incarnation.checked_add(1).filter(|i| *i < u64::MAX) else {
             return false;
         };
-        self.me.incarnation = next;
-        self.me.groups = groups;
+        let me = Arc::make_mut(&mut self.me);
+        me.incarnation = next;
+        me.groups = groups;
         self.sign_me();
         self.announce_me();
         true
@@ -229,7 +236,7 @@ impl Gossip {
 
     /// Takes the least-sent updates for one message, as the table holds them now; drops
     /// those sent often enough.
-    pub(super) fn piggyback(&mut self) -> Vec<MemberRecord> {
+    pub(super) fn piggyback(&mut self) -> Vec<Arc<MemberRecord>> {
         let n = self.members.len() + 1;
         let limit = self.config.retransmit_factor * log10_ceil(n + 1);
         let ids = self.outbox.take(self.config.max_piggyback, limit);

@@ -3,8 +3,9 @@
 
 use super::{Gossip, Probe, Timer};
 use crate::proto::id::NodeId;
-use crate::proto::message::{GossipMessage, Liveness};
+use crate::proto::message::{GossipMessage, Liveness, MemberRecord};
 use crate::proto::time::Time;
+use std::sync::Arc;
 
 impl Gossip {
     pub(super) fn on_timer(&mut self, now: Time, timer: Timer) {
@@ -60,9 +61,9 @@ impl Gossip {
                         self.arm(due, Timer::Suspicion(id, incarnation));
                         return;
                     }
-                    let mut r = e.record.clone();
+                    let mut r = MemberRecord::clone(&e.record);
                     r.state = Liveness::Dead;
-                    self.spread(now, vec![r], None);
+                    self.spread(now, vec![Arc::new(r)], None);
                 }
             }
             Timer::AntiEntropy => {
@@ -122,9 +123,9 @@ impl Gossip {
         if let Some(e) = self.members.get(&peer)
             && e.record.state == Liveness::Alive
         {
-            let mut r = e.record.clone();
+            let mut r = MemberRecord::clone(&e.record);
             r.state = Liveness::Suspect;
-            self.spread(now, vec![r], None);
+            self.spread(now, vec![Arc::new(r)], None);
         }
     }
 

@@ -226,7 +226,7 @@ fn a_suspected_member_refutes_with_a_higher_incarnation() {
         net.now,
         from,
         GossipMessage::Sync {
-            members: vec![rumour.clone()],
+            members: vec![rumour.clone().into()],
             reply: false,
         },
     );
@@ -255,7 +255,7 @@ fn a_record_at_the_last_incarnation_is_refused_about_anyone() {
             net.now,
             from,
             GossipMessage::Sync {
-                members: vec![forged],
+                members: vec![forged.into()],
                 reply: false,
             },
         );
@@ -379,7 +379,7 @@ fn the_digest_covers_what_a_merge_looks_at() {
             0,
             Time::ZERO,
         );
-        n.me.state = state;
+        std::sync::Arc::make_mut(&mut n.me).state = state;
         n.digest()
     };
     let base = g(addr(0), 1, Liveness::Alive);
@@ -427,7 +427,7 @@ fn a_members_groups_spread_to_everyone_and_only_valid_lists_are_taken() {
             now,
             from,
             GossipMessage::Rumor {
-                updates: vec![forged],
+                updates: vec![forged.into()],
             },
         );
         let r = net.nodes[0].record(&from).expect("known");

@@ -3,6 +3,7 @@
 
 use crate::proto::id::NodeId;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Whether a member is reachable, as membership gossip spreads it. At equal incarnation a
 /// later state in this order wins (`Alive < Suspect < Dead < Left`); a higher incarnation
@@ -63,38 +64,40 @@ pub fn groups_valid(groups: &[String]) -> bool {
 /// Membership messages (SWIM-style: probes with piggybacked updates, indirect probes,
 /// push-pull anti-entropy). They travel next to the tree protocol's
 /// [`Message`](super::Message)s in a [`Packet`](super::Packet) and are handled by
-/// [`crate::proto::gossip`], not by the tree core.
+/// [`crate::proto::gossip`], not by the tree core. Records are shared, not copied, by the
+/// tables and messages that hold the same one (on the wire each is a plain record): in
+/// the simulator a copy per node of every member's record was O(N²) memory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GossipMessage {
     /// A new node asks a member to admit it; answered with [`GossipMessage::Sync`].
     Join { me: MemberRecord },
     /// Every record the sender knows; `reply` asks the receiver to answer with its own.
     Sync {
-        members: Vec<MemberRecord>,
+        members: Vec<Arc<MemberRecord>>,
         reply: bool,
     },
     /// News (a member joined, is suspected, died or left) pushed right away: whoever learns
     /// something new from it forwards it to a few random members, so news reaches everyone
     /// in O(log n) hops instead of waiting for probes to carry it.
-    Rumor { updates: Vec<MemberRecord> },
+    Rumor { updates: Vec<Arc<MemberRecord>> },
     /// Liveness probe; answered with [`GossipMessage::Ack`] carrying the same `seq`.
     Probe {
         seq: u64,
-        updates: Vec<MemberRecord>,
+        updates: Vec<Arc<MemberRecord>>,
     },
     /// Answer to a probe. `target` is the member that was probed (differs from the sender
     /// when it relays an indirect probe).
     Ack {
         seq: u64,
         target: NodeId,
-        updates: Vec<MemberRecord>,
+        updates: Vec<Arc<MemberRecord>>,
     },
     /// Ask the receiver to probe `target` on the sender's behalf (the sender's own probe
     /// went unanswered) and relay the ack.
     ProbeRequest {
         seq: u64,
         target: NodeId,
-        updates: Vec<MemberRecord>,
+        updates: Vec<Arc<MemberRecord>>,
     },
     /// Periodic anti-entropy: a hash of the sender's live records (its own included) and
     /// their count. A receiver whose own differs starts a push-pull

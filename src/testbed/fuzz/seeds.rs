@@ -161,11 +161,11 @@ pub fn packets() -> Vec<Packet> {
             me: record(a, 7400, Liveness::Alive),
         },
         GossipMessage::Sync {
-            members: vec![record(a, 1, Liveness::Dead), v6.clone()],
+            members: vec![record(a, 1, Liveness::Dead).into(), v6.clone().into()],
             reply: true,
         },
         GossipMessage::Rumor {
-            updates: vec![record(b, 2, Liveness::Left)],
+            updates: vec![record(b, 2, Liveness::Left).into()],
         },
         GossipMessage::Probe {
             seq: 1,
@@ -174,7 +174,7 @@ pub fn packets() -> Vec<Packet> {
         GossipMessage::Ack {
             seq: 1,
             target: a,
-            updates: vec![v6.clone()],
+            updates: vec![v6.clone().into()],
         },
         GossipMessage::ProbeRequest {
             seq: 2,

@@ -67,11 +67,11 @@ fn a_member_dead_at_an_incarnation_it_already_refuted_comes_back_everywhere() {
     let mut dead = net.nodes[m].me().clone();
     dead.state = Liveness::Dead;
     for i in (0..n).filter(|&i| i != m) {
-        net.nodes[i].apply(net.now, dead.clone());
+        net.nodes[i].apply(net.now, dead.clone().into());
         net.drain(i);
     }
     net.in_flight.clear();
-    net.nodes[m].me.incarnation += 1;
+    std::sync::Arc::make_mut(&mut net.nodes[m].me).incarnation += 1;
     net.nodes[m].sign_me();
     assert_eq!(seen_alive_by(&net, m), 0);
     let back = seconds_until(&mut net, 60, |net| seen_alive_by(net, m) == n - 1);

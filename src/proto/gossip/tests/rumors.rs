@@ -116,7 +116,7 @@ fn news_held_within_the_gap_goes_out_in_one_rumor_when_the_gap_ends() {
     // Node 0 hears `record` from node 1 at `at`.
     let hear = |net: &mut Net, at: Time, record: MemberRecord| {
         let msg = GossipMessage::Rumor {
-            updates: vec![record],
+            updates: vec![record.into()],
         };
         net.nodes[0].handle_message(at, from, msg);
     };

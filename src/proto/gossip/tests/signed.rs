@@ -65,7 +65,13 @@ fn forged(
 fn rumor(net: &mut Net, from: usize, to: usize, r: MemberRecord) {
     let from = net.id(from);
     let now = net.now;
-    net.nodes[to].handle_message(now, from, GossipMessage::Rumor { updates: vec![r] });
+    net.nodes[to].handle_message(
+        now,
+        from,
+        GossipMessage::Rumor {
+            updates: vec![r.into()],
+        },
+    );
     net.drain(to);
 }
 
