@@ -4,7 +4,7 @@
 //! ([`TRAIN`]), which the control figures leave out.
 
 use crate::proto::Message;
-use crate::proto::message::GossipMessage;
+use crate::proto::message::{ClusterMessage, GossipMessage};
 use std::collections::BTreeMap;
 
 /// Traffic of one message kind.
@@ -14,7 +14,8 @@ pub struct KindTraffic {
     pub messages: u64,
     /// Encoded bytes sent.
     pub bytes: u64,
-    /// Tree entries (one per root) or roots carried, where the kind carries a list.
+    /// Tree entries (one per root) or roots carried, where the kind carries a list (for
+    /// cluster versions and summaries: the versions or summaries carried).
     pub entries: u64,
 }
 
@@ -39,7 +40,12 @@ pub fn kind_of(msg: &Message) -> (&'static str, usize) {
         Message::Resync => ("resync", 0),
         Message::TrainRequest { .. } => ("train_request", 0),
         Message::PathSaturated { .. } => ("path_saturated", 0),
-        Message::Cluster(_) => ("cluster", 0),
+        Message::Cluster(c) => match c {
+            ClusterMessage::Digest { .. } => ("cluster_digest", 0),
+            ClusterMessage::Buckets { .. } => ("cluster_buckets", 0),
+            ClusterMessage::Versions { versions, .. } => ("cluster_versions", versions.len()),
+            ClusterMessage::Summaries { summaries } => ("cluster_summaries", summaries.len()),
+        },
         Message::Collective(_) => ("collective", 0),
         #[allow(unreachable_patterns)]
         _ => ("other", 0),

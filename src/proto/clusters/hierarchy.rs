@@ -28,18 +28,34 @@ pub fn compute(
     ids.dedup();
     let n = ids.len();
     let index: IdMap<NodeId, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    let mut pairs: Vec<(usize, usize, u32)> = edges
+    // Sorted as packed integers (sorting tuples was most of a view's cost at thousands of
+    // nodes): by pair, then RTT, so the lowest RTT of each pair stays; then by RTT, ties
+    // by ids. (Node indices past u32, four billion members, are left out.)
+    let pack = |hi: u32, mid: u32, lo: u32| (hi as u128) << 64 | (mid as u128) << 32 | lo as u128;
+    let mut by_pair: Vec<u128> = edges
         .iter()
         .filter_map(|(a, b, rtt)| {
-            let (i, j) = (*index.get(a)?, *index.get(b)?);
-            (i != j).then(|| (i.min(j), i.max(j), *rtt))
+            let i = u32::try_from(*index.get(a)?).ok()?;
+            let j = u32::try_from(*index.get(b)?).ok()?;
+            (i != j).then(|| pack(i.min(j), i.max(j), *rtt))
         })
         .collect();
-    pairs.sort_unstable();
-    pairs.dedup_by_key(|(i, j, _)| (*i, *j)); // The lowest RTT of each pair stays.
-    let mut pairs: Vec<(u32, usize, usize)> =
-        pairs.into_iter().map(|(i, j, r)| (r, i, j)).collect();
-    pairs.sort_unstable();
+    by_pair.sort_unstable();
+    by_pair.dedup_by_key(|p| *p >> 32); // The lowest RTT of each pair stays.
+    let mut by_rtt: Vec<u128> = (by_pair.iter())
+        .map(|p| pack(*p as u32, (*p >> 64) as u32, (*p >> 32) as u32))
+        .collect();
+    drop(by_pair);
+    by_rtt.sort_unstable();
+    let pairs: Vec<(u32, usize, usize)> = (by_rtt.iter())
+        .map(|p| {
+            (
+                (*p >> 64) as u32,
+                (*p >> 32) as u32 as usize,
+                *p as u32 as usize,
+            )
+        })
+        .collect();
 
     // Kruskal, recording every merge; `top[root]` is the merge currently heading a set.
     let mut merges: Vec<Merge> = (0..n)

@@ -5,9 +5,17 @@
 //! older one without a scan: each entry carries the generation it was queued at, and an
 //! entry whose generation is no longer its member's latest is skipped when it comes up.
 //! (A scan per update made a join storm of n members cost n² per node.)
+//!
+//! At most [`MAX_QUEUED`] members are queued; past it the oldest news goes first (as
+//! memberlist prunes its broadcast queue). Probes carry a few records a second, so in a
+//! join storm of thousands the queue would hold every member for an hour: a copy per
+//! node of the whole membership, and news that rumors and anti-entropy carry anyway.
 
 use crate::proto::id::{IdMap, NodeId};
 use std::collections::VecDeque;
+
+/// Most members queued at once.
+pub(super) const MAX_QUEUED: usize = 256;
 
 /// The ids of members whose records are news, in the order they go next.
 #[derive(Debug, Default)]
@@ -27,6 +35,14 @@ impl PiggybackQueue {
         self.order.push_back((id, self.next_gen, 0));
         // Superseded entries are skipped as they come up; past twice the live ones they
         // are swept out at once, so the queue stays within twice the members queued.
+        while self.latest.len() > MAX_QUEUED {
+            let Some((id, queued_at, _)) = self.order.pop_front() else {
+                break;
+            };
+            if self.latest.get(&id) == Some(&queued_at) {
+                self.latest.remove(&id); // the oldest news still queued
+            }
+        }
         if self.order.len() > 2 * self.latest.len() + 16 {
             let latest = &self.latest;
             self.order.retain(|(id, g, _)| latest.get(id) == Some(g));
@@ -103,5 +119,22 @@ mod tests {
         let mut taken = q.take(10, 1);
         taken.sort();
         assert_eq!(taken, vec![id(0), id(1), id(2)]);
+    }
+
+    #[test]
+    fn past_the_bound_the_oldest_news_goes() {
+        let mut q = PiggybackQueue::default();
+        let many = |i: usize| {
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            NodeId(b)
+        };
+        for i in 0..MAX_QUEUED + 10 {
+            q.push(many(i));
+        }
+        assert_eq!(q.len(), MAX_QUEUED);
+        assert!(q.order.len() <= 2 * MAX_QUEUED + 16 + 1);
+        let next = q.take(1, 5);
+        assert_eq!(next, vec![many(10)], "the first ten were dropped");
     }
 }
