@@ -31,7 +31,8 @@ use timeline::print_timeline;
 
 // Thousands of nodes in one process allocate and free large tables all the time (every
 // node's view of the clusters, its record sets): the system allocator handed the pages
-// back and faulted them in again, a tenth of the run at 2000 nodes.
+// back and faulted them in again (2000 nodes to 8 s simulated: 114 s of wall on it, 87 s
+// on mimalloc).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
