@@ -156,7 +156,7 @@ impl Gossip {
         );
         self.digest_replace(old.as_ref().map(|e| &*e.record), Some(&r));
         if piggyback {
-            self.enqueue(&r);
+            self.outbox.push(r.id);
         }
         match r.state {
             Liveness::Alive => self.events.push_back(GossipEvent::Up(r)),
@@ -229,11 +229,6 @@ impl Gossip {
         ok
     }
 
-    /// Queues `r` (as the table or our own record holds it) to ride on probes and acks.
-    pub(super) fn enqueue(&mut self, r: &MemberRecord) {
-        self.outbox.push(r.id);
-    }
-
     /// Takes the least-sent updates for one message, as the table holds them now; drops
     /// those sent often enough.
     pub(super) fn piggyback(&mut self) -> Vec<Arc<MemberRecord>> {
@@ -243,9 +238,12 @@ impl Gossip {
         let me = &self.me;
         let members = &self.members;
         (ids.iter())
-            .filter_map(|id| match *id == me.id {
-                true => Some(me.clone()),
-                false => members.get(id).map(|e| e.record.clone()),
+            .filter_map(|id| {
+                if *id == me.id {
+                    Some(me.clone())
+                } else {
+                    members.get(id).map(|e| e.record.clone())
+                }
             })
             .collect()
     }
