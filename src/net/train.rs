@@ -17,7 +17,8 @@
 //! run once read UvA->VU at 47 Mbit/s where 28 were emulated), a late last one slower. So
 //! the span runs between the stamps that were on time as far as the stamps can tell: from
 //! a start in the first half of the tail to an end in the second, the end whose slowest
-//! start reads fastest ([`tail_span`]).
+//! start reads fastest, leaving out an end whose slowest start was read together with the
+//! next datagram: that start was late too ([`tail_span`]).
 //!
 //! Layout of one datagram: a magic byte, the train id (u32), this datagram's index and the
 //! train's length (u16 each), all big-endian, then padding up to the size asked for.
@@ -132,7 +133,9 @@ impl Current {
 /// long, whose end gives the fastest of the slowest rates its starts give. A stamp is
 /// never early, only late: a late start reads faster and a late end slower, so the slowest
 /// start and the fastest end are stamps that were on time (see the module docs). Ties keep
-/// the longer window.
+/// the longer window. An end whose slowest start was read together with the datagram after
+/// it is skipped (that start was late); when every end is, the span is zero: the train
+/// measured nothing.
 fn tail_span(stamps: &[Instant], last: Instant, count: u16) -> (u16, Duration) {
     let n = count as usize;
     let Some(&first) = stamps.first() else {
@@ -154,26 +157,37 @@ fn tail_span(stamps: &[Instant], last: Instant, count: u16) -> (u16, Duration) {
     let slower = |a: (u16, Duration), b: (u16, Duration)| {
         a.1.as_nanos() * (b.0 as u128 - 1) > b.1.as_nanos() * (a.0 as u128 - 1)
     };
+    // A start read together with the datagram after it (a quarter of the window's mean
+    // gap apart or less) was late for sure: an end whose slowest start is such a one had no start
+    // on time to measure from, and reads the link too fast (a reader that stalled over the
+    // first half of a tail of sixteen read it twice as fast from the first end).
+    let together = |i: usize, w: (u16, Duration)| {
+        let gap = w.1 / (w.0 as u32 - 1);
+        matches!((stamps.get(i), stamp(i + 1)), (Some(a), Some(b)) if b.saturating_duration_since(*a) * 4 <= gap)
+    };
     let mut fastest: Option<(u16, Duration)> = None;
     for j in (n - 1 - half..n).rev() {
         let Some(end) = stamp(j).filter(|_| j >= 2) else {
             continue;
         };
-        let mut slowest: Option<(u16, Duration)> = None;
+        let mut slowest: Option<((u16, Duration), usize)> = None;
         for i in 0..=half.min(j - 2) {
             let Some(start) = stamps.get(i) else { break };
             let w = ((j - i + 1) as u16, end.saturating_duration_since(*start));
-            if slowest.is_none_or(|s| slower(w, s)) {
-                slowest = Some(w);
+            if slowest.is_none_or(|(s, _)| slower(w, s)) {
+                slowest = Some((w, i));
             }
         }
-        if let Some(w) = slowest
+        if let Some((w, i)) = slowest
+            && !together(i, w)
             && fastest.is_none_or(|f| slower(f, w))
         {
             fastest = Some(w);
         }
     }
-    fastest.unwrap_or(whole)
+    // Every end without a start on time: read as too fast to measure, like a burst from a
+    // fast LAN (the core asks for a longer train next).
+    fastest.unwrap_or((count, Duration::ZERO))
 }
 
 /// Reads the datagrams of one connection until it closes, and reports each train.
@@ -317,6 +331,22 @@ mod tests {
             Duration::from_micros(343),
             "window {spread} over {span:?}"
         );
+    }
+
+    #[test]
+    fn an_end_whose_every_start_was_read_late_is_skipped() {
+        // The first seven of sixteen were read together with the eighth. The first end
+        // (the ninth) may only start at the seventh or before, all late: it would read the
+        // link twice as fast. The next ends start at the eighth, on time.
+        let (at, last) = stamps(16, 343, 7);
+        assert_eq!(
+            tail_span(&at, last, 16),
+            (9, Duration::from_micros(8 * 343))
+        );
+        // A tail of six, the first three read together with the fourth: no end of the
+        // second half has a start on time.
+        let (at, last) = stamps(6, 1_000, 3);
+        assert_eq!(tail_span(&at, last, 6), (6, Duration::ZERO));
     }
 
     #[test]
