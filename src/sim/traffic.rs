@@ -42,7 +42,9 @@ pub fn kind_of(msg: &Message) -> (&'static str, usize) {
         Message::PathSaturated { .. } => ("path_saturated", 0),
         Message::Cluster(c) => match c {
             ClusterMessage::Digest { .. } => ("cluster_digest", 0),
-            ClusterMessage::Buckets { .. } => ("cluster_buckets", 0),
+            ClusterMessage::Buckets { .. } | ClusterMessage::FineBuckets { .. } => {
+                ("cluster_buckets", 0)
+            }
             ClusterMessage::Versions { versions, .. } => ("cluster_versions", versions.len()),
             ClusterMessage::Summaries { summaries } => ("cluster_summaries", summaries.len()),
         },

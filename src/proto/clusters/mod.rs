@@ -29,8 +29,9 @@
 //! Summaries spread to every member ([`table`]): a node pushes a new or newer summary to
 //! two random members, which push it on once (epidemic), and every
 //! [`crate::proto::Config::cluster_sync`] it sends a random member the 14-byte digest of
-//! its table; where the digests differ, the two exchange version lists and then push each
-//! other what the other lacks. A summary is at most [`MAX_CLUSTER_EDGES`] edges of about
+//! its table; where the digests differ, the two narrow the difference down by buckets of ids
+//! ([`buckets`](self::buckets)), exchange the version lists of the buckets that differ, and
+//! push each other what the other lacks. A summary is at most [`MAX_CLUSTER_EDGES`] edges of about
 //! 21 bytes (a shell costs four), and a node publishes a new version only when its nearest
 //! peers change or an RTT above the floor moves by more than an eighth. Once settled, only
 //! the digests travel.
@@ -39,6 +40,7 @@
 //! so once the table has spread all nodes hold the same groups; a group is named by its
 //! smallest member id, so the labels agree too.
 
+mod buckets;
 pub mod hierarchy;
 pub mod summary;
 pub mod table;

@@ -6,13 +6,15 @@
 //!   each version once, so a version reaches nearly everyone in O(log n) hops.
 //! - Anti-entropy: now and then a node sends a random peer the digest of its table
 //!   ([`ClusterMessage::Digest`], 14 bytes). Where the digests differ, the peer answers
-//!   with a digest per bucket of ids, and the two exchange the versions of the buckets
-//!   that differ and push each other what the other lacks. A summary in flight thus costs
+//!   with a digest per bucket of ids (split further where a bucket is full, see `buckets`),
+//!   and the two exchange the versions of the buckets that differ and push each other
+//!   what the other lacks. A summary in flight thus costs
 //!   a few versions, and a node that has just joined gets the whole table.
 //! - A summary of a node that is not an alive member is refused; a member that goes away
 //!   is dropped ([`ClusterTable::remove`]). A node that sees its own summary in a version
 //!   above its own (it restarted and others remember its previous run) takes a higher one.
 
+use super::buckets::{self, Selection};
 use super::{ClusterParams, ClusterView, hierarchy, sanitize};
 use crate::proto::id::{IdMap, NodeId};
 use crate::proto::message::{
@@ -170,7 +172,7 @@ impl ClusterTable {
         let hash = self
             .entries
             .iter()
-            .fold(0u64, |acc, (id, (v, _))| acc ^ mix(id, *v));
+            .fold(0u64, |acc, (id, (v, _))| acc ^ buckets::mix(id, *v));
         ClusterMessage::Digest {
             hash,
             count: self.entries.len() as u32,
@@ -188,29 +190,55 @@ impl ClusterTable {
         match msg {
             ClusterMessage::Digest { .. } if msg == self.digest() => Vec::new(),
             ClusterMessage::Digest { .. } => vec![ClusterMessage::Buckets {
-                hashes: self.bucket_hashes(),
+                hashes: buckets::coarse_hashes(self.pairs()).0,
             }],
             ClusterMessage::Buckets { hashes } => {
-                let mine = self.bucket_hashes();
-                let differ = (0..CLUSTER_BUCKETS)
-                    .filter(|&b| hashes.get(b) != Some(&mine[b]))
-                    .fold(0u32, |mask, b| mask | 1 << b);
-                if differ == 0 {
-                    return Vec::new();
+                let (mine, counts) = buckets::coarse_hashes(self.pairs());
+                let (mut whole, mut split) = (0u32, 0u32);
+                for b in (0..CLUSTER_BUCKETS).filter(|&b| hashes.get(b) != Some(&mine[b])) {
+                    if counts[b] > buckets::FINE_SPLIT {
+                        split |= 1 << b;
+                    } else {
+                        whole |= 1 << b;
+                    }
                 }
-                vec![self.versions(differ, true)]
+                let mut out = Vec::new();
+                if whole != 0 {
+                    out.push(self.versions(Selection::from_wire(whole, Vec::new()), true));
+                }
+                if split != 0 {
+                    out.push(ClusterMessage::FineBuckets {
+                        buckets: split,
+                        hashes: buckets::fine_hashes(split, self.pairs()),
+                    });
+                }
+                out
+            }
+            ClusterMessage::FineBuckets {
+                buckets: mask,
+                hashes,
+            } => {
+                let mine = buckets::fine_hashes(mask, self.pairs());
+                match buckets::fine_differ(mask, &hashes, &mine) {
+                    Some(fine) if !fine.is_empty() => {
+                        vec![self.versions(Selection::from_wire(0, fine), true)]
+                    }
+                    _ => Vec::new(),
+                }
             }
             ClusterMessage::Versions {
                 versions,
-                buckets,
+                buckets: mask,
+                fine,
                 reply,
             } => {
+                let sel = Selection::from_wire(mask, fine);
                 let complete = versions.len() < MAX_CLUSTER_VERSIONS;
                 let theirs: IdMap<NodeId, u32> = versions.into_iter().collect();
                 let mut lacking: Vec<NodeId> = self
                     .entries
                     .iter()
-                    .filter(|(id, _)| buckets & 1 << bucket(id) != 0)
+                    .filter(|(id, _)| sel.contains(id))
                     .filter(|(id, (v, _))| match theirs.get(*id) {
                         Some(t) => t < v,
                         None => complete,
@@ -226,8 +254,8 @@ impl ClusterTable {
                         summaries: c.to_vec(),
                     })
                     .collect();
-                if reply {
-                    out.push(self.versions(buckets, false));
+                if reply && !sel.is_empty() {
+                    out.push(self.versions(sel, false));
                 }
                 out
             }
@@ -331,47 +359,22 @@ impl ClusterTable {
         })
     }
 
-    /// The versions of the summaries in the buckets of `mask`.
-    fn versions(&self, mask: u32, reply: bool) -> ClusterMessage {
-        let mut versions: Vec<(NodeId, u32)> = self
-            .entries
-            .iter()
-            .filter(|(id, _)| mask & 1 << bucket(id) != 0)
-            .map(|(id, (v, _))| (*id, *v))
-            .collect();
-        versions.sort_unstable();
+    /// Every summary held as (id, version).
+    fn pairs(&self) -> impl Iterator<Item = (&NodeId, u32)> + '_ {
+        self.entries.iter().map(|(id, (v, _))| (id, *v))
+    }
+
+    /// The versions of the summaries `sel` covers.
+    fn versions(&self, sel: Selection, reply: bool) -> ClusterMessage {
+        let mut versions = buckets::versions_of(&self.entries, &sel);
         versions.truncate(MAX_CLUSTER_VERSIONS);
         ClusterMessage::Versions {
             versions,
-            buckets: mask,
+            buckets: sel.coarse,
+            fine: sel.fine,
             reply,
         }
     }
-
-    /// The fingerprint of every bucket, as [`ClusterTable::digest`] but per bucket.
-    fn bucket_hashes(&self) -> Vec<u64> {
-        let mut hashes = vec![0u64; CLUSTER_BUCKETS];
-        for (id, (v, _)) in &self.entries {
-            hashes[bucket(id)] ^= mix(id, *v);
-        }
-        hashes
-    }
-}
-
-// The buckets that differ travel as the bits of a u32.
-const _: () = assert!(CLUSTER_BUCKETS <= 32);
-
-/// The bucket of a node id (ids are uniformly random bytes).
-fn bucket(id: &NodeId) -> usize {
-    id.0[0] as usize % CLUSTER_BUCKETS
-}
-
-/// A well-spread 64-bit value of `(id, version)`, XORed into the digest.
-fn mix(id: &NodeId, version: u32) -> u64 {
-    let a = u64::from_le_bytes(id.0[..8].try_into().unwrap_or_default());
-    let b = u64::from_le_bytes(id.0[8..].try_into().unwrap_or_default());
-    let mut r = crate::proto::rng::SplitMix64::new(a ^ b.rotate_left(29) ^ u64::from(version));
-    r.next_u64()
 }
 
 #[cfg(test)]

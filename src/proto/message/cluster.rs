@@ -43,7 +43,8 @@ pub struct ClusterSummary {
 }
 
 /// How many buckets the cluster summaries are split into (by the first byte of the node
-/// id) when two nodes find out where their tables differ.
+/// id) when two nodes find out where their tables differ, and how many fine buckets (by the
+/// second byte) each of those is split into when it is full.
 pub const CLUSTER_BUCKETS: usize = 32;
 
 /// Messages that spread the cluster summaries (news pushed, then push-pull anti-entropy).
@@ -53,16 +54,24 @@ pub enum ClusterMessage {
     /// own differs answers with [`ClusterMessage::Buckets`].
     Digest { hash: u64, count: u32 },
     /// The fingerprints of the sender's summaries bucket by bucket ([`CLUSTER_BUCKETS`] of
-    /// them): the receiver answers with its versions of the buckets that differ, so one
-    /// new summary costs a list of a few versions, not of all.
-    Buckets { hashes: Vec<u64> },
+    /// them): the receiver answers with its versions of the buckets that differ, or, for a
+    /// bucket holding many summaries, with [`ClusterMessage::FineBuckets`], so one new
+    /// summary costs a list of a few versions, not of all.
+    Buckets { hashes: Vec<u32> },
+    /// The fingerprints of the fine buckets of each bucket set in `buckets` ([`CLUSTER_BUCKETS`]
+    /// per bucket, in order): the receiver answers with its versions of the fine buckets
+    /// that differ.
+    FineBuckets { buckets: u32, hashes: Vec<u32> },
     /// The version of every summary the sender holds in the buckets set in `buckets` (bit
-    /// `i`: bucket `i`). The receiver pushes the summaries of those buckets it holds in a
-    /// newer version (or that the list lacks), and answers with its own list of the same
-    /// buckets when `reply` is set, so both sides end up with the newer of each.
+    /// `i`: bucket `i`) and in the fine buckets listed in `fine` (bucket times
+    /// [`CLUSTER_BUCKETS`] plus fine bucket). The receiver pushes the summaries of those
+    /// buckets it holds in a newer version (or that the list lacks), and answers with its
+    /// own list of the same buckets when `reply` is set, so both sides end up with the
+    /// newer of each.
     Versions {
         versions: Vec<(NodeId, u32)>,
         buckets: u32,
+        fine: Vec<u16>,
         reply: bool,
     },
     /// Summaries, new ones or ones the receiver lacks.

@@ -79,9 +79,14 @@ fn sample() -> Vec<Message> {
         Message::Cluster(ClusterMessage::Buckets {
             hashes: vec![1, 2, 3],
         }),
+        Message::Cluster(ClusterMessage::FineBuckets {
+            buckets: 1,
+            hashes: vec![4; 32],
+        }),
         Message::Cluster(ClusterMessage::Versions {
             versions: vec![(a, 3), (b, 1)],
             buckets: 5,
+            fine: vec![70, 1023],
             reply: true,
         }),
         Message::Cluster(ClusterMessage::Summaries {
@@ -161,12 +166,17 @@ fn the_largest_cluster_messages_fit_in_a_frame() {
     let versions = Message::Cluster(ClusterMessage::Versions {
         versions: vec![(id, u32::MAX); MAX_CLUSTER_VERSIONS],
         buckets: u32::MAX,
+        fine: (0..1024).collect(),
         reply: true,
     });
     let buckets = Message::Cluster(ClusterMessage::Buckets {
-        hashes: vec![u64::MAX; CLUSTER_BUCKETS],
+        hashes: vec![u32::MAX; CLUSTER_BUCKETS],
     });
-    for m in [summaries, versions, buckets] {
+    let fine = Message::Cluster(ClusterMessage::FineBuckets {
+        buckets: u32::MAX,
+        hashes: vec![u32::MAX; CLUSTER_BUCKETS * CLUSTER_BUCKETS],
+    });
+    for m in [summaries, versions, buckets, fine] {
         assert!(m.encode().is_ok_and(|b| b.len() < MAX_MESSAGE_BYTES / 4));
     }
     // One summary: about 21 bytes per edge.

@@ -114,9 +114,14 @@ pub fn packets() -> Vec<Packet> {
         Message::Cluster(ClusterMessage::Buckets {
             hashes: vec![1, 2, 3],
         }),
+        Message::Cluster(ClusterMessage::FineBuckets {
+            buckets: 1,
+            hashes: vec![4; 32],
+        }),
         Message::Cluster(ClusterMessage::Versions {
             versions: vec![(a, 3), (b, 1)],
             buckets: 5,
+            fine: vec![70, 1023],
             reply: true,
         }),
         Message::Cluster(ClusterMessage::Summaries {

@@ -226,3 +226,66 @@ fn received_summaries_are_bounded() {
     assert_eq!(of_1.edges.len(), MAX_CLUSTER_EDGES);
     assert!(news.iter().all(|b| b.len() <= MAX_CLUSTER_SUMMARIES));
 }
+
+#[test]
+fn in_a_large_table_one_new_summary_is_reconciled_by_its_fine_bucket() {
+    // 3000 summaries on both sides: 94 per coarse bucket, past the fine split.
+    let me = NodeId::from_seed(9, 0);
+    let mut a = ClusterTable::new(me);
+    let mut b = ClusterTable::new(NodeId::from_seed(9, 1));
+    let all: Vec<ClusterSummary> = (0..3000)
+        .map(|i| ClusterSummary {
+            node: NodeId::from_seed(8, i),
+            version: 1,
+            edges: Arc::from([]),
+            bandwidth: Arc::from([]),
+        })
+        .collect();
+    let member = |_: &NodeId| true;
+    for chunk in all.chunks(MAX_CLUSTER_SUMMARIES) {
+        for t in [&mut a, &mut b] {
+            let summaries = chunk.to_vec();
+            t.handle(
+                Time::from_micros(0),
+                ClusterMessage::Summaries { summaries },
+                member,
+            );
+        }
+    }
+    a.handle(
+        Time::from_micros(0),
+        ClusterMessage::Summaries {
+            summaries: vec![ClusterSummary {
+                version: 2,
+                ..all[17].clone()
+            }],
+        },
+        member,
+    );
+    // Digest, coarse buckets, fine buckets, then a version list each way of a few entries.
+    let to_b = a.digest();
+    let buckets = b.handle(Time::from_micros(0), to_b, member);
+    let fine = a.handle(Time::from_micros(0), buckets[0].clone(), member);
+    assert!(matches!(fine[..], [ClusterMessage::FineBuckets { .. }]));
+    let versions = b.handle(Time::from_micros(0), fine[0].clone(), member);
+    let ClusterMessage::Versions { versions: list, .. } = &versions[0] else {
+        panic!("{versions:?}");
+    };
+    assert!(list.len() < 20, "a fine bucket's versions: {}", list.len());
+    let mut messages = 0;
+    let mut to_a = versions;
+    let mut to_b: Vec<ClusterMessage> = Vec::new();
+    while !to_a.is_empty() || !to_b.is_empty() {
+        messages += 1;
+        let next_b: Vec<ClusterMessage> = (to_a.drain(..))
+            .flat_map(|m| a.handle(Time::from_micros(0), m, member))
+            .collect();
+        let next_a: Vec<ClusterMessage> = (to_b.drain(..))
+            .flat_map(|m| b.handle(Time::from_micros(0), m, member))
+            .collect();
+        (to_a, to_b) = (next_a, next_b);
+        assert!(messages < 10);
+    }
+    assert_eq!(b.version(&all[17].node), Some(2));
+    assert_eq!(a.digest(), b.digest());
+}
