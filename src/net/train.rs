@@ -157,13 +157,16 @@ fn tail_span(stamps: &[Instant], last: Instant, count: u16) -> (u16, Duration) {
     let slower = |a: (u16, Duration), b: (u16, Duration)| {
         a.1.as_nanos() * (b.0 as u128 - 1) > b.1.as_nanos() * (a.0 as u128 - 1)
     };
-    // A start read together with the datagram after it (a quarter of the window's mean
-    // gap apart or less) was late for sure: an end whose slowest start is such a one had no start
-    // on time to measure from, and reads the link too fast (a reader that stalled over the
-    // first half of a tail of sixteen read it twice as fast from the first end).
+    // A start read together with the datagram after it (a quarter of the window's mean gap
+    // apart or less) was late for sure: an end whose slowest start is such a one had no
+    // start on time to measure from, and reads the link too fast (a reader that stalled
+    // over the first half of a tail of sixteen read it twice as fast from the first end).
     let together = |i: usize, w: (u16, Duration)| {
         let gap = w.1 / (w.0 as u32 - 1);
-        matches!((stamps.get(i), stamp(i + 1)), (Some(a), Some(b)) if b.saturating_duration_since(*a) * 4 <= gap)
+        match (stamps.get(i), stamp(i + 1)) {
+            (Some(a), Some(b)) => b.saturating_duration_since(*a) * 4 <= gap,
+            _ => false,
+        }
     };
     let mut fastest: Option<(u16, Duration)> = None;
     for j in (n - 1 - half..n).rev() {

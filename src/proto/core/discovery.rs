@@ -24,7 +24,7 @@ const REPUBLISH_BURST: f64 = 3.0;
 /// Past this many alive members the burst shrinks in proportion, down to one republish:
 /// every republish reaches every member, so a burst of three per node cost the whole
 /// overlay three spreads per member after its cold start (at 2000 members the summaries
-/// still took 9.2 KB/s per node in the 15 s after the trees converged; 5.4 with one).
+/// still took 9.2 KB/s per node in the 5 s after the trees converged; 5.4 with one).
 const BURST_MEMBERS: f64 = 500.0;
 
 /// Every republish of a summary is spread to every member, so what a node receives is the
