@@ -55,6 +55,16 @@ fn a_summary_takes_the_nearest_and_smallest_of_every_shell() {
     ));
 }
 
+/// A summary of `node` at `version` with no edges and no figures.
+fn bare(node: NodeId, version: u32) -> ClusterSummary {
+    ClusterSummary {
+        node,
+        version,
+        edges: Arc::from([]),
+        bandwidth: Arc::from([]),
+    }
+}
+
 /// Runs digest, versions and summaries between `a` and `b` until neither answers.
 fn sync(a: &mut ClusterTable, b: &mut ClusterTable, member: &impl Fn(&NodeId) -> bool) -> usize {
     let mut to_b = vec![a.digest()];
@@ -191,12 +201,7 @@ fn received_summaries_are_bounded() {
         3 * MAX_CLUSTER_EDGES
     ];
     let mut many: Vec<ClusterSummary> = (0..2 * MAX_CLUSTER_SUMMARIES as u64)
-        .map(|i| ClusterSummary {
-            node: NodeId::from_seed(5, i),
-            version: 1,
-            edges: Arc::from([]),
-            bandwidth: Arc::from([]),
-        })
+        .map(|i| bare(NodeId::from_seed(5, i), 1))
         .collect();
     many.insert(
         0,
@@ -234,12 +239,7 @@ fn in_a_large_table_one_new_summary_is_reconciled_by_its_fine_bucket() {
     let mut a = ClusterTable::new(me);
     let mut b = ClusterTable::new(NodeId::from_seed(9, 1));
     let all: Vec<ClusterSummary> = (0..3000)
-        .map(|i| ClusterSummary {
-            node: NodeId::from_seed(8, i),
-            version: 1,
-            edges: Arc::from([]),
-            bandwidth: Arc::from([]),
-        })
+        .map(|i| bare(NodeId::from_seed(8, i), 1))
         .collect();
     let member = |_: &NodeId| true;
     for chunk in all.chunks(MAX_CLUSTER_SUMMARIES) {
@@ -255,10 +255,7 @@ fn in_a_large_table_one_new_summary_is_reconciled_by_its_fine_bucket() {
     a.handle(
         Time::from_micros(0),
         ClusterMessage::Summaries {
-            summaries: vec![ClusterSummary {
-                version: 2,
-                ..all[17].clone()
-            }],
+            summaries: vec![bare(all[17].node, 2)],
         },
         member,
     );
