@@ -168,10 +168,12 @@ mod tests {
     }
 
     fn two_clusters() -> ClusterView {
-        let g = |m: Vec<NodeId>| Group {
-            label: m[0],
-            members: m,
-            rtt_us: Some(100),
+        let g = |m: Vec<NodeId>| {
+            std::sync::Arc::new(Group {
+                label: m[0],
+                members: m,
+                rtt_us: Some(100),
+            })
         };
         ClusterView {
             levels: vec![vec![g(vec![id(1), id(2)]), g(vec![id(3), id(4)])]],

@@ -431,12 +431,12 @@ impl Gossip {
 
     /// The next membership message to send.
     pub fn poll_transmit(&mut self) -> Option<GossipTransmit> {
-        self.transmits.pop_front()
+        crate::proto::drain::pop_front(&mut self.transmits)
     }
 
     /// The next membership event.
     pub fn poll_event(&mut self) -> Option<GossipEvent> {
-        self.events.pop_front()
+        crate::proto::drain::pop_front(&mut self.events)
     }
 
     /// When [`Gossip::handle_timeout`] should next be called.

@@ -37,6 +37,7 @@ pub mod clusters;
 pub mod collective;
 pub mod config;
 pub mod core;
+pub(crate) mod drain;
 pub mod gossip;
 pub mod id;
 pub mod membership;

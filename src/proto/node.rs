@@ -19,13 +19,13 @@
 
 use super::collective::ReduceFn;
 use super::gossip::{Gossip, GossipEvent};
-use super::id::NodeId;
+use super::id::{IdMap, NodeId};
 use super::message::{
     CollectiveMessage, DownBody, Liveness, MemberRecord, Message, OpId, Packet, QueryMessage,
 };
 use super::time::Time;
 use super::{Command, Core, DownReason, Event, Input, Transmit};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Everything that can happen to a [`Node`].
@@ -126,9 +126,9 @@ pub struct Node {
     core: Core,
     gossip: Gossip,
     /// Boot value of each member as last fed to the core (detects restarts).
-    boots: HashMap<NodeId, u64>,
+    boots: IdMap<NodeId, u64>,
     /// Groups of each member as last fed to the core.
-    groups: HashMap<NodeId, Vec<String>>,
+    groups: IdMap<NodeId, Vec<String>>,
     /// Outputs worked out while handling gossip's events, in order.
     pending: VecDeque<NodeOutput>,
     /// The time of the last input: gossip's events are handled at it.
@@ -142,8 +142,8 @@ impl Node {
         Node {
             core,
             gossip,
-            boots: HashMap::new(),
-            groups: HashMap::new(),
+            boots: IdMap::default(),
+            groups: IdMap::default(),
             pending: VecDeque::new(),
             now: Time::ZERO,
         }
@@ -266,7 +266,7 @@ impl Node {
     /// The next output, or `None` when everything is drained.
     pub fn poll_output(&mut self) -> Option<NodeOutput> {
         loop {
-            if let Some(out) = self.pending.pop_front() {
+            if let Some(out) = super::drain::pop_front(&mut self.pending) {
                 return Some(out);
             }
             if let Some(t) = self.core.poll_transmit() {

@@ -108,12 +108,12 @@ impl SimNode for MemberNode {
 
     fn poll_transmit(&mut self) -> Option<Transmit> {
         self.pump();
-        self.transmits.pop_front()
+        crate::proto::drain::pop_front(&mut self.transmits)
     }
 
     fn poll_event(&mut self) -> Option<Event> {
         self.pump();
-        self.events.pop_front()
+        crate::proto::drain::pop_front(&mut self.events)
     }
 
     fn poll_timeout(&mut self) -> Option<Time> {
@@ -134,7 +134,7 @@ impl SimNode for MemberNode {
 
     fn poll_gossip(&mut self) -> Option<(NodeId, GossipMessage)> {
         self.pump();
-        self.gossip.pop_front()
+        crate::proto::drain::pop_front(&mut self.gossip)
     }
 
     fn receive_gossip(&mut self, now: Time, from: NodeId, msg: GossipMessage) {

@@ -9,7 +9,7 @@
 //! about 156 summaries (3 KB of versions each way) and a fine one about 5, so a summary in
 //! flight costs a few hundred bytes to reconcile instead of kilobytes.
 
-use crate::proto::id::{IdMap, NodeId};
+use crate::proto::id::NodeId;
 use crate::proto::message::CLUSTER_BUCKETS;
 
 /// A coarse bucket holding more summaries than this is compared by its fine buckets.
@@ -128,14 +128,13 @@ impl Selection {
 }
 
 /// The versions of the entries `sel` covers, sorted by id.
-pub(super) fn versions_of<'a, T: 'a>(
-    entries: &'a IdMap<NodeId, (u32, T)>,
+pub(super) fn versions_of<'a>(
+    entries: impl Iterator<Item = (&'a NodeId, u32)>,
     sel: &Selection,
 ) -> Vec<(NodeId, u32)> {
     let mut versions: Vec<(NodeId, u32)> = entries
-        .iter()
         .filter(|(id, _)| sel.contains(id))
-        .map(|(id, (v, _))| (*id, *v))
+        .map(|(id, v)| (*id, v))
         .collect();
     versions.sort_unstable();
     versions

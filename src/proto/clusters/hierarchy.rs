@@ -8,6 +8,11 @@
 
 use super::{ClusterParams, ClusterView, Group};
 use crate::proto::id::{IdMap, NodeId};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Groups by their key in the merge tree (a node index or a merge index).
+type IdxMap<V> = HashMap<usize, V>;
 
 /// One merge of the single-linkage tree (indices `0..n` are the nodes themselves).
 struct Merge {
@@ -126,7 +131,9 @@ pub fn compute(
         .unwrap_or(0)
         .max(usize::from(n > 0));
 
-    let mut levels: Vec<Vec<Group>> = Vec::new();
+    let mut levels: Vec<Vec<Arc<Group>>> = Vec::new();
+    // The group of each key as built at a lower level: the same key is the same group.
+    let mut built: IdxMap<Arc<Group>> = IdxMap::default();
     for l in 1..=depth {
         // A node's group at level l: its highest group of level <= l, else itself alone.
         let mut members: std::collections::BTreeMap<usize, Vec<NodeId>> = Default::default();
@@ -142,12 +149,17 @@ pub fn compute(
         if members.len() == 1 && l > 1 {
             break; // Everyone in one group: says nothing.
         }
-        let mut groups: Vec<Group> = members
+        let mut groups: Vec<Arc<Group>> = members
             .into_iter()
-            .map(|(key, members)| Group {
-                label: members[0], // `ids` is sorted, so members are too.
-                rtt_us: (key >= n).then(|| median(&rtts[key])).flatten(),
-                members,
+            .map(|(key, members)| {
+                let group = built.entry(key).or_insert_with(|| {
+                    Arc::new(Group {
+                        label: members[0], // `ids` is sorted, so members are too.
+                        rtt_us: (key >= n).then(|| median(&rtts[key])).flatten(),
+                        members,
+                    })
+                });
+                Arc::clone(group)
             })
             .collect();
         groups.sort_by_key(|g| g.label);

@@ -44,12 +44,14 @@ mod buckets;
 pub mod hierarchy;
 pub mod summary;
 pub mod table;
+mod views;
 
 pub use self::hierarchy::compute;
 pub use self::table::ClusterTable;
 
 use super::id::NodeId;
 use super::message::{ClusterEdge, ClusterSummary, MAX_BANDWIDTH_EDGES, MAX_CLUSTER_EDGES};
+use std::sync::Arc;
 
 /// The two numbers of the grouping rule.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -97,8 +99,11 @@ pub struct Group {
 /// The groups this node sees, level by level (index 0 is level 1).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterView {
-    /// Each level's partition of the members, groups sorted by label.
-    pub levels: Vec<Vec<Group>>,
+    /// Each level's partition of the members, groups sorted by label. A group that stands
+    /// at several levels (a member alone, a cluster that no site joins) is one shared
+    /// value: while discovery spreads, most members stand alone at every level, and a copy
+    /// per level was most of the memory of a view.
+    pub levels: Vec<Vec<Arc<Group>>>,
 }
 
 impl ClusterView {
@@ -110,7 +115,9 @@ impl ClusterView {
     /// The group of `id` at `level` (1-based), if the level exists and `id` is in it.
     pub fn group_of(&self, level: usize, id: &NodeId) -> Option<&Group> {
         let groups = self.levels.get(level.checked_sub(1)?)?;
-        groups.iter().find(|g| g.members.binary_search(id).is_ok())
+        (groups.iter())
+            .find(|g| g.members.binary_search(id).is_ok())
+            .map(|g| &**g)
     }
 
     /// The partition at `level` (1-based) as sorted member lists, sorted; empty if the
@@ -125,22 +132,27 @@ impl ClusterView {
     }
 }
 
-/// A received summary cut to the size bound, without edges to its own node.
-/// Left as it came (shared) when it needs no cut, as an honest node's always does.
-pub(crate) fn sanitize(mut s: ClusterSummary) -> ClusterSummary {
-    let node = s.node;
-    let edges_ok = s.edges.len() <= MAX_CLUSTER_EDGES && s.edges.iter().all(|e| e.peer != node);
+/// A received summary cut to the size bound, without edges to its own node (left as it came,
+/// shared, when it needs none: an honest node's never does).
+pub(crate) fn sanitize(shared: Arc<ClusterSummary>) -> Arc<ClusterSummary> {
+    let node = shared.node;
+    let edges_ok =
+        shared.edges.len() <= MAX_CLUSTER_EDGES && shared.edges.iter().all(|e| e.peer != node);
+    let bandwidth_ok = shared.bandwidth.len() <= MAX_BANDWIDTH_EDGES
+        && shared.bandwidth.iter().all(|e| e.from != node);
+    if edges_ok && bandwidth_ok {
+        return shared;
+    }
+    let mut s = ClusterSummary::clone(&shared);
     if !edges_ok {
         let edges = (s.edges.iter()).filter(|e: &&ClusterEdge| e.peer != node);
         s.edges = edges.take(MAX_CLUSTER_EDGES).copied().collect();
     }
-    let bandwidth_ok =
-        s.bandwidth.len() <= MAX_BANDWIDTH_EDGES && s.bandwidth.iter().all(|e| e.from != node);
     if !bandwidth_ok {
         let bandwidth = s.bandwidth.iter().filter(|e| e.from != node);
         s.bandwidth = bandwidth.take(MAX_BANDWIDTH_EDGES).copied().collect();
     }
-    s
+    Arc::new(s)
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@
 //!   above its own (it restarted and others remember its previous run) takes a higher one.
 
 use super::buckets::{self, Selection};
-use super::{ClusterParams, ClusterView, hierarchy, sanitize};
+use super::views::ViewInputs;
+use super::{ClusterParams, ClusterView, sanitize};
 use crate::proto::id::{IdMap, NodeId};
 use crate::proto::message::{
     BandwidthEdge, CLUSTER_BUCKETS, ClusterEdge, ClusterMessage, ClusterSummary,
@@ -23,58 +24,33 @@ use crate::proto::message::{
 };
 use crate::proto::time::Time;
 use std::collections::BTreeSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The replicated summaries and the view computed from them.
 #[derive(Clone, Debug)]
 pub struct ClusterTable {
     me: NodeId,
-    /// Every summary held, this node's own included: version and edges (shared with the
-    /// inputs of the view, see `inputs`).
-    entries: IdMap<NodeId, (u32, Arc<[ClusterEdge]>)>,
-    /// The bandwidth figures of every summary held, and when this node got them (their
-    /// freshness: a node publishes again when a figure moves).
-    bandwidth: IdMap<NodeId, (Arc<[BandwidthEdge]>, Time)>,
+    /// Every summary held, this node's own included, and when this node got it (the
+    /// freshness of its bandwidth figures: a node publishes again when a figure moves).
+    /// Summaries are shared with the messages that brought them and the view's inputs:
+    /// in the simulator, every node holds every summary.
+    entries: IdMap<NodeId, Held>,
     /// Summaries to push at the next flush.
     news: BTreeSet<NodeId>,
     /// Whether the entries changed since the view was last recomputed.
     changed: bool,
-    /// What the view is computed from, as of the last [`ClusterTable::recompute`]: the
-    /// nodes, every summary's edges, the parameters. The view itself is computed from them
-    /// when first asked for: most views were replaced by the next recompute before anyone
-    /// looked at them, and computing them was a tenth of the simulator's time at a
-    /// thousand nodes.
+    /// What the view is computed from, as of the last [`ClusterTable::recompute`] (shared
+    /// with every table whose inputs are equal, see `views`), and the view once asked
+    /// for: most views were replaced by the next recompute before anyone looked at them,
+    /// and computing them was a tenth of the simulator's time at a thousand nodes.
     inputs: Arc<ViewInputs>,
-    view: OnceLock<ClusterView>,
-    /// Each member of a level-1 group of two or more, to the group's smallest member: the
-    /// representative shared trees ask for once per root (a scan of the groups was a sixth
-    /// of the simulator's time at 500 nodes with shared trees).
-    reps: OnceLock<IdMap<NodeId, NodeId>>,
 }
 
-/// The inputs of a view (see [`ClusterTable::recompute`]).
-#[derive(Debug)]
-struct ViewInputs {
-    nodes: Vec<NodeId>,
-    /// Sorted by node.
-    summaries: Vec<(NodeId, Arc<[ClusterEdge]>)>,
-    params: Option<ClusterParams>,
-}
-
-impl ViewInputs {
-    /// The view of these inputs: that of [`hierarchy::compute`] (the empty view before the
-    /// first recompute).
-    fn compute(&self) -> ClusterView {
-        let Some(params) = &self.params else {
-            return ClusterView::default();
-        };
-        let edges: Vec<(NodeId, NodeId, u32)> = self
-            .summaries
-            .iter()
-            .flat_map(|(a, es)| es.iter().map(move |e| (*a, e.peer, e.rtt_us)))
-            .collect();
-        hierarchy::compute(&self.nodes, &edges, params)
-    }
+/// A summary held and when it arrived.
+#[derive(Clone, Debug)]
+struct Held {
+    summary: Arc<ClusterSummary>,
+    got: Time,
 }
 
 impl ClusterTable {
@@ -83,22 +59,17 @@ impl ClusterTable {
         ClusterTable {
             me,
             entries: IdMap::default(),
-            bandwidth: IdMap::default(),
             news: BTreeSet::new(),
             changed: false,
-            inputs: Arc::new(ViewInputs {
-                nodes: Vec::new(),
-                summaries: Vec::new(),
-                params: None,
-            }),
-            view: OnceLock::new(),
-            reps: OnceLock::new(),
+            inputs: ViewInputs::none(),
         }
     }
 
     /// This node's published edges (empty before the first publication).
     pub fn own_edges(&self) -> &[ClusterEdge] {
-        self.entries.get(&self.me).map_or(&[], |(_, e)| &e[..])
+        self.entries
+            .get(&self.me)
+            .map_or(&[], |h| &h.summary.edges[..])
     }
 
     /// How many summaries are held.
@@ -113,32 +84,39 @@ impl ClusterTable {
 
     /// The version held of `id`'s summary.
     pub fn version(&self, id: &NodeId) -> Option<u32> {
-        self.entries.get(id).map(|(v, _)| *v)
+        self.entries.get(id).map(|h| h.summary.version)
     }
 
     /// This node's published bandwidth figures.
     pub fn own_bandwidth(&self) -> &[BandwidthEdge] {
-        self.bandwidth.get(&self.me).map_or(&[], |(b, _)| &b[..])
+        self.entries
+            .get(&self.me)
+            .map_or(&[], |h| &h.summary.bandwidth[..])
     }
 
     /// Every bandwidth figure held: the node that measured, what, and when it arrived here.
     pub fn bandwidth(&self) -> impl Iterator<Item = (NodeId, &[BandwidthEdge], Time)> + '_ {
-        self.bandwidth.iter().map(|(id, (b, t))| (*id, &b[..], *t))
+        (self.entries.iter()).map(|(id, h)| (*id, &h.summary.bandwidth[..], h.got))
     }
 
     /// Every published latency: (who measured, the edge).
     pub fn edges(&self) -> impl Iterator<Item = (NodeId, &ClusterEdge)> + '_ {
         self.entries
             .iter()
-            .flat_map(|(id, (_, es))| es.iter().map(move |e| (*id, e)))
+            .flat_map(|(id, h)| h.summary.edges.iter().map(move |e| (*id, e)))
     }
 
     /// Replaces this node's own summary by `edges` and `bandwidth` under a new version, to
     /// be pushed.
     pub fn publish(&mut self, now: Time, edges: Vec<ClusterEdge>, bandwidth: Vec<BandwidthEdge>) {
         let version = self.version(&self.me).map_or(1, |v| v.saturating_add(1));
-        self.bandwidth.insert(self.me, (bandwidth.into(), now));
-        self.entries.insert(self.me, (version, edges.into()));
+        let summary = Arc::new(ClusterSummary {
+            node: self.me,
+            version,
+            edges: edges.into(),
+            bandwidth: bandwidth.into(),
+        });
+        self.entries.insert(self.me, Held { summary, got: now });
         self.news.insert(self.me);
         self.changed = true;
     }
@@ -146,7 +124,6 @@ impl ClusterTable {
     /// Drops the summary of a member that left or died.
     pub fn remove(&mut self, id: &NodeId) {
         if *id != self.me && self.entries.remove(id).is_some() {
-            self.bandwidth.remove(id);
             self.news.remove(id);
             self.changed = true;
         }
@@ -154,9 +131,9 @@ impl ClusterTable {
 
     /// The summaries to push now (each new version once), at most
     /// [`MAX_CLUSTER_SUMMARIES`] per returned batch.
-    pub fn take_news(&mut self) -> Vec<Vec<ClusterSummary>> {
+    pub fn take_news(&mut self) -> Vec<Vec<Arc<ClusterSummary>>> {
         let ids: Vec<NodeId> = std::mem::take(&mut self.news).into_iter().collect();
-        let all: Vec<ClusterSummary> = ids.iter().filter_map(|id| self.summary(id)).collect();
+        let all: Vec<Arc<ClusterSummary>> = ids.iter().filter_map(|id| self.summary(id)).collect();
         all.chunks(MAX_CLUSTER_SUMMARIES)
             .map(|c| c.to_vec())
             .collect()
@@ -169,10 +146,9 @@ impl ClusterTable {
 
     /// The digest message of this table: an order-free fingerprint of `(id, version)`.
     pub fn digest(&self) -> ClusterMessage {
-        let hash = self
-            .entries
-            .iter()
-            .fold(0u64, |acc, (id, (v, _))| acc ^ buckets::mix(id, *v));
+        let hash = self.entries.iter().fold(0u64, |acc, (id, h)| {
+            acc ^ buckets::mix(id, h.summary.version)
+        });
         ClusterMessage::Digest {
             hash,
             count: self.entries.len() as u32,
@@ -239,14 +215,14 @@ impl ClusterTable {
                     .entries
                     .iter()
                     .filter(|(id, _)| sel.contains(id))
-                    .filter(|(id, (v, _))| match theirs.get(*id) {
-                        Some(t) => t < v,
+                    .filter(|(id, h)| match theirs.get(*id) {
+                        Some(t) => *t < h.summary.version,
                         None => complete,
                     })
                     .map(|(id, _)| *id)
                     .collect();
                 lacking.sort_unstable();
-                let all: Vec<ClusterSummary> =
+                let all: Vec<Arc<ClusterSummary>> =
                     lacking.iter().filter_map(|id| self.summary(id)).collect();
                 let mut out: Vec<ClusterMessage> = all
                     .chunks(MAX_CLUSTER_SUMMARIES)
@@ -279,28 +255,14 @@ impl ClusterTable {
         self.changed = false;
         let mut nodes = alive.to_vec();
         nodes.push(self.me);
-        let mut summaries: Vec<(NodeId, Arc<[ClusterEdge]>)> = self
-            .entries
-            .iter()
-            .map(|(a, (_, es))| (*a, Arc::clone(es)))
-            .collect();
-        // Sorted for `in_view`; the view does not depend on the order.
-        summaries.sort_unstable_by_key(|(a, _)| *a);
-        self.inputs = Arc::new(ViewInputs {
-            nodes,
-            summaries,
-            params: Some(*params),
-        });
-        self.view = OnceLock::new();
-        self.reps = OnceLock::new();
+        let summaries = (self.entries.values()).map(|h| Arc::clone(&h.summary));
+        self.inputs = ViewInputs::shared(nodes, summaries.collect(), *params);
         true
     }
 
     /// Whether `id`'s own summary went into the view (as of the last recompute).
     pub fn in_view(&self, id: &NodeId) -> bool {
-        (self.inputs.summaries)
-            .binary_search_by_key(id, |(a, _)| *a)
-            .is_ok()
+        self.inputs.holds(id)
     }
 
     /// Marks the view stale (the members changed without a summary changing).
@@ -310,32 +272,24 @@ impl ClusterTable {
 
     /// The groups as of the last recompute.
     pub fn view(&self) -> &ClusterView {
-        self.view.get_or_init(|| self.inputs.compute())
+        self.inputs.view()
     }
 
     /// The smallest member of `id`'s level-1 group as of the last recompute, if that group
     /// has two members or more.
     pub fn cluster_rep(&self, id: &NodeId) -> Option<NodeId> {
-        let reps = self.reps.get_or_init(|| {
-            let mut reps = IdMap::default();
-            for g in self.view().levels.first().into_iter().flatten() {
-                if g.members.len() > 1 {
-                    reps.extend(g.members.iter().map(|m| (*m, g.members[0])));
-                }
-            }
-            reps
-        });
-        reps.get(id).copied()
+        self.inputs.rep(id)
     }
 
-    fn apply(&mut self, now: Time, s: ClusterSummary, is_member: &impl Fn(&NodeId) -> bool) {
+    fn apply(&mut self, now: Time, s: Arc<ClusterSummary>, is_member: &impl Fn(&NodeId) -> bool) {
         if s.node == self.me {
             // Others remember a summary of ours newer than ours, or as new but not the
             // same (from before a restart): ours must outrank it, or it would never spread.
-            if let Some((v, edges)) = self.entries.get_mut(&self.me)
-                && (s.version > *v || (s.version == *v && s.edges[..] != edges[..]))
+            if let Some(own) = self.entries.get_mut(&self.me)
+                && (s.version > own.summary.version
+                    || (s.version == own.summary.version && s.edges[..] != own.summary.edges[..]))
             {
-                *v = s.version.saturating_add(1);
+                Arc::make_mut(&mut own.summary).version = s.version.saturating_add(1);
                 self.news.insert(self.me);
             }
             return;
@@ -343,30 +297,25 @@ impl ClusterTable {
         if !is_member(&s.node) || self.version(&s.node).is_some_and(|v| v >= s.version) {
             return;
         }
-        let s = sanitize(s);
-        self.bandwidth.insert(s.node, (s.bandwidth, now));
-        self.entries.insert(s.node, (s.version, s.edges));
-        self.news.insert(s.node);
+        let summary = sanitize(s);
+        let node = summary.node;
+        self.entries.insert(node, Held { summary, got: now });
+        self.news.insert(node);
         self.changed = true;
     }
 
-    fn summary(&self, id: &NodeId) -> Option<ClusterSummary> {
-        self.entries.get(id).map(|(version, edges)| ClusterSummary {
-            node: *id,
-            version: *version,
-            edges: edges.clone(),
-            bandwidth: (self.bandwidth.get(id)).map_or_else(|| Arc::from([]), |(b, _)| b.clone()),
-        })
+    fn summary(&self, id: &NodeId) -> Option<Arc<ClusterSummary>> {
+        self.entries.get(id).map(|h| Arc::clone(&h.summary))
     }
 
     /// Every summary held as (id, version).
     fn pairs(&self) -> impl Iterator<Item = (&NodeId, u32)> + '_ {
-        self.entries.iter().map(|(id, (v, _))| (id, *v))
+        self.entries.iter().map(|(id, h)| (id, h.summary.version))
     }
 
     /// The versions of the summaries `sel` covers.
     fn versions(&self, sel: Selection, reply: bool) -> ClusterMessage {
-        let mut versions = buckets::versions_of(&self.entries, &sel);
+        let mut versions = buckets::versions_of(self.pairs(), &sel);
         versions.truncate(MAX_CLUSTER_VERSIONS);
         ClusterMessage::Versions {
             versions,

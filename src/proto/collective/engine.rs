@@ -102,7 +102,7 @@ impl Collectives {
     /// [`Collectives::has_deferred`]) is not done here: the core runs it with
     /// [`Collectives::run_deferred`] when this returns `None`.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        crate::proto::drain::pop_front(&mut self.transmits)
     }
 
     /// Whether some accepted operation still has its in-cluster part to do.
@@ -119,7 +119,7 @@ impl Collectives {
 
     /// Next event.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        crate::proto::drain::pop_front(&mut self.events)
     }
 
     /// When [`Collectives::handle_timeout`] is due next.

@@ -33,12 +33,12 @@ impl Outputs {
 
     /// Next message to send, if any.
     pub(super) fn pop_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        crate::proto::drain::pop_front(&mut self.transmits)
     }
 
     /// Next event, if any.
     pub(super) fn pop_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        crate::proto::drain::pop_front(&mut self.events)
     }
 
     /// We chose `peer` as our parent in `root`'s tree (see [`Outbox::attach`]).

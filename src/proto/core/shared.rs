@@ -256,11 +256,13 @@ mod tests {
             peer: id(k),
             rtt_us,
         };
-        let s = |k: u8, edges: Vec<ClusterEdge>| ClusterSummary {
-            node: id(k),
-            version: 1,
-            edges: edges.into(),
-            bandwidth: Arc::from([]),
+        let s = |k: u8, edges: Vec<ClusterEdge>| {
+            Arc::new(ClusterSummary {
+                node: id(k),
+                version: 1,
+                edges: edges.into(),
+                bandwidth: Arc::from([]),
+            })
         };
         let mut t = ClusterTable::new(id(1));
         t.publish_edges(vec![e(2, 200), e(3, 200), e(5, 20_000)]);

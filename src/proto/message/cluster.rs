@@ -74,6 +74,7 @@ pub enum ClusterMessage {
         fine: Vec<u16>,
         reply: bool,
     },
-    /// Summaries, new ones or ones the receiver lacks.
-    Summaries { summaries: Vec<ClusterSummary> },
+    /// Summaries, new ones or ones the receiver lacks. Each is shared, not copied, by the
+    /// tables that hold it (on the wire a plain summary).
+    Summaries { summaries: Vec<Arc<ClusterSummary>> },
 }

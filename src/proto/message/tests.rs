@@ -90,7 +90,7 @@ fn sample() -> Vec<Message> {
             reply: true,
         }),
         Message::Cluster(ClusterMessage::Summaries {
-            summaries: vec![ClusterSummary {
+            summaries: vec![Arc::new(ClusterSummary {
                 node: a,
                 version: 4,
                 edges: vec![ClusterEdge {
@@ -99,7 +99,7 @@ fn sample() -> Vec<Message> {
                 }]
                 .into(),
                 bandwidth: Arc::from([]),
-            }],
+            })],
         }),
     ]
 }
@@ -154,12 +154,12 @@ fn the_largest_cluster_messages_fit_in_a_frame() {
         peer: id,
         rtt_us: u32::MAX,
     };
-    let summary = ClusterSummary {
+    let summary = Arc::new(ClusterSummary {
         node: id,
         version: u32::MAX,
         edges: vec![edge; MAX_CLUSTER_EDGES].into(),
         bandwidth: Arc::from([]),
-    };
+    });
     let summaries = Message::Cluster(ClusterMessage::Summaries {
         summaries: vec![summary.clone(); MAX_CLUSTER_SUMMARIES],
     });

@@ -12,6 +12,7 @@ use crate::proto::{
     NodeId, NumKind, OpId, Packet, Purpose, QueryMessage, Reducer,
 };
 use crate::topology::Topology;
+use std::sync::Arc;
 
 /// One packet of every kind (every message, gossip and query variant, every collective
 /// body, both data-plane headers), with small but non-empty fields.
@@ -125,7 +126,7 @@ pub fn packets() -> Vec<Packet> {
             reply: true,
         }),
         Message::Cluster(ClusterMessage::Summaries {
-            summaries: vec![ClusterSummary {
+            summaries: vec![Arc::new(ClusterSummary {
                 node: a,
                 version: 4,
                 edges: vec![ClusterEdge {
@@ -139,7 +140,7 @@ pub fn packets() -> Vec<Packet> {
                     samples: 3,
                 }]
                 .into(),
-            }],
+            })],
         }),
         Message::TrainRequest {
             id: 4,

@@ -56,13 +56,13 @@ fn a_summary_takes_the_nearest_and_smallest_of_every_shell() {
 }
 
 /// A summary of `node` at `version` with no edges and no figures.
-fn bare(node: NodeId, version: u32) -> ClusterSummary {
-    ClusterSummary {
+fn bare(node: NodeId, version: u32) -> Arc<ClusterSummary> {
+    Arc::new(ClusterSummary {
         node,
         version,
         edges: Arc::from([]),
         bandwidth: Arc::from([]),
-    }
+    })
 }
 
 /// Runs digest, versions and summaries between `a` and `b` until neither answers.
@@ -100,18 +100,18 @@ fn two_tables_reconcile_and_refuse_strangers() {
     a.publish_edges(vec![edge(1, 100)]);
     b.publish_edges(vec![edge(0, 100)]);
     // c's summary reaches a; a stranger's is refused.
-    let c = ClusterSummary {
+    let c = Arc::new(ClusterSummary {
         node: ids[2],
         version: 3,
         edges: vec![edge(0, 200)].into(),
         bandwidth: Arc::from([]),
-    };
-    let stranger = ClusterSummary {
+    });
+    let stranger = Arc::new(ClusterSummary {
         node: ids[4],
         version: 1,
         edges: vec![edge(0, 1)].into(),
         bandwidth: Arc::from([]),
-    };
+    });
     a.handle(
         Time::from_micros(0),
         ClusterMessage::Summaries {
@@ -153,12 +153,7 @@ fn a_node_outranks_its_own_summary_from_before_a_restart() {
         rtt_us: 100,
     }]);
     let _ = a.take_news();
-    let old = ClusterSummary {
-        node: ids[0],
-        version: 40,
-        edges: Arc::from([]),
-        bandwidth: Arc::from([]),
-    };
+    let old = bare(ids[0], 40);
     a.handle(
         Time::from_micros(0),
         ClusterMessage::Summaries {
@@ -177,14 +172,11 @@ fn a_node_outranks_its_own_summary_from_before_a_restart() {
     );
     // Its own current summary coming back (the epidemic returns it) changes nothing...
     let back = news[0][0].clone();
-    let own = |s: ClusterSummary| ClusterMessage::Summaries { summaries: vec![s] };
+    let own = |s: Arc<ClusterSummary>| ClusterMessage::Summaries { summaries: vec![s] };
     a.handle(Time::from_micros(0), own(back.clone()), |_: &NodeId| true);
     assert_eq!((a.version(&ids[0]), a.has_news()), (Some(41), false));
     // ...but the same version with other edges (a run before a restart) is outranked.
-    let other = ClusterSummary {
-        edges: Arc::from([]),
-        ..back
-    };
+    let other = bare(ids[0], back.version);
     a.handle(Time::from_micros(0), own(other), |_: &NodeId| true);
     assert_eq!(a.version(&ids[0]), Some(42));
 }
@@ -200,17 +192,17 @@ fn received_summaries_are_bounded() {
         };
         3 * MAX_CLUSTER_EDGES
     ];
-    let mut many: Vec<ClusterSummary> = (0..2 * MAX_CLUSTER_SUMMARIES as u64)
+    let mut many: Vec<Arc<ClusterSummary>> = (0..2 * MAX_CLUSTER_SUMMARIES as u64)
         .map(|i| bare(NodeId::from_seed(5, i), 1))
         .collect();
     many.insert(
         0,
-        ClusterSummary {
+        Arc::new(ClusterSummary {
             node: ids[1],
             version: 1,
             edges: edges.into(),
             bandwidth: Arc::from([]),
-        },
+        }),
     );
     a.handle(
         Time::from_micros(0),
@@ -238,7 +230,7 @@ fn in_a_large_table_one_new_summary_is_reconciled_by_its_fine_bucket() {
     let me = NodeId::from_seed(9, 0);
     let mut a = ClusterTable::new(me);
     let mut b = ClusterTable::new(NodeId::from_seed(9, 1));
-    let all: Vec<ClusterSummary> = (0..3000)
+    let all: Vec<Arc<ClusterSummary>> = (0..3000)
         .map(|i| bare(NodeId::from_seed(8, i), 1))
         .collect();
     let member = |_: &NodeId| true;
