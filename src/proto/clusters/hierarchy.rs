@@ -8,11 +8,7 @@
 
 use super::{ClusterParams, ClusterView, Group};
 use crate::proto::id::{IdMap, NodeId};
-use std::collections::HashMap;
 use std::sync::Arc;
-
-/// Groups by their key in the merge tree (a node index or a merge index).
-type IdxMap<V> = HashMap<usize, V>;
 
 /// One merge of the single-linkage tree (indices `0..n` are the nodes themselves).
 struct Merge {
@@ -132,8 +128,9 @@ pub fn compute(
         .max(usize::from(n > 0));
 
     let mut levels: Vec<Vec<Arc<Group>>> = Vec::new();
-    // The group of each key as built at a lower level: the same key is the same group.
-    let mut built: IdxMap<Arc<Group>> = IdxMap::default();
+    // The group of each key (a node or a merge) as built at a lower level: the same key
+    // is the same group.
+    let mut built: Vec<Option<Arc<Group>>> = vec![None; m];
     for l in 1..=depth {
         // A node's group at level l: its highest group of level <= l, else itself alone.
         let mut members: std::collections::BTreeMap<usize, Vec<NodeId>> = Default::default();
@@ -152,7 +149,7 @@ pub fn compute(
         let mut groups: Vec<Arc<Group>> = members
             .into_iter()
             .map(|(key, members)| {
-                let group = built.entry(key).or_insert_with(|| {
+                let group = built[key].get_or_insert_with(|| {
                     Arc::new(Group {
                         label: members[0], // `ids` is sorted, so members are too.
                         rtt_us: (key >= n).then(|| median(&rtts[key])).flatten(),

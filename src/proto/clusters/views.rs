@@ -8,7 +8,7 @@
 //! its memory at 1000. The registry holds only weak references, so a view lives as long
 //! as a table holds it; a daemon's one node finds there at most its own current view.
 
-use super::{ClusterParams, ClusterView, hierarchy};
+use super::{ClusterParams, ClusterView, buckets, hierarchy};
 use crate::proto::id::{IdMap, NodeId};
 use crate::proto::message::ClusterSummary;
 use std::collections::HashMap;
@@ -142,12 +142,7 @@ impl ViewInputs {
 
 /// An order-sensitive hash of the sorted nodes and of each summary's node and version.
 fn fingerprint(nodes: &[NodeId], summaries: &[Arc<ClusterSummary>]) -> u64 {
-    let step = |h: u64, id: &NodeId, v: u32| {
-        let mut x = h ^ u64::from_le_bytes(id.0[..8].try_into().expect("eight bytes"));
-        x = x.rotate_left(29) ^ u64::from_le_bytes(id.0[8..].try_into().expect("eight bytes"));
-        x = (x ^ u64::from(v)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        x ^ (x >> 31)
-    };
+    let step = |h: u64, id: &NodeId, v: u32| h.rotate_left(7) ^ buckets::mix(id, v);
     let h = nodes.iter().fold(nodes.len() as u64, |h, n| step(h, n, 0));
     summaries.iter().fold(h, |h, s| step(h, &s.node, s.version))
 }
