@@ -39,17 +39,37 @@ pub(super) fn mix(id: &NodeId, version: u32) -> u64 {
     r.next_u64()
 }
 
-/// The fingerprint of every coarse bucket and how many summaries each holds.
-pub(super) fn coarse_hashes<'a>(
-    entries: impl Iterator<Item = (&'a NodeId, u32)>,
-) -> (Vec<u32>, Vec<usize>) {
-    let mut hashes = vec![0u32; CLUSTER_BUCKETS];
-    let mut counts = vec![0usize; CLUSTER_BUCKETS];
-    for (id, v) in entries {
-        hashes[coarse(id)] ^= mix(id, v) as u32;
-        counts[coarse(id)] += 1;
+/// The fingerprints of a table, kept up to date as its entries change: folding the whole
+/// table for every digest received was a twentieth of the simulator's time at 5000 nodes.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Fingerprints {
+    /// The digest's hash: every `(id, version)` mixed and XORed.
+    pub(super) hash: u64,
+    /// Each coarse bucket's fingerprint (the low half of the same mixes).
+    pub(super) coarse: [u32; CLUSTER_BUCKETS],
+    /// How many summaries each coarse bucket holds.
+    pub(super) counts: [usize; CLUSTER_BUCKETS],
+}
+
+impl Fingerprints {
+    /// Counts `(id, version)` in.
+    pub(super) fn add(&mut self, id: &NodeId, version: u32) {
+        self.flip(id, version);
+        self.counts[coarse(id)] += 1;
     }
-    (hashes, counts)
+
+    /// Counts `(id, version)` out (it must have been counted in).
+    pub(super) fn remove(&mut self, id: &NodeId, version: u32) {
+        self.flip(id, version);
+        let count = &mut self.counts[coarse(id)];
+        *count = count.saturating_sub(1);
+    }
+
+    fn flip(&mut self, id: &NodeId, version: u32) {
+        let m = mix(id, version);
+        self.hash ^= m;
+        self.coarse[coarse(id)] ^= m as u32;
+    }
 }
 
 /// The fingerprints of the fine buckets of every coarse bucket set in `mask`, in order of
@@ -169,6 +189,29 @@ mod tests {
             fine_differ(1 << 3, &theirs, &mine[..32]),
             None,
             "bad length"
+        );
+    }
+
+    #[test]
+    fn fingerprints_kept_by_steps_equal_those_folded_afresh() {
+        let mut kept = Fingerprints::default();
+        kept.add(&id(3, 1), 1);
+        kept.add(&id(3, 2), 1);
+        kept.add(&id(5, 1), 4);
+        kept.remove(&id(3, 2), 1);
+        kept.add(&id(3, 2), 2);
+        kept.remove(&id(5, 1), 4);
+        let mut fresh = Fingerprints::default();
+        fresh.add(&id(3, 2), 2);
+        fresh.add(&id(3, 1), 1);
+        assert_eq!(
+            (kept.hash, kept.coarse, kept.counts),
+            (fresh.hash, fresh.coarse, fresh.counts)
+        );
+        assert_eq!(kept.counts[3], 2);
+        assert_eq!(
+            kept.coarse[3],
+            (mix(&id(3, 1), 1) ^ mix(&id(3, 2), 2)) as u32
         );
     }
 

@@ -24,39 +24,27 @@ pub fn compute(
     edges: &[(NodeId, NodeId, u32)],
     params: &ClusterParams,
 ) -> ClusterView {
+    compute_from(nodes, edges.iter().copied(), params)
+}
+
+/// [`compute`] over edges as they come (a view's inputs need not be gathered first).
+pub(super) fn compute_from(
+    nodes: &[NodeId],
+    edges: impl Iterator<Item = (NodeId, NodeId, u32)>,
+    params: &ClusterParams,
+) -> ClusterView {
     let mut ids: Vec<NodeId> = nodes.to_vec();
     ids.sort_unstable();
     ids.dedup();
     let n = ids.len();
-    let index: IdMap<NodeId, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    // Sorted as packed integers (sorting tuples was most of a view's cost at thousands of
-    // nodes): by pair, then RTT, so the lowest RTT of each pair stays; then by RTT, ties
-    // by ids. (Node indices past u32, four billion members, are left out.)
-    let pack = |hi: u32, mid: u32, lo: u32| (hi as u128) << 64 | (mid as u128) << 32 | lo as u128;
-    let mut by_pair: Vec<u128> = edges
-        .iter()
-        .filter_map(|(a, b, rtt)| {
-            let i = u32::try_from(*index.get(a)?).ok()?;
-            let j = u32::try_from(*index.get(b)?).ok()?;
-            (i != j).then(|| pack(i.min(j), i.max(j), *rtt))
-        })
-        .collect();
-    by_pair.sort_unstable();
-    by_pair.dedup_by_key(|p| *p >> 32); // The lowest RTT of each pair stays.
-    let mut by_rtt: Vec<u128> = (by_pair.iter())
-        .map(|p| pack(*p as u32, (*p >> 64) as u32, (*p >> 32) as u32))
-        .collect();
-    drop(by_pair);
-    by_rtt.sort_unstable();
-    let pairs: Vec<(u32, usize, usize)> = (by_rtt.iter())
-        .map(|p| {
-            (
-                (*p >> 64) as u32,
-                (*p >> 32) as u32 as usize,
-                *p as u32 as usize,
-            )
-        })
-        .collect();
+    let index: IdMap<NodeId, u32> = (ids.iter().enumerate())
+        .filter_map(|(i, id)| Some((*id, u32::try_from(i).ok()?)))
+        .collect(); // (Node indices past u32, four billion members, are left out.)
+    let ends = edges.filter_map(|(a, b, rtt)| {
+        let (i, j) = (*index.get(&a)?, *index.get(&b)?);
+        (i != j).then(|| (i.min(j), i.max(j), rtt))
+    });
+    let pairs = lowest_by_rtt(n, ends.collect());
 
     // Kruskal, recording every merge; `top[root]` is the merge currently heading a set.
     let mut merges: Vec<Merge> = (0..n)
@@ -106,7 +94,7 @@ pub fn compute(
             }
         }
     }
-    // Every node's chain of groups, lowest first.
+    // Every node's chain of groups, lowest first (levels strictly rise along a chain).
     let chains: Vec<Vec<usize>> = (0..n)
         .map(|i| {
             let mut chain = Vec::new();
@@ -127,50 +115,112 @@ pub fn compute(
         .unwrap_or(0)
         .max(usize::from(n > 0));
 
-    let mut levels: Vec<Vec<Arc<Group>>> = Vec::new();
-    // The group of each key (a node or a merge) as built at a lower level: the same key
-    // is the same group.
-    let mut built: Vec<Option<Arc<Group>>> = vec![None; m];
-    for l in 1..=depth {
-        // A node's group at level l: its highest group of level <= l, else itself alone.
-        let mut members: std::collections::BTreeMap<usize, Vec<NodeId>> = Default::default();
-        for (i, chain) in chains.iter().enumerate() {
-            let key = chain
-                .iter()
-                .copied()
-                .take_while(|&g| level[g] <= l)
-                .last()
-                .unwrap_or(i);
-            members.entry(key).or_default().push(ids[i]);
+    // A node's group at level l is its highest group of level <= l, else itself alone:
+    // so a key (a node or a group) stands from its own level (1 for a node) up to the
+    // level below its parent group's (or the top). Each group is built once, shared by
+    // the levels it stands at (built per level, the members' lists were most of a view's
+    // cost while summaries spread and chains are deep).
+    let mut members: Vec<Vec<NodeId>> = vec![Vec::new(); m];
+    for (i, chain) in chains.iter().enumerate() {
+        for &g in chain {
+            members[g].push(ids[i]); // `ids` is sorted, so members are too.
         }
-        if members.len() == 1 && l > 1 {
+    }
+    let mut at_level: Vec<Vec<Arc<Group>>> = vec![Vec::new(); depth];
+    let keys = (0..n).chain((n..m).filter(|&k| group_of[k] == k));
+    for key in keys {
+        let lowest = if key < n { 1 } else { level[key] };
+        let highest = up(key).map_or(depth, |pg| level[pg] - 1);
+        let group = Arc::new(if key < n {
+            Group {
+                label: ids[key],
+                members: vec![ids[key]],
+                rtt_us: None,
+            }
+        } else {
+            let members = std::mem::take(&mut members[key]);
+            Group {
+                label: members[0],
+                members,
+                rtt_us: median(&rtts[key]),
+            }
+        });
+        for groups in &mut at_level[lowest - 1..highest] {
+            groups.push(Arc::clone(&group));
+        }
+    }
+    let mut levels: Vec<Vec<Arc<Group>>> = Vec::new();
+    for (l, mut groups) in at_level.into_iter().enumerate() {
+        if groups.len() == 1 && l > 0 {
             break; // Everyone in one group: says nothing.
         }
-        let mut groups: Vec<Arc<Group>> = members
-            .into_iter()
-            .map(|(key, members)| {
-                let group = built[key].get_or_insert_with(|| {
-                    Arc::new(Group {
-                        label: members[0], // `ids` is sorted, so members are too.
-                        rtt_us: (key >= n).then(|| median(&rtts[key])).flatten(),
-                        members,
-                    })
-                });
-                Arc::clone(group)
-            })
-            .collect();
-        groups.sort_by_key(|g| g.label);
+        groups.sort_unstable_by_key(|g| g.label);
         levels.push(groups);
     }
     ClusterView { levels }
 }
 
+/// Each pair's lowest RTT, sorted by RTT, ties by the pair's indices: `(rtt, i, j)`.
+/// `edges` are `(i, j, rtt)` with `i < j < n`.
+///
+/// Sorting was most of a view's cost at thousands of nodes, so it sorts 64-bit keys and
+/// small runs: the edges are bucketed by their lower end, each bucket sorted by its other
+/// end and RTT (the lowest RTT of each pair stays), and the pairs so ordered by ids are
+/// sorted once by RTT and position.
+fn lowest_by_rtt(n: usize, edges: Vec<(u32, u32, u32)>) -> Vec<(u32, usize, usize)> {
+    let mut start = vec![0usize; n + 1];
+    for &(i, _, _) in &edges {
+        start[i as usize + 1] += 1;
+    }
+    for k in 0..n {
+        start[k + 1] += start[k];
+    }
+    let mut fill = start.clone();
+    let mut by_end = vec![0u64; edges.len()];
+    for &(i, j, rtt) in &edges {
+        by_end[fill[i as usize]] = u64::from(j) << 32 | u64::from(rtt);
+        fill[i as usize] += 1;
+    }
+    drop(edges);
+    let mut pairs: Vec<(u32, u32, u32)> = Vec::with_capacity(by_end.len());
+    for i in 0..n {
+        let bucket = &mut by_end[start[i]..start[i + 1]];
+        bucket.sort_unstable();
+        let mut last = None;
+        for key in bucket.iter() {
+            let j = (key >> 32) as u32;
+            if last != Some(j) {
+                pairs.push((i as u32, j, *key as u32));
+                last = Some(j);
+            }
+        }
+    }
+    drop(by_end);
+    // Positions fit in 32 bits: a view of four billion edges is out of reach anyway.
+    pairs.truncate(u32::MAX as usize);
+    let mut by_rtt: Vec<u64> = (pairs.iter().enumerate())
+        .map(|(k, p)| u64::from(p.2) << 32 | k as u64)
+        .collect();
+    by_rtt.sort_unstable();
+    (by_rtt.iter())
+        .map(|key| {
+            let (i, j, rtt) = pairs[*key as u32 as usize];
+            (rtt, i as usize, j as usize)
+        })
+        .collect()
+}
+
 /// For every group, the RTTs of the edges that join its parts (the edges whose two ends
 /// first meet in that group).
+/// (Two chains of one tree share their top part: the lowest common group is where the
+/// shared part begins, found walking down from the tops.)
 fn joining_rtts(pairs: &[(u32, usize, usize)], chains: &[Vec<usize>], m: usize) -> Vec<Vec<u32>> {
     let mut out = vec![Vec::new(); m];
     for &(rtt, i, j) in pairs {
-        if let Some(&g) = chains[i].iter().find(|g| chains[j].contains(g)) {
+        let common = (chains[i].iter().rev().zip(chains[j].iter().rev()))
+            .take_while(|(a, b)| a == b)
+            .last();
+        if let Some((&g, _)) = common {
             out[g].push(rtt);
         }
     }

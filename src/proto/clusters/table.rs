@@ -35,6 +35,8 @@ pub struct ClusterTable {
     /// Summaries are shared with the messages that brought them and the view's inputs:
     /// in the simulator, every node holds every summary.
     entries: IdMap<NodeId, Held>,
+    /// The fingerprints of `entries` (changed only with them, see `put` and `take`).
+    prints: buckets::Fingerprints,
     /// Summaries to push at the next flush.
     news: BTreeSet<NodeId>,
     /// Whether the entries changed since the view was last recomputed.
@@ -59,6 +61,7 @@ impl ClusterTable {
         ClusterTable {
             me,
             entries: IdMap::default(),
+            prints: buckets::Fingerprints::default(),
             news: BTreeSet::new(),
             changed: false,
             inputs: ViewInputs::none(),
@@ -116,14 +119,14 @@ impl ClusterTable {
             edges: edges.into(),
             bandwidth: bandwidth.into(),
         });
-        self.entries.insert(self.me, Held { summary, got: now });
+        self.put(self.me, Held { summary, got: now });
         self.news.insert(self.me);
         self.changed = true;
     }
 
     /// Drops the summary of a member that left or died.
     pub fn remove(&mut self, id: &NodeId) {
-        if *id != self.me && self.entries.remove(id).is_some() {
+        if *id != self.me && self.take(id) {
             self.news.remove(id);
             self.changed = true;
         }
@@ -146,11 +149,8 @@ impl ClusterTable {
 
     /// The digest message of this table: an order-free fingerprint of `(id, version)`.
     pub fn digest(&self) -> ClusterMessage {
-        let hash = self.entries.iter().fold(0u64, |acc, (id, h)| {
-            acc ^ buckets::mix(id, h.summary.version)
-        });
         ClusterMessage::Digest {
-            hash,
+            hash: self.prints.hash,
             count: self.entries.len() as u32,
         }
     }
@@ -166,10 +166,10 @@ impl ClusterTable {
         match msg {
             ClusterMessage::Digest { .. } if msg == self.digest() => Vec::new(),
             ClusterMessage::Digest { .. } => vec![ClusterMessage::Buckets {
-                hashes: buckets::coarse_hashes(self.pairs()).0,
+                hashes: self.prints.coarse.to_vec(),
             }],
             ClusterMessage::Buckets { hashes } => {
-                let (mine, counts) = buckets::coarse_hashes(self.pairs());
+                let (mine, counts) = (&self.prints.coarse, &self.prints.counts);
                 let (mut whole, mut split) = (0u32, 0u32);
                 for b in (0..CLUSTER_BUCKETS).filter(|&b| hashes.get(b) != Some(&mine[b])) {
                     if counts[b] > buckets::FINE_SPLIT {
@@ -285,11 +285,13 @@ impl ClusterTable {
         if s.node == self.me {
             // Others remember a summary of ours newer than ours, or as new but not the
             // same (from before a restart): ours must outrank it, or it would never spread.
-            if let Some(own) = self.entries.get_mut(&self.me)
+            if let Some(own) = self.entries.get(&self.me)
                 && (s.version > own.summary.version
                     || (s.version == own.summary.version && s.edges[..] != own.summary.edges[..]))
             {
+                let mut own = own.clone();
                 Arc::make_mut(&mut own.summary).version = s.version.saturating_add(1);
+                self.put(self.me, own);
                 self.news.insert(self.me);
             }
             return;
@@ -299,9 +301,26 @@ impl ClusterTable {
         }
         let summary = sanitize(s);
         let node = summary.node;
-        self.entries.insert(node, Held { summary, got: now });
+        self.put(node, Held { summary, got: now });
         self.news.insert(node);
         self.changed = true;
+    }
+
+    /// Holds `held` as `id`'s entry (in place of any before), fingerprints kept.
+    fn put(&mut self, id: NodeId, held: Held) {
+        self.prints.add(&id, held.summary.version);
+        if let Some(old) = self.entries.insert(id, held) {
+            self.prints.remove(&id, old.summary.version);
+        }
+    }
+
+    /// Drops `id`'s entry, fingerprints kept; whether there was one.
+    fn take(&mut self, id: &NodeId) -> bool {
+        let Some(old) = self.entries.remove(id) else {
+            return false;
+        };
+        self.prints.remove(id, old.summary.version);
+        true
     }
 
     fn summary(&self, id: &NodeId) -> Option<Arc<ClusterSummary>> {

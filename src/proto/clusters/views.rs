@@ -118,10 +118,9 @@ impl ViewInputs {
             let Some(params) = &self.params else {
                 return ClusterView::default();
             };
-            let edges: Vec<(NodeId, NodeId, u32)> = (self.summaries.iter())
-                .flat_map(|s| s.edges.iter().map(move |e| (s.node, e.peer, e.rtt_us)))
-                .collect();
-            hierarchy::compute(&self.nodes, &edges, params)
+            let edges = (self.summaries.iter())
+                .flat_map(|s| s.edges.iter().map(move |e| (s.node, e.peer, e.rtt_us)));
+            hierarchy::compute_from(&self.nodes, edges, params)
         })
     }
 
