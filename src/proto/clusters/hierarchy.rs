@@ -40,12 +40,52 @@ pub(super) fn compute_from(
     let index: IdMap<NodeId, u32> = (ids.iter().enumerate())
         .filter_map(|(i, id)| Some((*id, u32::try_from(i).ok()?)))
         .collect(); // (Node indices past u32, four billion members, are left out.)
-    let ends = edges.filter_map(|(a, b, rtt)| {
-        let (i, j) = (*index.get(&a)?, *index.get(&b)?);
-        (i != j).then(|| (i.min(j), i.max(j), rtt))
-    });
-    let pairs = lowest_by_rtt(n, ends.collect());
+    SCRATCH.with_borrow_mut(|scratch| {
+        scratch.ends.clear();
+        scratch.ends.extend(edges.filter_map(|(a, b, rtt)| {
+            let (i, j) = (*index.get(&a)?, *index.get(&b)?);
+            (i != j).then(|| (i.min(j), i.max(j), rtt))
+        }));
+        lowest_by_rtt(n, scratch);
+        groups(&ids, &scratch.pairs, params, &mut scratch.joining)
+    })
+}
 
+/// The buffers of a view's computation, kept by each thread from one view to the next:
+/// allocated afresh, their pages were zeroed by the kernel each time (a fifth of a view's
+/// cost at 2000 nodes). Each holds a few bytes per published edge.
+#[derive(Default)]
+struct Scratch {
+    /// The edges as `(i, j, rtt)`, `i < j`.
+    ends: Vec<(u32, u32, u32)>,
+    /// Where each lower end's edges start in `by_end`, and the next free slot of each.
+    start: Vec<usize>,
+    fill: Vec<usize>,
+    /// Each edge as `j << 32 | rtt`, bucketed by `i`.
+    by_end: Vec<u64>,
+    /// Each pair once, with its lowest RTT, by ids.
+    by_id: Vec<(u32, u32, u32)>,
+    /// `rtt << 32 | position in by_id`.
+    by_rtt: Vec<u64>,
+    /// What [`lowest_by_rtt`] returns: `(rtt, i, j)`.
+    pairs: Vec<(u32, u32, u32)>,
+    /// See [`Joining`].
+    joining: Joining,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+/// The levels of groups of `ids` joined by `pairs` (`(rtt, i, j)` by RTT, see
+/// [`lowest_by_rtt`]).
+fn groups(
+    ids: &[NodeId],
+    pairs: &[(u32, u32, u32)],
+    params: &ClusterParams,
+    joining: &mut Joining,
+) -> ClusterView {
+    let n = ids.len();
     // Kruskal, recording every merge; `top[root]` is the merge currently heading a set.
     let mut merges: Vec<Merge> = (0..n)
         .map(|_| Merge {
@@ -55,8 +95,8 @@ pub(super) fn compute_from(
         .collect();
     let mut uf: Vec<usize> = (0..n).collect();
     let mut top: Vec<usize> = (0..n).collect();
-    for &(rtt, i, j) in &pairs {
-        let (ri, rj) = (find(&mut uf, i), find(&mut uf, j));
+    for &(rtt, i, j) in pairs {
+        let (ri, rj) = (find(&mut uf, i as usize), find(&mut uf, j as usize));
         if ri == rj {
             continue;
         }
@@ -94,19 +134,21 @@ pub(super) fn compute_from(
             }
         }
     }
-    // Every node's chain of groups, lowest first (levels strictly rise along a chain).
-    let chains: Vec<Vec<usize>> = (0..n)
-        .map(|i| {
-            let mut chain = Vec::new();
-            let mut at = up(i);
-            while let Some(g) = at {
-                chain.push(g);
-                at = up(g);
-            }
-            chain
-        })
-        .collect();
-    let rtts = joining_rtts(&pairs, &chains, m);
+    // Every node's chain of groups, lowest first (levels strictly rise along a chain),
+    // node i's at `chain[chain_at[i]..chain_at[i + 1]]`.
+    let mut chain_at = Vec::with_capacity(n + 1);
+    let mut chain = Vec::new();
+    for i in 0..n {
+        chain_at.push(chain.len());
+        let mut at = up(i);
+        while let Some(g) = at {
+            chain.push(g);
+            at = up(g);
+        }
+    }
+    chain_at.push(chain.len());
+    let chain_of = |i: usize| &chain[chain_at[i]..chain_at[i + 1]];
+    joining.fill(pairs, chain_of, m);
     // At least one level while there is anyone: a node alone is a cluster of one.
     let depth = level
         .iter()
@@ -120,9 +162,13 @@ pub(super) fn compute_from(
     // level below its parent group's (or the top). Each group is built once, shared by
     // the levels it stands at (built per level, the members' lists were most of a view's
     // cost while summaries spread and chains are deep).
-    let mut members: Vec<Vec<NodeId>> = vec![Vec::new(); m];
-    for (i, chain) in chains.iter().enumerate() {
-        for &g in chain {
+    let mut size = vec![0usize; m];
+    for &g in &chain {
+        size[g] += 1;
+    }
+    let mut members: Vec<Vec<NodeId>> = size.iter().map(|s| Vec::with_capacity(*s)).collect();
+    for i in 0..n {
+        for &g in chain_of(i) {
             members[g].push(ids[i]); // `ids` is sorted, so members are too.
         }
     }
@@ -142,7 +188,7 @@ pub(super) fn compute_from(
             Group {
                 label: members[0],
                 members,
-                rtt_us: median(&rtts[key]),
+                rtt_us: joining.median(key),
             }
         });
         for groups in &mut at_level[lowest - 1..highest] {
@@ -167,22 +213,34 @@ pub(super) fn compute_from(
 /// small runs: the edges are bucketed by their lower end, each bucket sorted by its other
 /// end and RTT (the lowest RTT of each pair stays), and the pairs so ordered by ids are
 /// sorted once by RTT and position.
-fn lowest_by_rtt(n: usize, edges: Vec<(u32, u32, u32)>) -> Vec<(u32, usize, usize)> {
-    let mut start = vec![0usize; n + 1];
-    for &(i, _, _) in &edges {
+fn lowest_by_rtt(n: usize, scratch: &mut Scratch) {
+    let Scratch {
+        ends,
+        start,
+        fill,
+        by_end,
+        by_id,
+        by_rtt,
+        pairs,
+        ..
+    } = scratch;
+    start.clear();
+    start.resize(n + 1, 0);
+    for &(i, _, _) in ends.iter() {
         start[i as usize + 1] += 1;
     }
     for k in 0..n {
         start[k + 1] += start[k];
     }
-    let mut fill = start.clone();
-    let mut by_end = vec![0u64; edges.len()];
-    for &(i, j, rtt) in &edges {
+    fill.clear();
+    fill.extend_from_slice(start);
+    by_end.clear();
+    by_end.resize(ends.len(), 0);
+    for &(i, j, rtt) in ends.iter() {
         by_end[fill[i as usize]] = u64::from(j) << 32 | u64::from(rtt);
         fill[i as usize] += 1;
     }
-    drop(edges);
-    let mut pairs: Vec<(u32, u32, u32)> = Vec::with_capacity(by_end.len());
+    by_id.clear();
     for i in 0..n {
         let bucket = &mut by_end[start[i]..start[i + 1]];
         bucket.sort_unstable();
@@ -190,47 +248,76 @@ fn lowest_by_rtt(n: usize, edges: Vec<(u32, u32, u32)>) -> Vec<(u32, usize, usiz
         for key in bucket.iter() {
             let j = (key >> 32) as u32;
             if last != Some(j) {
-                pairs.push((i as u32, j, *key as u32));
+                by_id.push((i as u32, j, *key as u32));
                 last = Some(j);
             }
         }
     }
-    drop(by_end);
     // Positions fit in 32 bits: a view of four billion edges is out of reach anyway.
-    pairs.truncate(u32::MAX as usize);
-    let mut by_rtt: Vec<u64> = (pairs.iter().enumerate())
-        .map(|(k, p)| u64::from(p.2) << 32 | k as u64)
-        .collect();
+    by_id.truncate(u32::MAX as usize);
+    by_rtt.clear();
+    by_rtt.extend((by_id.iter().enumerate()).map(|(k, p)| u64::from(p.2) << 32 | k as u64));
     by_rtt.sort_unstable();
-    (by_rtt.iter())
-        .map(|key| {
-            let (i, j, rtt) = pairs[*key as u32 as usize];
-            (rtt, i as usize, j as usize)
-        })
-        .collect()
+    pairs.clear();
+    pairs.extend(by_rtt.iter().map(|key| {
+        let (i, j, rtt) = by_id[*key as u32 as usize];
+        (rtt, i, j)
+    }));
 }
 
 /// For every group, the RTTs of the edges that join its parts (the edges whose two ends
-/// first meet in that group).
-/// (Two chains of one tree share their top part: the lowest common group is where the
-/// shared part begins, found walking down from the tops.)
-fn joining_rtts(pairs: &[(u32, usize, usize)], chains: &[Vec<usize>], m: usize) -> Vec<Vec<u32>> {
-    let mut out = vec![Vec::new(); m];
-    for &(rtt, i, j) in pairs {
-        let common = (chains[i].iter().rev().zip(chains[j].iter().rev()))
-            .take_while(|(a, b)| a == b)
-            .last();
-        if let Some((&g, _)) = common {
-            out[g].push(rtt);
-        }
-    }
-    out
+/// first meet in that group), group `g`'s at `rtts[at[g]..at[g + 1]]`, lowest first.
+#[derive(Default)]
+struct Joining {
+    /// Each pair's group (`u32::MAX` for none), then the write cursor of each group.
+    group: Vec<u32>,
+    at: Vec<usize>,
+    rtts: Vec<u32>,
 }
 
-fn median(v: &[u32]) -> Option<u32> {
-    let mut s = v.to_vec();
-    s.sort_unstable();
-    s.get(s.len().saturating_sub(1) / 2).copied()
+impl Joining {
+    /// Fills the lists from `pairs` (by RTT) and each node's chain of groups among `m`
+    /// keys. (Two chains of one tree share their top part: the lowest common group is
+    /// where the shared part begins, found walking down from the tops.)
+    fn fill<'c>(
+        &mut self,
+        pairs: &[(u32, u32, u32)],
+        chain_of: impl Fn(usize) -> &'c [usize],
+        m: usize,
+    ) {
+        self.group.clear();
+        self.at.clear();
+        self.at.resize(m + 1, 0);
+        for &(_, i, j) in pairs {
+            let (ci, cj) = (chain_of(i as usize), chain_of(j as usize));
+            let common = (ci.iter().rev().zip(cj.iter().rev()))
+                .take_while(|(a, b)| a == b)
+                .last();
+            let g = common.map_or(u32::MAX, |(g, _)| *g as u32);
+            if g != u32::MAX {
+                self.at[g as usize + 1] += 1;
+            }
+            self.group.push(g);
+        }
+        for g in 0..m {
+            self.at[g + 1] += self.at[g];
+        }
+        self.rtts.clear();
+        self.rtts.resize(self.at[m], 0);
+        let mut next: Vec<usize> = self.at[..m].to_vec();
+        for (&(rtt, _, _), &g) in pairs.iter().zip(&self.group) {
+            if g != u32::MAX {
+                self.rtts[next[g as usize]] = rtt;
+                next[g as usize] += 1;
+            }
+        }
+    }
+
+    /// The median of group `g`'s joining RTTs (the lower middle one of an even count).
+    fn median(&self, g: usize) -> Option<u32> {
+        let rtts = &self.rtts[self.at[g]..self.at[g + 1]];
+        rtts.get(rtts.len().checked_sub(1)? / 2).copied()
+    }
 }
 
 fn find(uf: &mut [usize], mut x: usize) -> usize {

@@ -136,11 +136,21 @@ impl Discovery {
 
     /// Up to `count` distinct random elements of `pool`.
     fn pick(&mut self, pool: &[NodeId], count: usize) -> Vec<NodeId> {
-        let mut pool = pool.to_vec();
+        // Draws as if taking `swap_remove`s from a copy of the pool, without copying it
+        // (a copy of thousands of members for one or two picks): the few slots a draw
+        // moved are kept aside.
+        let mut moved: Vec<(usize, NodeId)> = Vec::new();
+        let at = |moved: &[(usize, NodeId)], k: usize| {
+            (moved.iter().rev().find(|(slot, _)| *slot == k)).map_or(pool[k], |(_, id)| *id)
+        };
         let mut out = Vec::with_capacity(count);
-        while out.len() < count && !pool.is_empty() {
-            let i = self.rng.below(pool.len() as u64) as usize;
-            out.push(pool.swap_remove(i));
+        let mut len = pool.len();
+        while out.len() < count && len > 0 {
+            let i = self.rng.below(len as u64) as usize;
+            out.push(at(&moved, i));
+            let last = at(&moved, len - 1);
+            moved.push((i, last));
+            len -= 1;
         }
         out
     }
@@ -230,16 +240,15 @@ impl Core {
         if self.now >= self.discovery.next_sync {
             let jitter = 0.75 + 0.5 * self.discovery.rng.unit();
             self.discovery.next_sync = self.now + self.config.cluster_sync.mul_f64(jitter);
-            let alive = self.members.alive().to_vec();
-            if let Some(peer) = self.discovery.pick(&alive, 1).pop() {
+            if let Some(peer) = self.discovery.pick(self.members.alive(), 1).pop() {
                 let digest = self.discovery.table.digest();
                 self.send_cluster(peer, digest);
             }
         }
-        let alive = self.members.alive().to_vec();
+        let alive = self.members.alive();
         // (The view is computed when first asked for: only for the log if it is on.)
         let recomputed = self.now >= self.discovery.recompute_after
-            && self.discovery.table.recompute(&alive, &params);
+            && self.discovery.table.recompute(alive, &params);
         if recomputed {
             let rounds = (alive.len() as f64 * RECOMPUTE_ROUNDS_PER_MEMBER).floor();
             // (Half a round short of it: the next round due then comes on time.)
@@ -272,8 +281,7 @@ impl Core {
             return;
         }
         let batches = self.discovery.table.take_news();
-        let alive = self.members.alive().to_vec();
-        for peer in self.discovery.pick(&alive, NEWS_FANOUT) {
+        for peer in self.discovery.pick(self.members.alive(), NEWS_FANOUT) {
             for b in &batches {
                 let msg = ClusterMessage::Summaries {
                     summaries: b.clone(),
@@ -295,6 +303,22 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn picks_are_those_of_swap_removes_from_a_copy() {
+        let pool: Vec<NodeId> = (0..7).map(|i| NodeId::from_seed(5, i)).collect();
+        for seed in 0..50 {
+            let t0 = Time::from_micros(0);
+            let mut d = Discovery::new(NodeId([1; 16]), seed, t0, Duration::from_secs(1));
+            let mut rng = d.rng.clone();
+            let count = seed as usize % 9;
+            let (mut copy, mut want) = (pool.clone(), Vec::new());
+            while want.len() < count && !copy.is_empty() {
+                want.push(copy.swap_remove(rng.below(copy.len() as u64) as usize));
+            }
+            assert_eq!(d.pick(&pool, count), want, "seed {seed}");
+        }
+    }
 
     #[test]
     fn republishes_come_in_a_short_burst_then_one_per_member_second() {

@@ -217,10 +217,9 @@ impl Core {
     /// the members changed: trees of roots now outside our concern are dropped (as when
     /// their root leaves, without forgetting the member), trees of roots now ours tracked.
     pub(super) fn retrack(&mut self) {
-        let alive = self.members.alive().to_vec();
         let sharing = self.sharing();
         let kept = sharing.kept_by(self.id);
-        let changes: Vec<(NodeId, bool)> = (alive.into_iter())
+        let changes: Vec<(NodeId, bool)> = (self.members.alive().iter().copied())
             .filter_map(|id| {
                 let want = kept.keeps(id);
                 (want != self.trees.live_root(id).is_some()).then_some((id, want))
