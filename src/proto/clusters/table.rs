@@ -296,7 +296,9 @@ impl ClusterTable {
             }
             return;
         }
-        if !is_member(&s.node) || self.version(&s.node).is_some_and(|v| v >= s.version) {
+        // (Most summaries received are copies of one held: the version settles them
+        // without a look at the member table.)
+        if self.version(&s.node).is_some_and(|v| v >= s.version) || !is_member(&s.node) {
             return;
         }
         let summary = sanitize(s);
