@@ -167,9 +167,9 @@ fn groups(
         size[g] += 1;
     }
     let mut members: Vec<Vec<NodeId>> = size.iter().map(|s| Vec::with_capacity(*s)).collect();
-    for i in 0..n {
+    for (i, id) in ids.iter().enumerate() {
         for &g in chain_of(i) {
-            members[g].push(ids[i]); // `ids` is sorted, so members are too.
+            members[g].push(*id); // `ids` is sorted, so members are too.
         }
     }
     let mut at_level: Vec<Vec<Arc<Group>>> = vec![Vec::new(); depth];
