@@ -13,9 +13,11 @@ use super::{
     CATCH_UP_ROUNDS, INTRA_TRAIN, MIN_TRAIN, QUICK_PERIOD, QUICK_ROUNDS, RECHECK_ROUNDS,
     TRAIN_DATAGRAM, TRAIN_SPREAD, TRAIN_WAIT, saturation,
 };
+use crate::proto::clusters::Group;
 use crate::proto::core::Core;
 use crate::proto::id::NodeId;
 use crate::proto::message::{MAX_TRAIN_PACKETS, Message};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Most other clusters a routine round asks. Before discovery has settled a node may see
@@ -43,15 +45,18 @@ impl Core {
         if self.config.bw_probers == 0 {
             return;
         }
-        // Sorted groups of sorted members: each cluster is named by its first.
-        let groups = self.clusters().partition(1);
+        // The view's level-1 groups, sorted by their first member (which names each): the
+        // view's shared values, not a copy of every member each round (the copy was
+        // O(N) per node and round, a twentieth of the simulator's time at 3000 nodes).
+        let groups: Vec<Arc<Group>> = self.clusters().levels.first().cloned().unwrap_or_default();
+        let holds = |g: &Group, id: &NodeId| g.members.binary_search(id).is_ok();
         if groups.len() < 2 {
             return;
         }
-        let Some(mine) = groups.iter().position(|g| g.contains(&self.id)) else {
+        let Some(mine) = groups.iter().position(|g| holds(g, &self.id)) else {
             return;
         };
-        let own: &[NodeId] = &groups[mine];
+        let own: &[NodeId] = &groups[mine].members;
         let prober = own
             .iter()
             .take(self.config.bw_probers)
@@ -70,10 +75,10 @@ impl Core {
             r.rounds < RECHECK_ROUNDS
                 && groups
                     .iter()
-                    .find(|g| g.contains(name))
-                    .is_some_and(|g| g.iter().any(|m| !r.measured.contains(m)))
+                    .find(|g| holds(g, name))
+                    .is_some_and(|g| g.members.iter().any(|m| !r.measured.contains(m)))
         });
-        let known = |name: &NodeId| groups.iter().any(|g| g.contains(name));
+        let known = |name: &NodeId| groups.iter().any(|g| holds(g, name));
         self.bw.last_asked.retain(|name, _| known(name));
         self.bw.longer.retain(|name, _| known(name));
         // Once the first sweep is done the groups mean something; a member who joins
@@ -100,25 +105,26 @@ impl Core {
         }
         // The clusters to ask, each sorted by id: suspect ones always, the others if
         // routine, spaced and (in a catch-up round) not measured yet.
-        let mut due: Vec<(Option<_>, Vec<NodeId>)> = Vec::new();
+        let mut due: Vec<(Option<_>, Arc<Group>)> = Vec::new();
         for (gi, g) in groups.iter().enumerate() {
-            if gi == mine || g.is_empty() {
+            if gi == mine || g.members.is_empty() {
                 continue;
             }
-            let name = g[0];
+            let name = g.members[0];
             let suspect = recheck && self.bw.suspect.contains_key(&name);
-            let measured = catch_up && self.bw.holds_any(g);
+            let measured = catch_up && self.bw.holds_any(&g.members);
             let spaced = self.bw.next_to_cluster.get(&name).is_some_and(|t| now < *t);
             if suspect || (routine && !spaced && !measured) {
                 let last = (!suspect).then(|| self.bw.last_asked.get(&name).copied());
-                due.push((last, g.clone()));
+                due.push((last, Arc::clone(g)));
             }
         }
         // Suspect first (`None`), then never asked (`Some(None)`), then the least recent.
-        due.sort_by_key(|(last, g)| (last.is_some(), last.flatten(), g[0]));
+        due.sort_by_key(|(last, g)| (last.is_some(), last.flatten(), g.members[0]));
         let suspects = due.iter().filter(|(l, _)| l.is_none()).count();
         due.truncate(suspects + MAX_CLUSTERS_PER_ROUND);
-        for (_, g) in due {
+        for (_, group) in due {
+            let g: &[NodeId] = &group.members;
             let name = g[0];
             // A recheck after a low figure sizes its train for that figure: a train sized
             // for the old rate costs the sender's budget several times over, and once
@@ -128,7 +134,7 @@ impl Core {
                     r.rounds += 1;
                     let members = &self.members;
                     let target = r
-                        .target(&g, |m| members.is_alive(m))
+                        .target(g, |m| members.is_alive(m))
                         .unwrap_or(g[self.bw.rounds as usize % g.len()]);
                     (target, r.first.2.then_some(r.first.1))
                 }
@@ -138,7 +144,7 @@ impl Core {
                 continue;
             }
             self.bw.last_asked.insert(name, now);
-            self.ask_train(name, target, &g, (MAX_TRAIN_PACKETS, slower));
+            self.ask_train(name, target, g, (MAX_TRAIN_PACKETS, slower));
         }
         // Inside the cluster too (one member per routine round, rotating): how fast a
         // member forwards to another sets how many children it can feed in a stripe
@@ -160,7 +166,7 @@ impl Core {
 
     /// Counts a routine round and sets the next one: quick while starting up or catching
     /// up on clusters still unmeasured, every (jittered) probe interval otherwise.
-    fn schedule_round(&mut self, groups: &[Vec<NodeId>], mine: usize) {
+    fn schedule_round(&mut self, groups: &[Arc<Group>], mine: usize) {
         self.bw.rounds += 1;
         // Trains asked in the start-up rounds are often refused (every prober of every
         // cluster asks at once, and the senders' budgets start empty): a cluster still
@@ -169,7 +175,7 @@ impl Core {
         let unmeasured = groups
             .iter()
             .enumerate()
-            .any(|(gi, g)| gi != mine && !self.bw.holds_any(g));
+            .any(|(gi, g)| gi != mine && !self.bw.holds_any(&g.members));
         let quick = self.bw.rounds <= QUICK_ROUNDS;
         self.bw.catch_up = !quick && unmeasured && self.bw.rounds <= QUICK_ROUNDS + CATCH_UP_ROUNDS;
         let period = if quick || self.bw.catch_up {
