@@ -224,14 +224,7 @@ fn lowest_by_rtt(n: usize, scratch: &mut Scratch) {
         pairs,
         ..
     } = scratch;
-    start.clear();
-    start.resize(n + 1, 0);
-    for &(i, _, _) in ends.iter() {
-        start[i as usize + 1] += 1;
-    }
-    for k in 0..n {
-        start[k + 1] += start[k];
-    }
+    offsets(start, n, ends.iter().map(|e| e.0 as usize));
     fill.clear();
     fill.extend_from_slice(start);
     by_end.clear();
@@ -286,22 +279,15 @@ impl Joining {
         m: usize,
     ) {
         self.group.clear();
-        self.at.clear();
-        self.at.resize(m + 1, 0);
-        for &(_, i, j) in pairs {
+        self.group.extend(pairs.iter().map(|&(_, i, j)| {
             let (ci, cj) = (chain_of(i as usize), chain_of(j as usize));
             let common = (ci.iter().rev().zip(cj.iter().rev()))
                 .take_while(|(a, b)| a == b)
                 .last();
-            let g = common.map_or(u32::MAX, |(g, _)| *g as u32);
-            if g != u32::MAX {
-                self.at[g as usize + 1] += 1;
-            }
-            self.group.push(g);
-        }
-        for g in 0..m {
-            self.at[g + 1] += self.at[g];
-        }
+            common.map_or(u32::MAX, |(g, _)| *g as u32)
+        }));
+        let joined = self.group.iter().filter(|g| **g != u32::MAX);
+        offsets(&mut self.at, m, joined.map(|g| *g as usize));
         self.rtts.clear();
         self.rtts.resize(self.at[m], 0);
         let mut next: Vec<usize> = self.at[..m].to_vec();
@@ -317,6 +303,19 @@ impl Joining {
     fn median(&self, g: usize) -> Option<u32> {
         let rtts = &self.rtts[self.at[g]..self.at[g + 1]];
         rtts.get(rtts.len().checked_sub(1)? / 2).copied()
+    }
+}
+
+/// Fills `at` with where each of `buckets` buckets starts when `keys` (each below
+/// `buckets`) are laid out bucket by bucket: `at[k]..at[k + 1]` is bucket `k`'s span.
+fn offsets(at: &mut Vec<usize>, buckets: usize, keys: impl Iterator<Item = usize>) {
+    at.clear();
+    at.resize(buckets + 1, 0);
+    for k in keys {
+        at[k + 1] += 1;
+    }
+    for k in 0..buckets {
+        at[k + 1] += at[k];
     }
 }
 
