@@ -217,6 +217,13 @@ impl NetModel {
         self.latency[from * self.clusters() + to]
     }
 
+    /// The smallest one-way latency between any two clusters (or inside one), in whole
+    /// microseconds (rounded down): nothing sent arrives sooner.
+    pub fn min_latency(&self) -> Duration {
+        let min = self.latency.iter().min().copied().unwrap_or_default();
+        Duration::from_micros(u64::try_from(min.as_micros()).unwrap_or(u64::MAX))
+    }
+
     /// Whether the topology has a second (site) level.
     pub fn has_sites(&self) -> bool {
         self.has_sites

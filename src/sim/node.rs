@@ -4,7 +4,9 @@ use crate::proto::{Core, Event, GossipMessage, Input, NodeId, Time, Transmit};
 
 /// The part of the core's API the simulator drives. Implemented by [`Core`]; the
 /// simulator's own tests implement it with small scripted fakes.
-pub trait SimNode {
+///
+/// `Send`: the nodes of a window are handled on several threads.
+pub trait SimNode: Send {
     /// Feeds one input (see [`Core::handle`]).
     fn handle(&mut self, now: Time, input: Input);
     /// Next message to send (see [`Core::poll_transmit`]).

@@ -165,6 +165,19 @@ impl EventQueue {
         early.or(later).map(Time::from_micros)
     }
 
+    /// The earliest entry and its time.
+    pub(crate) fn peek(&mut self) -> Option<(Time, &Pending)> {
+        self.settle();
+        let (t, slot) = match self.early.peek() {
+            Some(Reverse((t, _, slot))) => (*t, *slot),
+            None => (self.last, *self.at_last.front()?),
+        };
+        let what = self.slots[slot as usize]
+            .as_ref()
+            .expect("a queued slot holds its payload");
+        Some((Time::from_micros(t), what))
+    }
+
     /// Removes and returns the earliest entry.
     pub(crate) fn pop(&mut self) -> Option<(Time, Pending)> {
         self.settle();

@@ -1,5 +1,6 @@
 //! Scenario actions: scheduling, churn, joins, leaves, crashes, partitions.
 
+use super::handling::NodeClock;
 use super::{Repair, Sim};
 use crate::proto::rng::SplitMix64;
 use crate::proto::{Command, DownReason, Input, NodeId, Time};
@@ -113,11 +114,11 @@ impl<N: SimNode> Sim<N> {
     /// Node `idx` asks node `via` to admit it, when it is free to, and checks back after
     /// [`JOIN_WAIT`] (nodes with their own membership).
     pub(super) fn join_through(&mut self, idx: usize, via: usize) {
-        let at = self.now.max(self.busy_until[idx]);
+        let at = self.now.max(self.clocks[idx].busy_until);
         let via = self.ids[via];
         self.nodes[idx].join_via(at, via);
         let end = self.drain(idx, at);
-        self.busy_until[idx] = end;
+        self.clocks[idx].busy_until = end;
         self.rearm(idx);
         self.queue
             .push(self.now + JOIN_WAIT, Pending::JoinCheck { node: idx });
@@ -237,10 +238,8 @@ impl<N: SimNode> Sim<N> {
         self.cluster_of.push(cluster);
         self.alive.push(true);
         self.doomed.push(false);
-        self.busy_until.push(self.now);
-        self.timer.push(None);
+        self.clocks.push(NodeClock::new(self.now));
         self.timer_queued.push(None);
-        self.same_instant.push((Time::ZERO, 0));
         self.view.add_node();
         self.tree_cache.push(None);
         self.dirty.push(true);
@@ -249,7 +248,7 @@ impl<N: SimNode> Sim<N> {
         self.live_per_cluster[cluster] += 1;
         self.live_per_site[self.net.site_of(cluster)] += 1;
         let end = self.drain(index, self.now);
-        self.busy_until[index] = end;
+        self.clocks[index].busy_until = end;
         self.rearm(index);
         index
     }
@@ -257,7 +256,7 @@ impl<N: SimNode> Sim<N> {
     pub(super) fn remove(&mut self, node: usize) {
         self.integrate();
         self.alive[node] = false;
-        self.timer[node] = None;
+        self.clocks[node].timer = None;
         self.live -= 1;
         let c = self.cluster_of[node];
         self.live_per_cluster[c] -= 1;

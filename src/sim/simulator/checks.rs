@@ -58,7 +58,7 @@ impl<N: SimNode> Sim<N> {
         self.snap = Snapshot::from_trees(self.snap.seq + 1, self.now, self.live, trees);
         for v in 0..self.nodes.len() {
             if self.alive[v] {
-                let backlog = self.busy_until[v] - self.now;
+                let backlog = self.clocks[v].busy_until - self.now;
                 if backlog > self.stats.max_backlog {
                     self.stats.max_backlog = backlog;
                     self.stats.max_backlog_at = self.now;

@@ -1,8 +1,8 @@
 //! Driving the cores: inputs, the drain rule, the CPU and network models, the event loop.
 
-use super::{MAX_CYCLE_RECORDS, MAX_SAME_INSTANT_TIMEOUTS, ParentChange, RECENT_CHANGES, Sim};
-use crate::proto::{Command, Event, Input, NodeId, Time};
-use crate::proto::{GossipMessage, Packet};
+use super::handling::{self, Costs, Output, Work};
+use super::{MAX_CYCLE_RECORDS, ParentChange, RECENT_CHANGES, Sim};
+use crate::proto::{Command, Event, Input, NodeId, Packet, Time};
 use crate::sim::bandwidth;
 use crate::sim::invariants::CycleRecord;
 use crate::sim::node::SimNode;
@@ -14,57 +14,63 @@ impl<N: SimNode> Sim<N> {
     /// Hands `input` to node `idx` at `max(now, busy_until) (+ cpu_recv)`, drains it and
     /// re-arms its timer.
     pub(super) fn feed(&mut self, idx: usize, input: Input, recv: bool) {
-        let start = self.now.max(self.busy_until[idx]);
-        let t = if recv {
-            start + self.cfg.cpu_recv
-        } else {
-            start
-        };
-        self.nodes[idx].handle(t, input);
-        let end = self.drain(idx, t);
-        self.busy_until[idx] = end;
+        self.feed_work(idx, Work::Input { input, recv });
+    }
+
+    /// [`Sim::feed`] for any [`Work`]; the outputs are carried at once, in order.
+    fn feed_work(&mut self, idx: usize, work: Work) {
+        let mut out = std::mem::take(&mut self.outputs);
+        let costs = self.costs();
+        let (node, clock) = (&mut self.nodes[idx], &mut self.clocks[idx]);
+        handling::feed(node, clock, self.now, work, costs, &mut out);
+        self.carry_all(idx, &mut out);
+        self.outputs = out;
         self.rearm(idx);
     }
 
-    /// Drains transmits and events of node `idx` handled at `t`; returns the CPU cursor after
-    /// the sends.
+    /// Drains the outputs of node `idx` handled at `t` and carries them; returns the CPU
+    /// cursor after the sends.
     pub(super) fn drain(&mut self, idx: usize, t: Time) -> Time {
-        let mut cursor = t;
-        loop {
-            let mut progressed = false;
-            while let Some(tx) = self.nodes[idx].poll_transmit() {
-                progressed = true;
-                cursor = cursor + self.cfg.cpu_send;
+        let mut out = std::mem::take(&mut self.outputs);
+        let costs = self.costs();
+        let end = handling::drain(&mut self.nodes[idx], t, costs, &mut out);
+        self.carry_all(idx, &mut out);
+        self.outputs = out;
+        end
+    }
+
+    /// The CPU model's charges.
+    pub(super) fn costs(&self) -> Costs {
+        Costs {
+            send: self.cfg.cpu_send,
+            recv: self.cfg.cpu_recv,
+        }
+    }
+
+    /// Carries the outputs of node `idx` in `out`, in order, and empties it.
+    fn carry_all(&mut self, idx: usize, out: &mut Vec<(Time, Output)>) {
+        for (at, output) in out.drain(..) {
+            self.carry(idx, at, output);
+        }
+    }
+
+    /// Carries one output of node `idx`: a send leaves at `at`, an event is recorded as
+    /// handled at `at`.
+    pub(super) fn carry(&mut self, idx: usize, at: Time, output: Output) {
+        match output {
+            Output::Send { to, packet, len } => {
                 self.stats.cpu_us += self.cfg.cpu_send.as_micros();
-                let len = tx.msg.encoded_len();
-                traffic::record(&mut self.stats.traffic, &tx.msg, len);
-                self.send(idx, tx.to, Packet::Overlay(tx.msg), len, cursor);
-            }
-            while let Some((to, msg)) = self.nodes[idx].poll_gossip() {
-                progressed = true;
-                cursor = cursor + self.cfg.cpu_send;
-                self.stats.cpu_us += self.cfg.cpu_send.as_micros();
-                let len = gossip_len(&msg);
-                traffic::record_gossip(&mut self.stats.traffic, &msg, len);
-                self.send(idx, to, Packet::Gossip(msg), len, cursor);
-            }
-            while let Some(ev) = self.nodes[idx].poll_event() {
-                progressed = true;
-                if let Event::SendTrain {
-                    to,
-                    id,
-                    packets,
-                    size,
-                } = ev
-                {
-                    // Handed to the NIC when drained, after the messages drained before it.
-                    self.send_train(idx, to, (id, packets, size), cursor);
+                match &packet {
+                    Packet::Overlay(msg) => traffic::record(&mut self.stats.traffic, msg, len),
+                    Packet::Gossip(msg) => {
+                        traffic::record_gossip(&mut self.stats.traffic, msg, len)
+                    }
+                    Packet::Query(_) | Packet::Data(_) | Packet::Bulk(_) | Packet::Token(_) => {}
                 }
-                self.on_event(idx, t, ev);
+                self.send(idx, to, packet, len, at);
             }
-            if !progressed {
-                return cursor;
-            }
+            Output::Train { to, train } => self.send_train(idx, to, train, at),
+            Output::Event(ev) => self.on_event(idx, at, ev),
         }
     }
 
@@ -73,11 +79,11 @@ impl<N: SimNode> Sim<N> {
     /// the queued entry comes due (so re-arming after every input does not flood the queue).
     pub(super) fn rearm(&mut self, idx: usize) {
         if !self.alive[idx] {
-            self.timer[idx] = None;
+            self.clocks[idx].timer = None;
             return;
         }
         let next = self.nodes[idx].poll_timeout();
-        self.timer[idx] = next;
+        self.clocks[idx].timer = next;
         if let Some(deadline) = next
             && self.timer_queued[idx].is_none_or(|q| deadline < q)
         {
@@ -85,7 +91,7 @@ impl<N: SimNode> Sim<N> {
         }
     }
 
-    fn push_timer(&mut self, node: usize, deadline: Time) {
+    pub(super) fn push_timer(&mut self, node: usize, deadline: Time) {
         self.timer_queued[node] = Some(deadline);
         self.queue
             .push(deadline.max(self.now), Pending::Timer { node, deadline });
@@ -130,9 +136,30 @@ impl<N: SimNode> Sim<N> {
                 len,
                 at: left,
             };
-            return self.queue.push(bandwidth::at_or_after(left), what);
+            return self.schedule_link(bandwidth::at_or_after(left), what);
         }
         self.deliver(from, to, packet, left);
+    }
+
+    /// A message `len` bytes long reaches the shared link between the clusters of `from`
+    /// and `to` at `at` (the simulator's clock at `now`): through it, or lost to a full
+    /// buffer.
+    pub(super) fn link_arrival(
+        &mut self,
+        (from, to): (usize, usize),
+        packet: Packet,
+        len: usize,
+        at: Duration,
+        now: Time,
+    ) {
+        let (cf, ct) = (self.cluster_of[from], self.cluster_of[to]);
+        match self.pipes.link(cf, ct, at, len) {
+            Some(left) => self.deliver(from, to, packet, left),
+            None => {
+                self.stats.dropped_tail += 1;
+                self.report_loss(from, to, now);
+            }
+        }
     }
 
     /// Queues `packet` for delivery one latency after it left its last pipe at `left`.
@@ -142,17 +169,8 @@ impl<N: SimNode> Sim<N> {
         self.queue.push(at, Pending::Deliver { from, to, packet });
     }
 
-    /// Hands a membership message to node `idx`, as [`Sim::feed`] hands an input.
-    fn feed_gossip(&mut self, idx: usize, from: NodeId, msg: GossipMessage) {
-        let t = self.now.max(self.busy_until[idx]) + self.cfg.cpu_recv;
-        self.nodes[idx].receive_gossip(t, from, msg);
-        let end = self.drain(idx, t);
-        self.busy_until[idx] = end;
-        self.rearm(idx);
-    }
-
     /// Tells `from` (if [`SimConfig::report_losses`]) that its message to `to` was lost.
-    fn report_loss(&mut self, from: usize, to: usize, at: Time) {
+    pub(super) fn report_loss(&mut self, from: usize, to: usize, at: Time) {
         if self.cfg.report_losses {
             self.queue.push(
                 at,
@@ -252,7 +270,7 @@ impl<N: SimNode> Sim<N> {
                 let from = self.ids[from];
                 match packet {
                     Packet::Overlay(msg) => self.feed(to, Input::Received { from, msg }, true),
-                    Packet::Gossip(msg) => self.feed_gossip(to, from, msg),
+                    Packet::Gossip(msg) => self.feed_work(to, Work::Gossip { from, msg }),
                     // Nodes in the simulator send neither queries nor data streams.
                     Packet::Query(_) | Packet::Data(_) | Packet::Bulk(_) | Packet::Token(_) => {}
                 }
@@ -263,16 +281,7 @@ impl<N: SimNode> Sim<N> {
                 packet,
                 len,
                 at,
-            } => {
-                let (cf, ct) = (self.cluster_of[from], self.cluster_of[to]);
-                match self.pipes.link(cf, ct, at, len) {
-                    Some(left) => self.deliver(from, to, packet, left),
-                    None => {
-                        self.stats.dropped_tail += 1;
-                        self.report_loss(from, to, self.now);
-                    }
-                }
-            }
+            } => self.link_arrival((from, to), packet, len, at, self.now),
             Pending::TrainLink { train, seq, at } => self.train_link(train, seq, at),
             Pending::TrainArrived { train } => self.train_arrived(train),
             Pending::Timer { node, deadline } => {
@@ -280,28 +289,21 @@ impl<N: SimNode> Sim<N> {
                     return;
                 }
                 self.timer_queued[node] = None;
-                match self.timer[node] {
+                match self.clocks[node].timer {
                     None => return,
                     Some(want) if want > self.now => {
                         self.push_timer(node, want);
                         return;
                     }
-                    Some(_) => self.timer[node] = None,
+                    Some(_) => self.clocks[node].timer = None,
                 }
-                let t = self.now.max(self.busy_until[node]);
-                let (last, count) = &mut self.same_instant[node];
-                if *last == t {
-                    *count += 1;
-                    assert!(
-                        *count < MAX_SAME_INSTANT_TIMEOUTS,
-                        "node {node} ({}) asked for {count} timeouts at {t:?} without time advancing",
-                        self.ids[node]
-                    );
-                } else {
-                    *last = t;
-                    *count = 0;
-                }
-                self.feed(node, Input::Timeout, false);
+                let mut out = std::mem::take(&mut self.outputs);
+                let costs = self.costs();
+                let (n, clock) = (&mut self.nodes[node], &mut self.clocks[node]);
+                handling::fire_timer(n, clock, node, self.now, costs, &mut out);
+                self.carry_all(node, &mut out);
+                self.outputs = out;
+                self.rearm(node);
             }
             Pending::Member { to, subject, down } => {
                 if !self.alive[to] {
@@ -406,6 +408,9 @@ impl<N: SimNode> Sim<N> {
             if next.is_none() {
                 break;
             }
+            if self.run_window(until) {
+                continue;
+            }
             let (at, what) = self.queue.pop().expect("peeked");
             self.now = self.now.max(at);
             self.process(what);
@@ -413,10 +418,4 @@ impl<N: SimNode> Sim<N> {
         self.now = self.now.max(until);
         false
     }
-}
-
-/// Encoded size of a membership message, counted as a tree message's is (a version byte,
-/// then postcard).
-fn gossip_len(msg: &GossipMessage) -> usize {
-    1 + postcard::experimental::serialized_size(msg).unwrap_or(0)
 }

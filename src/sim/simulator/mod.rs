@@ -1,11 +1,15 @@
 //! The simulator proper: the node table and its accessors. The event loop is in [`drive`],
-//! scenario actions in [`actions`], snapshots, convergence and figures in [`checks`].
+//! a node's handling in [`handling`], the windows that spread it over the cores in
+//! [`window`], scenario actions in [`actions`], snapshots, convergence and figures in
+//! [`checks`].
 
 mod actions;
 mod checks;
 mod drive;
+mod handling;
 mod trace;
 mod trains;
+mod window;
 
 use super::bandwidth::Pipes;
 use super::config::SimConfig;
@@ -14,7 +18,7 @@ use super::member_node::MemberNode;
 use super::metrics::{Scratch, Snapshot, TreeMetrics};
 use super::network::NetModel;
 use super::node::{SimNode, Spawn};
-use super::queue::EventQueue;
+use super::queue::{EventQueue, Pending};
 use super::traffic::{self, TrafficByKind};
 use super::train::Flights;
 use crate::proto::gossip::GossipConfig;
@@ -22,8 +26,10 @@ use crate::proto::id::IdMap;
 use crate::proto::rng::SplitMix64;
 use crate::proto::{Core, Event, Input, NodeId, Time};
 use crate::topology::Topology;
+use handling::{NodeClock, Output, WorkItem};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
+use window::Merge;
 
 /// How many cycles are kept for diagnostics (all are counted).
 const MAX_CYCLE_RECORDS: usize = 8;
@@ -57,6 +63,9 @@ struct Stats {
     leaves: u64,
     crashes: u64,
     ignored_actions: u64,
+    /// Windows run, and how many of them were spread over threads.
+    windows: u64,
+    windows_spread: u64,
     cpu_us: u128,
     max_backlog: Duration,
     max_backlog_at: Time,
@@ -92,13 +101,24 @@ pub struct Sim<N: SimNode = Core> {
     cluster_of: Vec<usize>,
     alive: Vec<bool>,
     doomed: Vec<bool>,
-    busy_until: Vec<Time>,
-    /// The deadline each node asked for last.
-    timer: Vec<Option<Time>>,
+    /// Each node's CPU clock and deadline.
+    clocks: Vec<NodeClock>,
     /// The deadline of each node's live queue entry (stale entries are skipped).
     timer_queued: Vec<Option<Time>>,
-    same_instant: Vec<(Time, u32)>,
     queue: EventQueue,
+    /// The smallest one-way latency of the network: how far a window reaches.
+    lookahead: Duration,
+    /// A node's outputs being carried (kept for its capacity).
+    outputs: Vec<(Time, Output)>,
+    /// The current window's work, its link arrivals, the outputs of its nodes (one list per
+    /// node, ascending) and those nodes; kept between windows for their capacity.
+    work: Vec<WorkItem>,
+    window_links: Vec<(Time, Pending)>,
+    window_outputs: Vec<Vec<(Time, Output)>>,
+    window_nodes: Vec<usize>,
+    /// The window's own queue while its outputs are carried, and its storage between.
+    merge: Option<Merge>,
+    merge_buffer: Merge,
     view: ParentView,
     cycles_seen: u64,
     cycles: Vec<CycleRecord>,
@@ -196,6 +216,7 @@ impl<N: SimNode> Sim<N> {
     ) -> Self {
         let net = net.grouped(&config.core.cluster_params());
         let check_interval = config.check_interval.max(Duration::from_micros(1));
+        let lookahead = net.min_latency();
         let mut sim = Sim {
             rng: SplitMix64::new(config.seed ^ 0x5151_7E57_0000_0001),
             live_per_cluster: vec![0; net.clusters()],
@@ -211,11 +232,17 @@ impl<N: SimNode> Sim<N> {
             cluster_of: Vec::new(),
             alive: Vec::new(),
             doomed: Vec::new(),
-            busy_until: Vec::new(),
-            timer: Vec::new(),
+            clocks: Vec::new(),
             timer_queued: Vec::new(),
-            same_instant: Vec::new(),
             queue: EventQueue::default(),
+            lookahead,
+            outputs: Vec::new(),
+            work: Vec::new(),
+            window_links: Vec::new(),
+            window_outputs: Vec::new(),
+            window_nodes: Vec::new(),
+            merge: None,
+            merge_buffer: Merge::default(),
             view: ParentView::new(),
             cycles_seen: 0,
             cycles: Vec::new(),
@@ -436,6 +463,12 @@ impl<N: SimNode> Sim<N> {
     /// most this.
     pub fn unsolicited_most(&self) -> u64 {
         self.stats.unsolicited.values().copied().max().unwrap_or(0)
+    }
+
+    /// Windows run so far (see [`window`]), and how many of them had their nodes handled on
+    /// more than one thread.
+    pub fn windows(&self) -> (u64, u64) {
+        (self.stats.windows, self.stats.windows_spread)
     }
 
     /// Entries in the event queue (messages in flight, timers, notices, actions).

@@ -55,7 +55,7 @@ impl<N: SimNode> Sim<N> {
                         seq,
                         at: left,
                     };
-                    self.queue.push(bandwidth::at_or_after(left), what);
+                    self.schedule_link(bandwidth::at_or_after(left), what);
                 }
                 Some(left) => self.train_datagram(slot, seq, Some(left)),
             }

@@ -4,9 +4,9 @@
 use crate::proto::{Event, Input, Message, NodeId, Time, Transmit};
 use crate::sim::{NetModel, Sim, SimConfig, SimNode, Spawn};
 use crate::topology::timeline::MIN_BUFFER;
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// One-way latency between the two clusters of every test.
@@ -16,7 +16,7 @@ const LATENCY_US: u64 = 10_000;
 /// `Err(peer index told lost)`.
 /// One datagram seen: (receiver, arrival in microseconds, its sequence number or a drop).
 type Arrival = (usize, u64, Result<usize, usize>);
-type Seen = Rc<RefCell<Vec<Arrival>>>;
+type Seen = Arc<Mutex<Vec<Arrival>>>;
 
 /// A node that, when it learns of member `to`, sends it `count` copies of `msg` at once,
 /// and notes what it receives and the losses it is told of.
@@ -47,11 +47,19 @@ impl SimNode for Burst {
             }
             Input::Received { msg, .. } => {
                 let len = msg.encoded_len();
-                (self.seen.borrow_mut()).push((self.index, now.as_micros(), Ok(len)));
+                (self.seen.lock().expect("not poisoned")).push((
+                    self.index,
+                    now.as_micros(),
+                    Ok(len),
+                ));
             }
             Input::LinkLost { peer } => {
                 let peer = index_of(peer).expect("a node of the run") as usize;
-                (self.seen.borrow_mut()).push((self.index, now.as_micros(), Err(peer)));
+                (self.seen.lock().expect("not poisoned")).push((
+                    self.index,
+                    now.as_micros(),
+                    Err(peer),
+                ));
             }
             _ => {}
         }
@@ -110,7 +118,7 @@ fn run(
     });
     let mut sim = Sim::with_nodes(net, cfg, factory);
     sim.run_until(Time::from_micros(1_000_000));
-    let got = seen.borrow().clone();
+    let got = seen.lock().expect("not poisoned").clone();
     (got, sim)
 }
 

@@ -2,13 +2,13 @@
 
 use crate::proto::{Command, DownReason, Event, Input, Message, NodeId, Time, Transmit};
 use crate::sim::{NetModel, SimNode, Spawn};
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// What a fake saw: (node index, handle time in µs, description).
-pub type Log = Rc<RefCell<Vec<(usize, u64, String)>>>;
+pub type Log = Arc<Mutex<Vec<(usize, u64, String)>>>;
 
 /// Two clusters "A" and "B", 100 µs inside, `inter_ms` between, with the given initial nodes.
 pub fn two_clusters(inter_ms: u64, initial: &[usize]) -> NetModel {
@@ -90,7 +90,8 @@ impl Fake {
 
     fn note(&self, now: Time, what: String) {
         self.log
-            .borrow_mut()
+            .lock()
+            .expect("not poisoned")
             .push((self.index, now.as_micros(), what));
     }
 
@@ -214,7 +215,7 @@ impl SimNode for Fake {
 pub struct Oracle {
     id: NodeId,
     cluster: usize,
-    registry: Rc<RefCell<HashMap<NodeId, usize>>>,
+    registry: Arc<Mutex<HashMap<NodeId, usize>>>,
     known: BTreeSet<NodeId>,
     parents: HashMap<NodeId, NodeId>,
     events: VecDeque<Event>,
@@ -223,9 +224,12 @@ pub struct Oracle {
 impl Oracle {
     /// A factory of oracles sharing one id -> cluster registry.
     pub fn factory() -> Box<dyn FnMut(Spawn) -> Oracle> {
-        let registry = Rc::new(RefCell::new(HashMap::new()));
+        let registry = Arc::new(Mutex::new(HashMap::new()));
         Box::new(move |s: Spawn| {
-            registry.borrow_mut().insert(s.id, s.cluster);
+            registry
+                .lock()
+                .expect("not poisoned")
+                .insert(s.id, s.cluster);
             let mut known = BTreeSet::new();
             known.insert(s.id);
             Oracle {
@@ -240,7 +244,7 @@ impl Oracle {
     }
 
     fn recompute(&mut self) {
-        let reg = self.registry.borrow();
+        let reg = self.registry.lock().expect("not poisoned");
         let gateway = self
             .known
             .iter()

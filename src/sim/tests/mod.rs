@@ -11,3 +11,4 @@ mod trace;
 mod trains;
 mod trains_crowd;
 mod trains_das4;
+mod windows;

@@ -4,9 +4,9 @@
 use crate::proto::{Event, Input, NodeId, Time, Transmit};
 use crate::sim::train::{Flight, TRAIN_IDLE};
 use crate::sim::{NetModel, Sim, SimConfig, SimNode, Spawn};
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// One-way latency between the two clusters of the scripted runs.
@@ -54,7 +54,7 @@ fn a_train_is_measured_as_the_driver_measures_it() {
 /// One thing a node saw: (node, when in µs, what), what being a train report
 /// `(received, spread, span)` or `Err(peer)` for a loss the node was told of.
 type Sight = (usize, u64, Result<(u16, u16, Duration), usize>);
-type Seen = Rc<RefCell<Vec<Sight>>>;
+type Seen = Arc<Mutex<Vec<Sight>>>;
 
 /// Node 0 sends node 1 a train of `packets` datagrams as soon as it learns of it; every
 /// node notes the train reports and losses it is told of.
@@ -70,7 +70,9 @@ impl SimNode for Trainer {
     fn handle(&mut self, now: Time, input: Input) {
         let seed = self.seed;
         let index_of = move |id: NodeId| (0..8).find(|&i| NodeId::from_seed(seed, i) == id);
-        let note = |what| (self.seen.borrow_mut()).push((self.index, now.as_micros(), what));
+        let note = |what| {
+            (self.seen.lock().expect("not poisoned")).push((self.index, now.as_micros(), what))
+        };
         match input {
             Input::MemberUp { id } if self.index == 0 && index_of(id) == Some(1) => {
                 self.events.push_back(Event::SendTrain {
@@ -148,7 +150,7 @@ fn run(
     });
     let mut sim = Sim::with_nodes(net, cfg, factory);
     sim.run_until(Time::from_micros(2_000_000));
-    let got = seen.borrow().clone();
+    let got = seen.lock().expect("not poisoned").clone();
     (got, sim)
 }
 
