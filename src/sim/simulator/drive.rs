@@ -1,6 +1,6 @@
 //! Driving the cores: inputs, the drain rule, the CPU and network models, the event loop.
 
-use super::handling::{self, Costs, Output, Work};
+use super::handling::{self, Costs, NodeClock, Output, Work};
 use super::{MAX_CYCLE_RECORDS, ParentChange, RECENT_CHANGES, Sim};
 use crate::proto::{Command, Event, Input, NodeId, Packet, Time};
 use crate::sim::bandwidth;
@@ -19,24 +19,32 @@ impl<N: SimNode> Sim<N> {
 
     /// [`Sim::feed`] for any [`Work`]; the outputs are carried at once, in order.
     fn feed_work(&mut self, idx: usize, work: Work) {
-        let mut out = std::mem::take(&mut self.outputs);
-        let costs = self.costs();
-        let (node, clock) = (&mut self.nodes[idx], &mut self.clocks[idx]);
-        handling::feed(node, clock, self.now, work, costs, &mut out);
-        self.carry_all(idx, &mut out);
-        self.outputs = out;
+        let now = self.now;
+        self.handle_alone(idx, |n, c, costs, out| {
+            handling::feed(n, c, now, work, costs, out)
+        });
         self.rearm(idx);
     }
 
     /// Drains the outputs of node `idx` handled at `t` and carries them; returns the CPU
     /// cursor after the sends.
     pub(super) fn drain(&mut self, idx: usize, t: Time) -> Time {
+        self.handle_alone(idx, |n, _, costs, out| handling::drain(n, t, costs, out))
+    }
+
+    /// Runs `handle` on node `idx` and its clock outside a window, then carries the
+    /// outputs it drained, in order.
+    fn handle_alone<R>(
+        &mut self,
+        idx: usize,
+        handle: impl FnOnce(&mut N, &mut NodeClock, Costs, &mut Vec<(Time, Output)>) -> R,
+    ) -> R {
         let mut out = std::mem::take(&mut self.outputs);
         let costs = self.costs();
-        let end = handling::drain(&mut self.nodes[idx], t, costs, &mut out);
+        let r = handle(&mut self.nodes[idx], &mut self.clocks[idx], costs, &mut out);
         self.carry_all(idx, &mut out);
         self.outputs = out;
-        end
+        r
     }
 
     /// The CPU model's charges.
@@ -297,12 +305,10 @@ impl<N: SimNode> Sim<N> {
                     }
                     Some(_) => self.clocks[node].timer = None,
                 }
-                let mut out = std::mem::take(&mut self.outputs);
-                let costs = self.costs();
-                let (n, clock) = (&mut self.nodes[node], &mut self.clocks[node]);
-                handling::fire_timer(n, clock, node, self.now, costs, &mut out);
-                self.carry_all(node, &mut out);
-                self.outputs = out;
+                let now = self.now;
+                self.handle_alone(node, |n, c, costs, out| {
+                    handling::fire_timer(n, c, node, now, costs, out)
+                });
                 self.rearm(node);
             }
             Pending::Member { to, subject, down } => {

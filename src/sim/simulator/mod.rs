@@ -7,6 +7,7 @@ mod actions;
 mod checks;
 mod drive;
 mod handling;
+mod stats;
 mod trace;
 mod trains;
 mod window;
@@ -27,7 +28,8 @@ use crate::proto::rng::SplitMix64;
 use crate::proto::{Core, Event, Input, NodeId, Time};
 use crate::topology::Topology;
 use handling::{NodeClock, Output, WorkItem};
-use std::collections::{HashMap, VecDeque};
+use stats::Stats;
+use std::collections::VecDeque;
 use std::time::Duration;
 use window::Merge;
 
@@ -39,41 +41,6 @@ const RECENT_CHANGES: usize = 32;
 
 /// After this many timeouts of one node at the same instant, the core is considered stuck.
 const MAX_SAME_INSTANT_TIMEOUTS: u32 = 100_000;
-
-/// Counters of a run.
-#[derive(Clone, Debug, Default)]
-struct Stats {
-    messages: u64,
-    bytes: u64,
-    delivered: u64,
-    dropped_loss: u64,
-    dropped_partition: u64,
-    dropped_dead: u64,
-    dropped_unknown: u64,
-    dropped_tail: u64,
-    /// Packet trains sent, reported to their askers, and their datagrams lost.
-    trains_sent: u64,
-    trains_delivered: u64,
-    train_drops: u64,
-    parent_changes: u64,
-    parent_changes_intra: u64,
-    event_mismatches: u64,
-    unknown_ids: u64,
-    joins: u64,
-    leaves: u64,
-    crashes: u64,
-    ignored_actions: u64,
-    /// Windows run, and how many of them were spread over threads.
-    windows: u64,
-    windows_spread: u64,
-    cpu_us: u128,
-    max_backlog: Duration,
-    max_backlog_at: Time,
-    max_backlog_node: usize,
-    traffic: TrafficByKind,
-    /// Bytes of messages nobody asked for (`Event::Unsolicited`), per receiver and sender.
-    unsolicited: HashMap<(usize, NodeId), u64>,
-}
 
 /// A repair being measured: an action and when the trees spanned again.
 struct Repair {
