@@ -126,6 +126,10 @@ struct Args {
     /// points (the core's `sweep_limit`; every member unless told).
     #[arg(long, value_name = "MEMBERS", value_parser = clap::value_parser!(u32).range(1..))]
     sweep_limit: Option<u32>,
+    /// Flat clusters: a node under a cluster neighbour moves to a shallower one (the core's
+    /// `flatten_clusters`; off unless told).
+    #[arg(long)]
+    flatten: bool,
     /// With `--membership gossip`: news within this many milliseconds of a node's last
     /// rumor push waits and goes in one rumor (the membership's `rumor_gap`; 0 unless told)
     #[arg(long, value_name = "MS", default_value_t = 0)]
@@ -263,6 +267,7 @@ fn run(args: Args) -> Result<()> {
     if args.shared_trees_from.is_some() {
         core.shared_trees_from = args.shared_trees_from;
     }
+    core.flatten_clusters |= args.flatten;
     if let Some(limit) = args.sweep_limit {
         core.sweep_limit = Some(limit as usize);
     }

@@ -17,7 +17,7 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
         let (moved, moved_inside) = (moves.0 - moves_before.0, moves.1 - moves_before.1);
         moves_before = moves;
         let reasons = switch_reasons(sim);
-        let [rules, shortcut, repair, root_asks] =
+        let [rules, shortcut, repair, flatten, root_asks] =
             std::array::from_fn(|k| reasons[k].saturating_sub(reasons_before[k]));
         reasons_before = reasons;
         let mut extra = 0;
@@ -39,7 +39,8 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
             "t={:>5.1}s trees={} knows_all={} spanning={} wide_area_optimal={} \
              extra_entries={extra} leaf_entries={leaves} parent_changes={moved} \
              of_which_inside_a_cluster={moved_inside} by_rules={rules} \
-             by_shortcut={shortcut} by_repair={repair} root_asks={root_asks} \
+             by_shortcut={shortcut} by_repair={repair} by_flatten={flatten} \
+             root_asks={root_asks} \
              trees_per_node={:.0}",
             s.at.as_micros() as f64 / 1e6,
             s.trees,
@@ -58,16 +59,17 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
     }
 }
 
-/// The switches of every live node by reason (rules, shortcut, repair), and the roots
-/// asked for their state: the counters since the start.
-fn switch_reasons<N: SimNode>(sim: &Sim<N>) -> [u64; 4] {
-    let mut sum = [0; 4];
+/// The switches of every live node by reason (rules, shortcut, repair, flatten), and the
+/// roots asked for their state: the counters since the start.
+fn switch_reasons<N: SimNode>(sim: &Sim<N>) -> [u64; 5] {
+    let mut sum = [0; 5];
     for i in sim.live_nodes() {
         if let Some(s) = sim.node(i).core().map(|c| c.stats()) {
             let each = [
                 s.switches_rules,
                 s.switches_shortcut,
                 s.switches_repair,
+                s.switches_flatten,
                 s.root_asks,
             ];
             for (total, n) in sum.iter_mut().zip(each) {

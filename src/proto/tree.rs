@@ -27,6 +27,19 @@
 //!   with it, every shortcut lowers the best dist by more than half the threshold, so the
 //!   switches end. The best dist is not forgotten with time: a bound that lapses lets the
 //!   chain form again, and the whole overlay then moves in waves of that period.
+//! - **Flat clusters** (an option, `Config::flatten_clusters`): inside a cluster every neighbour is about as close as the parent,
+//!   so (2) never moves a node there and the cluster's part of a tree keeps the shape the
+//!   cold start gave it: each change of the cluster's entry hangs the old entry, and all
+//!   below it, one level deeper (scale-1000 at 5000 nodes: trees 42 levels deep, and the
+//!   deepest nodes' dists more than the shortcut threshold above the entry's route, so
+//!   they took shortcuts out of a cluster entered once). A node under a cluster neighbour
+//!   moves to another cluster neighbour not clearly farther when that shortens its dist
+//!   by more than two of its hops and 450 µs ([`flatten_margin`]). The rules cannot undo
+//!   it: under (3) a move lengthens dist by less than the new parent's latency `c`, and
+//!   under (2) the latency falls by over a quarter of the old one `p` and 100 µs, so
+//!   `dist + 4 * lat` falls by over `p - c + 400`; a flattening raises the latency by at
+//!   most `c / 4 + 100` (not clearly farther), so the sum falls by over `c + 50`. A
+//!   flattening only shortens dist, so the bound between two shortcuts above still holds.
 //!
 //! Ties: latencies in the simulator are exact, so dists are compared as `(dist, NodeId)`,
 //! a strict total order that keeps the feasibility argument intact.
@@ -207,6 +220,9 @@ pub enum SwitchReason {
     Shortcut,
     /// Conditions (1)-(4) with feasibility and the oscillation guard.
     Rules,
+    /// From one cluster neighbour to another no farther, shortening dist by more than
+    /// [`flatten_margin`].
+    Flatten,
 }
 
 /// The verdict on one candidate.
@@ -243,21 +259,40 @@ pub fn judge(
     c: &CandidateView,
     threshold_us: u32,
 ) -> Judgement {
-    judge_with(me, my_id, parent_lat_us, c, threshold_us, false)
+    let rules = Rules {
+        threshold_us,
+        leaf_search: false,
+        flatten: false,
+    };
+    judge_with(me, my_id, parent_lat_us, c, rules)
 }
 
-/// [`judge`], plus, when `leaf_search` is set, the leaf's walk up a far neighbour's
-/// ancestry (see the end of the function). The core sets it once it has met its peers: a
-/// node still meeting them is a leaf in almost every tree, and the walk would only add
-/// traffic then.
+/// The settings of [`judge_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// The shortcut threshold, µs.
+    pub threshold_us: u32,
+    /// The leaf's walk up a far neighbour's ancestry (see the end of [`judge_with`]). The
+    /// core sets it once it has met its peers: a node still meeting them is a leaf in
+    /// almost every tree, and the walk would only add traffic then.
+    pub leaf_search: bool,
+    /// Flat clusters (see the module docs; `Config::flatten_clusters`).
+    pub flatten: bool,
+}
+
+/// [`judge`] with every setting of [`Rules`].
 pub fn judge_with(
     me: &TreeState,
     my_id: NodeId,
     parent_lat_us: Option<u32>,
     c: &CandidateView,
-    threshold_us: u32,
-    leaf_search: bool,
+    rules: Rules,
 ) -> Judgement {
+    let Rules {
+        threshold_us,
+        leaf_search,
+        flatten,
+    } = rules;
     if c.id == my_id || me.root == my_id || Some(c.id) == me.parent {
         return Judgement::No;
     }
@@ -292,13 +327,26 @@ pub fn judge_with(
     // unless it shortens ours or is a move to a very close candidate (a cluster neighbour:
     // each such move needs a parent much farther than the last, so together they add less
     // than half the threshold between two shortcuts).
+    let near = threshold_us / 10;
     let best = me.best_us.min(me.dist_us);
     let rules = clearly_closer(c.lat_us, parent_lat)
         && (c.dist_us, c.id) < (me.dist_us, my_id)
         && through <= me.dist_us.saturating_add(threshold_us / 2)
-        && (c.lat_us <= threshold_us / 10
-            || through <= me.dist_us.max(best.saturating_add(threshold_us / 2)));
-    let v = verdict(rules, SwitchReason::Rules);
+        && (c.lat_us <= near || through <= me.dist_us.max(best.saturating_add(threshold_us / 2)));
+    let mut v = verdict(rules, SwitchReason::Rules);
+    if v == Judgement::No
+        && flatten
+        && parent_lat <= near
+        && !clearly_closer(parent_lat, c.lat_us)
+        && through.saturating_add(flatten_margin(c.lat_us)) < me.dist_us
+    {
+        // Only when feasible as heard: a flattening is worth no request for fresh state.
+        v = if is_feasible {
+            Judgement::Switch(SwitchReason::Flatten)
+        } else {
+            Judgement::No
+        };
+    }
     if v == Judgement::No
         && c.lat_us.saturating_mul(2) < parent_lat
         && !me.children.contains(&c.id)
@@ -326,8 +374,16 @@ pub fn clearly_closer(candidate_lat_us: u32, parent_lat_us: u32) -> bool {
         < parent_lat_us
 }
 
-/// Among switchable candidates, the one to take: for repair and shortcuts the shortest
-/// resulting dist; under the rules the closest candidate (the spirit of condition (2)).
+/// How much shorter a dist through cluster neighbour `lat_us` away must be to move there
+/// from another cluster neighbour (see the module docs): three such hops and 150 µs, well
+/// above the 20 µs of jitter adverts ignore.
+pub fn flatten_margin(lat_us: u32) -> u32 {
+    lat_us.saturating_mul(2).saturating_add(450)
+}
+
+/// Among switchable candidates, the one to take: for repair, shortcuts and flattening the
+/// shortest resulting dist; under the rules the closest candidate (the spirit of
+/// condition (2)).
 pub fn preference(reason: SwitchReason, c: &CandidateView) -> (SwitchReason, u32, u32, NodeId) {
     match reason {
         SwitchReason::Rules => (reason, c.lat_us, c.dist_through(), c.id),

@@ -95,6 +95,7 @@ impl Core {
         let parents = s.switches_rules
             + s.switches_shortcut
             + s.switches_repair
+            + s.switches_flatten
             + s.parents_lost
             + s.parents_quiet;
         ChangeMark {

@@ -43,14 +43,12 @@ impl Core {
     ) -> Judgement {
         let t = self.trees.live(ri);
         let parent_lat = t.parent.and_then(|p| self.nbrs.lat_us(&p));
-        let verdict = tree::judge_with(
-            t,
-            self.id,
-            parent_lat,
-            view,
-            self.config.shortcut_threshold.as_micros() as u32,
-            self.probing.met_everyone(),
-        );
+        let rules = tree::Rules {
+            threshold_us: self.config.shortcut_threshold.as_micros() as u32,
+            leaf_search: self.probing.met_everyone(),
+            flatten: self.config.flatten_clusters,
+        };
+        let verdict = tree::judge_with(t, self.id, parent_lat, view, rules);
         // A connected node only moves to a peer measured a few times: a first sample can
         // be far off (queueing), and a move on noise is a move too many. Repair need not
         // wait. A peer that would be taken but is not measured enough (it advertises to us
@@ -269,6 +267,7 @@ impl Core {
             SwitchReason::Rules => self.stats.switches_rules += 1,
             SwitchReason::Shortcut => self.stats.switches_shortcut += 1,
             SwitchReason::Repair => self.stats.switches_repair += 1,
+            SwitchReason::Flatten => self.stats.switches_flatten += 1,
         }
         let now = self.now;
         let was_member = {

@@ -13,6 +13,8 @@ pub struct CoreStats {
     pub switches_shortcut: u64,
     /// Re-attachments of a node without a path.
     pub switches_repair: u64,
+    /// Parent switches from one cluster neighbour to another, shallower one.
+    pub switches_flatten: u64,
     /// Parents lost because they left or died.
     pub parents_lost: u64,
     /// Trees dropped while their root lives, the root being in another cluster than ours

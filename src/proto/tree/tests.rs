@@ -266,7 +266,14 @@ fn a_much_closer_candidate_that_is_not_better_is_asked_for_its_parent() {
     // A neighbour several hops deep is asked only by a leaf (a second entry into the
     // cluster); a node with children of its own is likely that neighbour's ancestor.
     let deep = cand(91, 5, 15 * MS + 400, 100);
-    let search = |t: &TreeState, on| judge_with(t, id(ME), Some(15 * MS), &deep, TH, on);
+    let search = |t: &TreeState, on| {
+        let rules = Rules {
+            threshold_us: TH,
+            leaf_search: on,
+            flatten: false,
+        };
+        judge_with(t, id(ME), Some(15 * MS), &deep, rules)
+    };
     assert_eq!(search(&me, true), Judgement::AskParent);
     assert_eq!(search(&me, false), Judgement::No);
     let mut inner = me.clone();
@@ -314,4 +321,83 @@ fn small_moves_of_a_connected_tree_are_drift_new_routes_and_connectivity_are_not
     near.advertised = (100, true);
     near.dist_us = 340; // a parent moved inside the cluster
     assert!(near.advert_due() && near.advert_is_drift());
+}
+
+/// [`judge`] with flat clusters on.
+fn judge_flat(me: &TreeState, my: NodeId, parent_lat: Option<u32>, c: &CandidateView) -> Judgement {
+    let rules = Rules {
+        threshold_us: TH,
+        leaf_search: false,
+        flatten: true,
+    };
+    judge_with(me, my, parent_lat, c, rules)
+}
+
+#[test]
+fn a_deep_node_flattens_under_a_shallower_cluster_neighbour() {
+    // Eight hops of 140 µs below the cluster's entry; the entry itself is a neighbour:
+    // under it, 980 µs shorter.
+    let entry = 30 * MS;
+    let me = attached(entry + 8 * 140, entry + 8 * 140);
+    let c = cand(9, 5, entry, 140);
+    assert_eq!(
+        judge_flat(&me, id(ME), Some(140), &c),
+        Judgement::Switch(SwitchReason::Flatten)
+    );
+    // Under a node two hops below the entry, 700 µs shorter: not more than the margin
+    // (2 x 140 + 450).
+    let c = cand(9, 5, entry + 2 * 140, 140);
+    assert_eq!(judge_flat(&me, id(ME), Some(140), &c), Judgement::No);
+    // Clearly farther than our parent: not a flattening (the rules may bring us back).
+    let c = cand(9, 5, entry, 400);
+    assert_eq!(judge_flat(&me, id(ME), Some(140), &c), Judgement::No);
+    // The cluster's entry (its parent across the wide area) never flattens.
+    let c = cand(9, 5, entry - 5 * MS, 140);
+    assert_ne!(
+        judge_flat(&me, id(ME), Some(8 * MS), &c),
+        Judgement::Switch(SwitchReason::Flatten)
+    );
+    // What we heard is older than our serial: no move, and no request for fresh state
+    // (a flattening is not worth one).
+    let c = cand(9, 4, entry, 140);
+    assert_eq!(judge_flat(&me, id(ME), Some(140), &c), Judgement::No);
+    // Off (the default): the rules alone never move a node between equally close
+    // cluster neighbours.
+    let c = cand(9, 5, entry, 140);
+    assert_eq!(judge(&me, id(ME), Some(140), &c, TH), Judgement::No);
+}
+
+/// Between cluster neighbours, the rules and flattening cannot undo each other: over many
+/// random states, every move either of them makes from one cluster neighbour to another
+/// lowers `dist + 4 * lat` (the argument of the module docs).
+#[test]
+fn rules_and_flattening_between_cluster_neighbours_never_cycle() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |m: u32| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % u64::from(m)) as u32
+    };
+    let (mut rules, mut flat) = (0, 0);
+    for _ in 0..200_000 {
+        let dist = 20 * MS + next(4 * MS);
+        let me = attached(dist, dist);
+        let parent_lat = 1 + next(TH / 10);
+        let c = cand(9, 5, 20 * MS + next(4 * MS), 1 + next(TH / 10));
+        if let Judgement::Switch(why) = judge_flat(&me, id(ME), Some(parent_lat), &c) {
+            let before = u64::from(dist) + 4 * u64::from(parent_lat);
+            let after = u64::from(c.dist_through()) + 4 * u64::from(c.lat_us);
+            assert!(
+                after < before,
+                "{why:?}: {me:?} parent {parent_lat} µs, {c:?}"
+            );
+            match why {
+                SwitchReason::Rules => rules += 1,
+                SwitchReason::Flatten => flat += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(rules > 1000 && flat > 1000, "rules {rules}, flatten {flat}");
 }
