@@ -384,6 +384,13 @@ fn finish<N: SimNode>(
     };
     let wall_ms = wall.elapsed().as_secs_f64() * 1e3;
     let report = sim.report();
+    // (To stderr, before the report: with --json too.)
+    if let Some(t) = args.trace {
+        eprintln!("messages between {} and {} (root {}):", t.a, t.b, t.root);
+        for line in sim.traced() {
+            eprintln!("  {line}");
+        }
+    }
 
     if args.json {
         let out = Output {
@@ -425,12 +432,6 @@ fn finish<N: SimNode>(
     }
     if let (Some(root), Some(path)) = (dot_root, &dot_file) {
         println!("tree of root {root} ({}) written to {path}", sim.id(root));
-    }
-    if let Some(t) = args.trace {
-        eprintln!("messages between {} and {} (root {}):", t.a, t.b, t.root);
-        for line in sim.traced() {
-            eprintln!("  {line}");
-        }
     }
     Ok(())
 }

@@ -140,8 +140,9 @@ fn explain_entries<N: SimNode>(sim: &Sim<N>, heard: bool) {
                         return;
                     };
                     let why = core.explain_candidate(sim.id(r), sim.id(*b));
+                    let mates = core.discovered_cluster().contains(&sim.id(*b));
                     eprintln!(
-                        "  root {r}: entry {a} on entry {b}: {}",
+                        "  root {r}: entry {a} on entry {b}: {}; discovered together: {mates}",
                         why.unwrap_or_else(|| "tree not tracked".into())
                     );
                 }

@@ -278,3 +278,57 @@ fn in_a_large_table_one_new_summary_is_reconciled_by_its_fine_bucket() {
     assert_eq!(b.version(&all[17].node), Some(2));
     assert_eq!(a.digest(), b.digest());
 }
+
+#[test]
+fn new_bandwidth_figures_alone_leave_the_view_as_it_is() {
+    let ids = ids(3);
+    let member = |_: &NodeId| true;
+    let edges: Arc<[ClusterEdge]> = vec![ClusterEdge {
+        peer: ids[0],
+        rtt_us: 100,
+    }]
+    .into();
+    let summary = |version: u32, kbps: u32| {
+        Arc::new(ClusterSummary {
+            node: ids[1],
+            version,
+            edges: Arc::clone(&edges),
+            bandwidth: vec![crate::proto::message::BandwidthEdge {
+                from: ids[2],
+                kbps,
+                samples: 3,
+            }]
+            .into(),
+        })
+    };
+    let mut a = ClusterTable::new(ids[0]);
+    a.publish_edges(vec![ClusterEdge {
+        peer: ids[1],
+        rtt_us: 100,
+    }]);
+    let receive = |a: &mut ClusterTable, s| {
+        let msg = ClusterMessage::Summaries { summaries: vec![s] };
+        a.handle(Time::from_micros(0), msg, member);
+    };
+    receive(&mut a, summary(1, 1_000));
+    let alive = [ids[1], ids[2]];
+    let params = ClusterParams::default();
+    assert!(a.recompute(&alive, &params));
+    // A newer version with new bandwidth figures: held and spread, no new view.
+    receive(&mut a, summary(2, 2_000));
+    assert_eq!(a.version(&ids[1]), Some(2));
+    assert!(a.has_news());
+    assert!(!a.recompute(&alive, &params), "same latencies: same view");
+    // Our own republish with the same latencies: the same.
+    a.publish_edges(vec![ClusterEdge {
+        peer: ids[1],
+        rtt_us: 100,
+    }]);
+    assert!(!a.recompute(&alive, &params));
+    // New latencies do make a new view.
+    a.publish_edges(vec![ClusterEdge {
+        peer: ids[1],
+        rtt_us: 150,
+    }]);
+    assert!(a.recompute(&alive, &params));
+}
