@@ -297,7 +297,7 @@ impl ClusterTable {
             // same (from before a restart): ours must outrank it, or it would never spread.
             if let Some(own) = self.entries.get(&self.me)
                 && (s.version > own.summary.version
-                    || (s.version == own.summary.version && s.edges[..] != own.summary.edges[..]))
+                    || (s.version == own.summary.version && self.edges_differ(&s)))
             {
                 let mut own = own.clone();
                 Arc::make_mut(&mut own.summary).version = s.version.saturating_add(1);

@@ -301,11 +301,14 @@ fn new_bandwidth_figures_alone_leave_the_view_as_it_is() {
             .into(),
         })
     };
+    let own = |rtt_us| {
+        vec![ClusterEdge {
+            peer: ids[1],
+            rtt_us,
+        }]
+    };
     let mut a = ClusterTable::new(ids[0]);
-    a.publish_edges(vec![ClusterEdge {
-        peer: ids[1],
-        rtt_us: 100,
-    }]);
+    a.publish_edges(own(100));
     let receive = |a: &mut ClusterTable, s| {
         let msg = ClusterMessage::Summaries { summaries: vec![s] };
         a.handle(Time::from_micros(0), msg, member);
@@ -320,15 +323,9 @@ fn new_bandwidth_figures_alone_leave_the_view_as_it_is() {
     assert!(a.has_news());
     assert!(!a.recompute(&alive, &params), "same latencies: same view");
     // Our own republish with the same latencies: the same.
-    a.publish_edges(vec![ClusterEdge {
-        peer: ids[1],
-        rtt_us: 100,
-    }]);
+    a.publish_edges(own(100));
     assert!(!a.recompute(&alive, &params));
     // New latencies do make a new view.
-    a.publish_edges(vec![ClusterEdge {
-        peer: ids[1],
-        rtt_us: 150,
-    }]);
+    a.publish_edges(own(150));
     assert!(a.recompute(&alive, &params));
 }
