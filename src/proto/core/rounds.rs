@@ -233,6 +233,7 @@ impl Core {
         // tree at once when the sweep has just met everyone.
         let all = self.hints.first_after_sweep(self.probing.met_everyone());
         self.notify_entries(all, &mates);
+        self.remeasure_cluster_members();
         for ri in 0..self.trees.len() {
             if self.trees.is_live(ri) && (all || (ri as u64 + rounds).is_multiple_of(8)) {
                 self.introduce_far_children(ri);

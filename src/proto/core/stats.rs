@@ -36,8 +36,12 @@ pub struct CoreStats {
     /// with a parent query.
     pub states_told: u64,
     /// Our state in a tree we enter our cluster in, sent to a cluster neighbour: in every
-    /// such tree when the sweep first met everyone, then where that state changed.
+    /// such tree when the sweep first met everyone, then where that state changed, and
+    /// every such tree to a peer that became a cluster neighbour.
     pub entry_notices: u64,
+    /// Members of our discovered cluster measured again because our own samples put
+    /// them farther than a cluster neighbour.
+    pub cluster_remeasures: u64,
     /// Our state sent to a cluster neighbour farther from the root that told us its own,
     /// while we enter our cluster in that tree.
     pub entry_answers: u64,

@@ -33,3 +33,72 @@ fn a_member_that_takes_a_shortcut_out_tells_its_cluster_neighbours_at_once() {
     assert!(told(&sent, mate).contains(&r), "so is the old parent");
     assert_eq!(core.stats().switches_shortcut, 1);
 }
+
+#[test]
+fn a_peer_that_becomes_a_cluster_neighbour_is_told_our_entries_once() {
+    // `twin` was measured only in a rush (1.5 ms one way, more than a cluster
+    // neighbour's); `mate` at 0.1 ms.
+    let (r, mate, twin) = (id(1), id(2), id(3));
+    let mut core = wan_core_with(&[(r, 40_000), (mate, 200), (twin, 3_000)]);
+    core.probing.finish_sweep();
+    // We enter our cluster straight from the root, 20 ms away.
+    receive(&mut core, 10, r, advert(r, 4, 0));
+    assert_eq!(core.parent(r), Some(r));
+    core.handle(at(2_500), Input::Timeout); // a housekeeping round
+    let sent = drain(&mut core);
+    assert!(told(&sent, mate).contains(&r), "the neighbour is told");
+    // (Both are candidates, so adverts tell them too: the notices are counted apart.)
+    assert_eq!(core.stats().entry_notices, 1, "the far peer is not");
+    // Good samples of `twin` replace the rush's: it is a cluster neighbour now.
+    for k in 0..8 {
+        let rtt = Duration::from_micros(200);
+        core.handle(at(2_600 + k), Input::RttSample { peer: twin, rtt });
+    }
+    core.handle(at(3_600), Input::Timeout); // the next round
+    let sent = drain(&mut core);
+    assert!(told(&sent, twin).contains(&r), "the new neighbour is told");
+    assert_eq!(core.stats().entry_notices, 2, "it alone");
+    core.handle(at(4_700), Input::Timeout); // and the next: nothing new
+    drain(&mut core);
+    assert_eq!(core.stats().entry_notices, 2, "once");
+}
+
+#[test]
+fn a_member_of_our_discovered_cluster_that_looks_far_is_measured_again_once() {
+    use crate::proto::message::{ClusterEdge, ClusterMessage, ClusterSummary};
+    use std::sync::Arc;
+    // Our samples of `twin` all came from a rush (1.5 ms one way); `mate` and `twin`
+    // measured each other and us at 0.1 ms, so discovery puts the three of us together.
+    let (me, r, mate, twin) = (id(0), id(1), id(2), id(3));
+    let mut core = wan_core_with(&[(r, 40_000), (mate, 200), (twin, 3_000)]);
+    core.probing.finish_sweep();
+    let e = |peer, rtt_us| ClusterEdge { peer, rtt_us };
+    let summary = |node, edges: Vec<ClusterEdge>| {
+        Arc::new(ClusterSummary {
+            node,
+            version: 1,
+            edges: edges.into(),
+            bandwidth: Arc::from([]),
+        })
+    };
+    let summaries = vec![
+        summary(mate, vec![e(me, 200), e(twin, 200), e(r, 40_000)]),
+        summary(twin, vec![e(me, 200), e(mate, 200), e(r, 40_000)]),
+    ];
+    let msg = Message::Cluster(ClusterMessage::Summaries { summaries });
+    receive(&mut core, 10, mate, msg);
+    core.handle(at(2_500), Input::Timeout); // a round: the view
+    assert!(core.discovered_cluster().contains(&twin));
+    drain(&mut core);
+    core.handle(at(3_600), Input::Timeout); // the next round
+    let sent = drain(&mut core);
+    assert_eq!(core.stats().cluster_remeasures, 1, "the twin alone");
+    assert!(!probes_to(&sent, twin).is_empty(), "is probed");
+    core.handle(at(4_700), Input::Timeout);
+    drain(&mut core);
+    assert_eq!(
+        core.stats().cluster_remeasures,
+        1,
+        "not again within a minute"
+    );
+}
