@@ -39,8 +39,9 @@ fn converges_with(name: &str, cfg: SimConfig, max: Duration) -> Sim {
     let converged = sim.run_until_converged(max);
     let r = sim.report();
     println!(
-        "{name} seed {seed}: converged {} ms, {:.0} B/node/s overall, {} B/node/s steady, depth max {} mean {:.2}, \
+        "{name} seed {seed}: every tree optimal from {} ms, converged {} ms, {:.0} B/node/s overall, {} B/node/s steady, depth max {} mean {:.2}, \
          max fan-out {}, {} messages, {} parent changes",
+        r.optimal_ms.map_or("-".into(), |v| format!("{v:.0}")),
         r.converged_ms.map_or("-".into(), |v| format!("{v:.0}")),
         r.control_bytes_per_node_per_s,
         r.steady_control_bytes_per_node_per_s
@@ -63,6 +64,14 @@ fn converges_with(name: &str, cfg: SimConfig, max: Duration) -> Sim {
          change for {:?}):\n{r}\n{}",
         sim.config().stable_for,
         sim.explain(5)
+    );
+    let (optimal, stable) = (
+        r.optimal_ms.expect("set on convergence"),
+        r.converged_ms.expect("converged"),
+    );
+    assert!(
+        optimal <= stable,
+        "{name} seed {seed}: every tree optimal from {optimal} ms, after the stable period began ({stable} ms)"
     );
     assert_eq!(r.nodes, topo.node_count());
     assert_eq!(r.trees, r.nodes);

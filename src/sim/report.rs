@@ -40,6 +40,9 @@ pub struct Report {
     /// First convergence: the earliest snapshot time from which every tree stayed spanning
     /// and optimal with no parent change for `stable_for` (ms since start).
     pub converged_ms: Option<f64>,
+    /// Since when every tree had been spanning and optimal, without a break, at first
+    /// convergence, parents still moving inside clusters or not (ms since start).
+    pub optimal_ms: Option<f64>,
     /// Start of the current stable period, if it has lasted `stable_for` (after churn this
     /// is the re-convergence time).
     pub last_converged_ms: Option<f64>,
@@ -134,6 +137,7 @@ impl fmt::Display for Report {
             )?;
         }
         writeln!(f, "cycles seen         {}", self.cycles_seen)?;
+        writeln!(f, "every tree optimal  {}", opt_ms(self.optimal_ms))?;
         writeln!(f, "converged           {}", opt_ms(self.converged_ms))?;
         if self.last_converged_ms != self.converged_ms {
             writeln!(f, "re-converged        {}", opt_ms(self.last_converged_ms))?;

@@ -15,6 +15,12 @@ use std::time::Duration;
 pub(super) const JOIN_WAIT: Duration = Duration::from_secs(10);
 
 impl<N: SimNode> Sim<N> {
+    /// A scenario action breaks the current stable and optimal periods.
+    fn unsettle(&mut self) {
+        self.good_since = None;
+        self.optimal_since = None;
+    }
+
     /// Schedules `action` at `at` (not before now).
     pub fn schedule(&mut self, at: Time, action: Action) {
         if let Action::Leave { node } | Action::Crash { node } = action
@@ -64,11 +70,11 @@ impl<N: SimNode> Sim<N> {
             Action::Crash { node } => self.crash(node),
             Action::Partition { a, b } => {
                 self.net.partition(a, b);
-                self.good_since = None;
+                self.unsettle();
             }
             Action::Heal { a, b } => {
                 self.net.heal(a, b);
-                self.good_since = None;
+                self.unsettle();
                 self.repairs.push(Repair {
                     kind: "heal",
                     at: self.now,
@@ -84,7 +90,7 @@ impl<N: SimNode> Sim<N> {
             cluster < self.net.clusters(),
             "join into unknown cluster {cluster}"
         );
-        self.good_since = None;
+        self.unsettle();
         let idx = self.spawn(cluster);
         let live: Vec<usize> = (0..idx).filter(|&i| self.alive[i]).collect();
         if N::OWN_MEMBERSHIP {
@@ -164,7 +170,7 @@ impl<N: SimNode> Sim<N> {
             self.stats.ignored_actions += 1;
             return;
         }
-        self.good_since = None;
+        self.unsettle();
         self.feed(node, Input::Command(Command::Leave), false);
         self.remove(node);
         self.notify_down(node, DownReason::Left, self.cfg.membership_delay);
@@ -181,7 +187,7 @@ impl<N: SimNode> Sim<N> {
             self.stats.ignored_actions += 1;
             return;
         }
-        self.good_since = None;
+        self.unsettle();
         self.remove(node);
         self.notify_down(node, DownReason::Dead, self.cfg.failure_detection);
         self.stats.crashes += 1;

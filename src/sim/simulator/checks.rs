@@ -69,6 +69,7 @@ impl<N: SimNode> Sim<N> {
         self.cross_check_sample();
 
         if self.snap.trees > 0 && self.snap.all_optimal(self.net.has_sites()) {
+            self.optimal_since.get_or_insert(self.now);
             if self.good_since.is_none() {
                 self.good_since = Some(self.now);
                 self.good_mark = (self.stats.bytes, self.node_us_now());
@@ -76,6 +77,7 @@ impl<N: SimNode> Sim<N> {
             }
         } else {
             self.good_since = None;
+            self.optimal_since = None;
         }
         if self.snap.all_spanning() {
             for r in self.repairs.iter_mut().filter(|r| r.done.is_none()) {
@@ -84,6 +86,7 @@ impl<N: SimNode> Sim<N> {
         }
         if self.first_converged.is_none() && self.is_converged() {
             self.first_converged = self.good_since;
+            self.first_optimal = self.optimal_since;
         }
     }
 
@@ -203,6 +206,14 @@ impl<N: SimNode> Sim<N> {
         self.first_converged
     }
 
+    /// Since when every live tree had been spanning and wide-area optimal, without a
+    /// break, when the run first converged: parent moves that keep every tree optimal
+    /// (inside a cluster) do not count, as they do for [`Sim::first_converged_at`], so
+    /// this is never later.
+    pub fn first_optimal_at(&self) -> Option<Time> {
+        self.first_optimal
+    }
+
     /// Repair measurements of the joins, leaves, crashes and heals executed so far.
     pub fn repairs(&self) -> Vec<RepairRecord> {
         self.repairs
@@ -262,6 +273,7 @@ impl<N: SimNode> Sim<N> {
             has_sites: self.net.has_sites(),
             cycles_seen: self.cycles_seen,
             converged_ms: self.first_converged.map(|t| ms(t - Time::ZERO)),
+            optimal_ms: self.first_optimal.map(|t| ms(t - Time::ZERO)),
             last_converged_ms: self.converged_at().map(|t| ms(t - Time::ZERO)),
             control_bytes_per_node_per_s: per_node_s(self.stats.bytes, node_us),
             steady_control_bytes_per_node_per_s: steady,

@@ -112,6 +112,11 @@ pub struct Sim<N: SimNode = Core> {
     /// Traffic by kind when the current stable period began.
     good_traffic: TrafficByKind,
     first_converged: Option<Time>,
+    /// Since when every live tree has been spanning and wide-area optimal, parents
+    /// moving or not (the convergence; `good_since` also asks for no move).
+    optimal_since: Option<Time>,
+    /// `optimal_since` when the run first converged.
+    first_optimal: Option<Time>,
     stats: Stats,
     repairs: Vec<Repair>,
     log: Option<Vec<(Time, usize, Event)>>,
@@ -227,6 +232,8 @@ impl<N: SimNode> Sim<N> {
             snap: Snapshot::default(),
             cross_cursor: 0,
             good_since: None,
+            optimal_since: None,
+            first_optimal: None,
             good_mark: (0, 0),
             good_traffic: TrafficByKind::new(),
             first_converged: None,

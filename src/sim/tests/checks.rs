@@ -236,6 +236,8 @@ fn oracle_trees_converge_and_report() {
     );
     assert_eq!(r.cycles_seen, 0);
     assert_eq!(r.converged_ms, Some(50.0));
+    assert_eq!(r.optimal_ms, Some(50.0));
+    assert_eq!(sim.first_optimal_at(), Some(Time::ZERO + ms(50)));
     assert_eq!(r.max_depth, 2);
     assert_eq!(r.steady_control_bytes_per_node_per_s, Some(0.0));
     assert!(sim.explain(5).is_empty());

@@ -166,14 +166,12 @@ impl Core {
         }
     }
 
-    /// Counts a routine round and sets the next one: quick while starting up or catching
-    /// up on clusters still unmeasured, every (jittered) probe interval otherwise.
     /// A prober forgets a figure older than `life` once a fresher one of the same
     /// cluster is held. It asks another member each round, so a figure is otherwise
     /// published until its peer's turn comes again (64 rounds at 64 members): at 256 nodes
     /// the trains of the cold start, when every node was its own prober and their trains
     /// crossed on the wide-area links, read Delft->Leiden at a third of its rate, and
-    /// outvoted the probers' right figures for nine intervals. A cluster's only figures
+    /// outvoted the probers' right figures for up to nine intervals. A cluster's only figures
     /// stay, old or not: an old figure is better than none.
     fn forget_outdated_figures(&mut self, groups: &[Arc<Group>], life: Duration) {
         let now = self.now;
@@ -193,6 +191,8 @@ impl Core {
             .retain(|p, r| is_fresh(r) || cluster_of(p).is_none_or(|c| !fresh.contains(&c)));
     }
 
+    /// Counts a routine round and sets the next one: quick while starting up or catching
+    /// up on clusters still unmeasured, every (jittered) probe interval otherwise.
     fn schedule_round(&mut self, groups: &[Arc<Group>], mine: usize) {
         self.bw.rounds += 1;
         // Trains asked in the start-up rounds are often refused (every prober of every
