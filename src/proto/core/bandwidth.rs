@@ -104,7 +104,7 @@ pub struct BandwidthStats {
 
 /// One peer's inbound estimate.
 #[derive(Clone, Debug, Default)]
-pub(super) struct PeerRate {
+struct PeerRate {
     /// Recent train results, bits per second.
     trains: VecDeque<f64>,
     /// The best rate a real transfer from this peer reached, and when.
@@ -115,6 +115,11 @@ pub(super) struct PeerRate {
 }
 
 impl PeerRate {
+    /// Whether measured either way within `life` of `now`.
+    fn updated_within(&self, now: Time, life: Duration) -> bool {
+        self.updated.is_some_and(|t| now.saturating_since(t) < life)
+    }
+
     /// The estimate: the median train result, or a faster real transfer (a transfer's
     /// rate is what the path carried, so the capacity is at least that). Never a
     /// transfer alone: the stripes of a large broadcast are paced at their share of a
@@ -266,9 +271,10 @@ impl Bandwidth {
 /// moved by more than an eighth. The median is the one the matrix takes (of an even count,
 /// the mean of the middle two): with the upper middle one, three cold-start figures of
 /// 1.5 Mbit/s and three of 4.5 read 4.5 before and after the low ones were forgotten, the
-/// prober never republished, and every node kept Delft->Leiden at 3.1. Compared by cluster, not by peer: a prober asks another
-/// member each round, so its freshest peers change every round while what it says of
-/// the links does not, and every republish is spread to every member.
+/// prober never republished, and every node kept Delft->Leiden at 3.1. Compared by
+/// cluster, not by peer: a prober asks another member each round, so its freshest peers
+/// change every round while what it says of the links does not, and every republish is
+/// spread to every member.
 pub(super) fn differs(
     old: &[BandwidthEdge],
     new: &[BandwidthEdge],

@@ -66,9 +66,7 @@ impl Core {
         if prober {
             self.forget_outdated_figures(&groups, life);
         } else {
-            self.bw
-                .peers
-                .retain(|_, r| r.updated.is_some_and(|t| now.saturating_since(t) < life));
+            self.bw.peers.retain(|_, r| r.updated_within(now, life));
         }
         self.bw
             .suspected_at
@@ -175,20 +173,19 @@ impl Core {
     /// stay, old or not: an old figure is better than none.
     fn forget_outdated_figures(&mut self, groups: &[Arc<Group>], life: Duration) {
         let now = self.now;
-        let cluster_of = |p: &NodeId| {
-            groups
-                .iter()
-                .position(|g| g.members.binary_search(p).is_ok())
-        };
-        let is_fresh =
-            |r: &super::PeerRate| r.updated.is_some_and(|t| now.saturating_since(t) < life);
+        // Nothing to forget in most rounds: a figure turns old once per interval.
+        if (self.bw.peers.values()).all(|r| r.updated_within(now, life)) {
+            return;
+        }
+        let cluster_of =
+            |p: &NodeId| (groups.iter()).position(|g| g.members.binary_search(p).is_ok());
         let fresh: Vec<usize> = (self.bw.peers.iter())
-            .filter(|(_, r)| is_fresh(r))
+            .filter(|(_, r)| r.updated_within(now, life))
             .filter_map(|(p, _)| cluster_of(p))
             .collect();
-        self.bw
-            .peers
-            .retain(|p, r| is_fresh(r) || cluster_of(p).is_none_or(|c| !fresh.contains(&c)));
+        self.bw.peers.retain(|p, r| {
+            r.updated_within(now, life) || cluster_of(p).is_none_or(|c| !fresh.contains(&c))
+        });
     }
 
     /// Counts a routine round and sets the next one: quick while starting up or catching
