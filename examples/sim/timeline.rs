@@ -10,6 +10,7 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
     let end = sim.now() + max;
     let mut moves_before = (0, 0);
     let mut reasons_before = switch_reasons(sim);
+    let mut breaks_printed = 0;
     while sim.now() < end && !sim.is_converged() {
         let second_began = sim.now();
         sim.run_for(Duration::from_secs(1));
@@ -49,6 +50,7 @@ pub(crate) fn print_timeline<N: SimNode>(sim: &mut Sim<N>, max: Duration, heard:
             s.wide_area_optimal,
             trees_per_node(sim)
         );
+        breaks_printed = print_breaks(sim, breaks_printed);
         if s.trees - s.wide_area_optimal <= 12 && s.wide_area_optimal < s.trees {
             eprintln!("{}", sim.explain(12));
             explain_entries(sim, heard);
@@ -101,6 +103,42 @@ fn trees_per_node<N: SimNode>(sim: &Sim<N>) -> f64 {
         .filter_map(|&i| sim.node(i).core().map(|c| c.roots().len()))
         .sum();
     tracked as f64 / live.len().max(1) as f64
+}
+
+/// The breaks of "every tree optimal" after the first `printed`, each with the clusters
+/// its trees entered the wrong number of times; returns how many are printed now.
+fn print_breaks<N: SimNode>(sim: &Sim<N>, printed: usize) -> usize {
+    let name = |i: usize| format!("{i}@c{}", sim.cluster_of(i));
+    let (kept, _) = sim.optimal_breaks();
+    for b in kept.iter().skip(printed) {
+        let mut what = Vec::new();
+        for d in &b.trees {
+            for (cluster, want, edges) in &d.bad_clusters {
+                let edges: Vec<String> = (edges.iter())
+                    .map(|(c, p)| format!("{}->{}", name(*c), name(*p)))
+                    .collect();
+                what.push(format!(
+                    "root {}: c{cluster} entered {} times (want {want}): {}",
+                    name(d.root),
+                    edges.len(),
+                    edges.join(", ")
+                ));
+            }
+            if !d.unreached.is_empty() {
+                what.push(format!(
+                    "root {}: {} unreached",
+                    name(d.root),
+                    d.unreached.len()
+                ));
+            }
+        }
+        eprintln!(
+            "  every tree optimal broken at {:.3}s: {}",
+            b.at.as_micros() as f64 / 1e6,
+            what.join("; ")
+        );
+    }
+    kept.len()
 }
 
 /// The parent changes since `since` among the last 32: time, root, node, old and new

@@ -87,5 +87,5 @@ pub use self::network::NetModel;
 pub use self::node::{SimNode, Spawn};
 pub use self::report::{RepairRecord, Report};
 pub use self::scenario::Action;
-pub use self::simulator::{ParentChange, Sim};
+pub use self::simulator::{OptimalBreak, ParentChange, Sim};
 pub use self::traffic::{KindTraffic, TrafficByKind};

@@ -43,6 +43,12 @@ pub struct Report {
     /// Since when every tree had been spanning and optimal, without a break, at first
     /// convergence, parents still moving inside clusters or not (ms since start).
     pub optimal_ms: Option<f64>,
+    /// When every tree was first spanning and optimal, whatever came after (ms since
+    /// start; never later than `optimal_ms`).
+    pub first_all_optimal_ms: Option<f64>,
+    /// Snapshots at which every tree had been optimal and one no longer was (a cluster's
+    /// entry handed over, a tree that flaps), over the whole run.
+    pub optimal_breaks: usize,
     /// Start of the current stable period, if it has lasted `stable_for` (after churn this
     /// is the re-convergence time).
     pub last_converged_ms: Option<f64>,
@@ -137,7 +143,13 @@ impl fmt::Display for Report {
             )?;
         }
         writeln!(f, "cycles seen         {}", self.cycles_seen)?;
-        writeln!(f, "every tree optimal  {}", opt_ms(self.optimal_ms))?;
+        writeln!(
+            f,
+            "every tree optimal  {} (first at {}, then broken at {} checks)",
+            opt_ms(self.optimal_ms),
+            opt_ms(self.first_all_optimal_ms),
+            self.optimal_breaks
+        )?;
         writeln!(f, "converged           {}", opt_ms(self.converged_ms))?;
         if self.last_converged_ms != self.converged_ms {
             writeln!(f, "re-converged        {}", opt_ms(self.last_converged_ms))?;

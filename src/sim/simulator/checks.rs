@@ -11,6 +11,31 @@ use crate::sim::{metrics, traffic};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+/// A snapshot at which every live tree had been spanning and wide-area optimal and one no
+/// longer was: a cold start's late improvements (a cluster's entry handed over) or a tree
+/// that flaps. Between two checks a break goes unseen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OptimalBreak {
+    /// The snapshot's time.
+    pub at: Time,
+    /// What was wrong with the first trees found not optimal (four at most).
+    pub trees: Vec<TreeDiagnosis>,
+}
+
+/// The breaks of "every tree optimal" (see [`OptimalBreak`]).
+#[derive(Default)]
+pub(super) struct Breaks {
+    /// When every live tree was first spanning and wide-area optimal.
+    first_all_optimal: Option<Time>,
+    /// The first [`BREAKS_KEPT`] breaks.
+    kept: Vec<OptimalBreak>,
+    /// Breaks seen in all.
+    seen: usize,
+}
+
+/// How many breaks are kept for diagnosis (all are counted).
+const BREAKS_KEPT: usize = 256;
+
 impl<N: SimNode> Sim<N> {
     pub(super) fn layout(&self) -> Layout<'_> {
         Layout {
@@ -70,12 +95,16 @@ impl<N: SimNode> Sim<N> {
 
         if self.snap.trees > 0 && self.snap.all_optimal(self.net.has_sites()) {
             self.optimal_since.get_or_insert(self.now);
+            self.breaks.first_all_optimal.get_or_insert(self.now);
             if self.good_since.is_none() {
                 self.good_since = Some(self.now);
                 self.good_mark = (self.stats.bytes, self.node_us_now());
                 self.good_traffic = self.stats.traffic.clone();
             }
         } else {
+            if self.optimal_since.is_some() {
+                self.note_break();
+            }
             self.good_since = None;
             self.optimal_since = None;
         }
@@ -88,6 +117,38 @@ impl<N: SimNode> Sim<N> {
             self.first_converged = self.good_since;
             self.first_optimal = self.optimal_since;
         }
+    }
+
+    /// Notes a break of "every tree optimal" with what is wrong with the trees.
+    fn note_break(&mut self) {
+        self.breaks.seen += 1;
+        if self.breaks.kept.len() >= BREAKS_KEPT {
+            return;
+        }
+        let sites = self.net.has_sites();
+        let bad: Vec<usize> = (0..self.nodes.len())
+            .filter(|&r| self.alive[r])
+            .filter(|&r| {
+                (self.tree_cache[r].as_ref())
+                    .is_some_and(|t| !(t.wide_area_optimal && (!sites || t.site_optimal)))
+            })
+            .take(4)
+            .collect();
+        let trees = bad.into_iter().map(|r| self.diagnose(r)).collect();
+        let at = self.now;
+        self.breaks.kept.push(OptimalBreak { at, trees });
+    }
+
+    /// When every live tree was first spanning and wide-area optimal (and site optimal
+    /// with sites), whatever came after.
+    pub fn first_all_optimal_at(&self) -> Option<Time> {
+        self.breaks.first_all_optimal
+    }
+
+    /// The breaks of "every tree optimal" seen since it first held (the first 256; see
+    /// [`OptimalBreak`]), and how many were seen in all.
+    pub fn optimal_breaks(&self) -> (&[OptimalBreak], usize) {
+        (&self.breaks.kept, self.breaks.seen)
     }
 
     /// Compares a rotating sample of (node, root) pairs of the parent view with the cores.
@@ -274,6 +335,8 @@ impl<N: SimNode> Sim<N> {
             cycles_seen: self.cycles_seen,
             converged_ms: self.first_converged.map(|t| ms(t - Time::ZERO)),
             optimal_ms: self.first_optimal.map(|t| ms(t - Time::ZERO)),
+            first_all_optimal_ms: self.breaks.first_all_optimal.map(|t| ms(t - Time::ZERO)),
+            optimal_breaks: self.breaks.seen,
             last_converged_ms: self.converged_at().map(|t| ms(t - Time::ZERO)),
             control_bytes_per_node_per_s: per_node_s(self.stats.bytes, node_us),
             steady_control_bytes_per_node_per_s: steady,

@@ -12,6 +12,8 @@ mod trace;
 mod trains;
 mod window;
 
+pub use checks::OptimalBreak;
+
 use super::bandwidth::Pipes;
 use super::config::SimConfig;
 use super::invariants::{CycleRecord, ParentView};
@@ -117,6 +119,8 @@ pub struct Sim<N: SimNode = Core> {
     optimal_since: Option<Time>,
     /// `optimal_since` when the run first converged.
     first_optimal: Option<Time>,
+    /// The snapshots at which every tree had been optimal and one no longer was.
+    breaks: checks::Breaks,
     stats: Stats,
     repairs: Vec<Repair>,
     log: Option<Vec<(Time, usize, Event)>>,
@@ -234,6 +238,7 @@ impl<N: SimNode> Sim<N> {
             good_since: None,
             optimal_since: None,
             first_optimal: None,
+            breaks: checks::Breaks::default(),
             good_mark: (0, 0),
             good_traffic: TrafficByKind::new(),
             first_converged: None,

@@ -237,6 +237,8 @@ fn oracle_trees_converge_and_report() {
     assert_eq!(r.cycles_seen, 0);
     assert_eq!(r.converged_ms, Some(50.0));
     assert_eq!(r.optimal_ms, Some(50.0));
+    assert_eq!(r.first_all_optimal_ms, Some(50.0));
+    assert_eq!(r.optimal_breaks, 0);
     assert_eq!(sim.first_optimal_at(), Some(Time::ZERO + ms(50)));
     assert_eq!(r.max_depth, 2);
     assert_eq!(r.steady_control_bytes_per_node_per_s, Some(0.0));
@@ -278,10 +280,15 @@ fn repair_after_crashing_a_gateway_takes_the_failure_detection_delay() {
     sim.set_check_interval(ms(10));
     let ys = sim.nodes_in_cluster("Y");
     let gateway = *ys.iter().min_by_key(|&&i| sim.id(i)).expect("Y has nodes");
+    let crashed_at = sim.now();
     let d = sim
         .measure_repair(gateway, Duration::from_secs(5))
         .expect("repairs");
     assert!(d >= ms(300) && d <= ms(310), "{d:?}");
+    // A scenario action is no break of "every tree optimal": it starts the period anew.
+    assert!(sim.now() > crashed_at);
+    assert_eq!(sim.optimal_breaks().1, 0);
+    assert_eq!(sim.first_all_optimal_at(), Some(Time::ZERO + ms(50)));
     // A non-gateway node of Y is a leaf in every other tree: nothing to repair.
     let leaf = *ys
         .iter()
@@ -394,6 +401,34 @@ fn scripted(script: Vec<Vec<Step>>) -> Sim<Fake> {
             ..Default::default()
         }),
     )
+}
+
+#[test]
+fn a_tree_that_stops_being_optimal_between_actions_is_a_break() {
+    // Three clusters of one node: every tree spans from 3 ms; node 2 leaves tree 0 from
+    // 120 ms to 180 ms, which the check at 150 ms sees.
+    let mut sim = scripted(vec![
+        vec![(1_000, Some((1, Some(1)))), (2_000, Some((2, Some(2))))],
+        vec![(1_000, Some((0, Some(0)))), (2_000, Some((2, Some(2))))],
+        vec![
+            (1_000, Some((0, Some(0)))),
+            (2_000, Some((1, Some(1)))),
+            (120_000, Some((0, None))),
+            (180_000, Some((0, Some(0)))),
+        ],
+    ]);
+    sim.run_until(Time::ZERO + ms(300));
+    assert_eq!(sim.first_all_optimal_at(), Some(Time::ZERO + ms(50)));
+    let (kept, seen) = sim.optimal_breaks();
+    assert_eq!(seen, 1);
+    assert_eq!(kept[0].at, Time::ZERO + ms(150));
+    assert_eq!(kept[0].trees.len(), 1);
+    assert_eq!(
+        (kept[0].trees[0].root, &kept[0].trees[0].unreached[..]),
+        (0, &[2][..])
+    );
+    let r = sim.report();
+    assert_eq!((r.first_all_optimal_ms, r.optimal_breaks), (Some(50.0), 1));
 }
 
 #[test]
