@@ -293,7 +293,7 @@ pub(crate) fn convergence_report(cli: &Cli, runs: &[serde_json::Value]) -> serde
         );
         for r in &rows {
             println!(
-                "  {:<12} {:>4} nodes: every tree wide-area optimal first at {:.2} s, without a break from {:.2} s ({} breaks seen), stable (no parent move for 5 s) at {:.1} s ({:.0} s wall); {} crashed (10%) -> repaired in {:.0} ms ({:.1} s wall in all)",
+                "  {:<12} {:>4} nodes: every tree wide-area optimal first at {:.2} s, without a break from {:.2} s (breaks seen: {}), stable (no parent move for 5 s) at {:.1} s ({:.0} s wall); {} crashed (10%) -> repaired in {:.0} ms ({:.1} s wall in all)",
                 r["topology"].as_str().unwrap_or(""),
                 r["nodes"],
                 r["first_optimal_s"].as_f64().unwrap_or(f64::NAN),
