@@ -101,7 +101,8 @@ struct Args {
     /// span every node and how many are wide-area optimal, the tree edges entering a
     /// cluster beyond the one it needs (`extra_entries`), how many edges into such
     /// clusters end at a leaf (`leaf_entries`), and, with twelve trees or fewer left, what
-    /// is wrong with them: where a cold start spends its time.
+    /// is wrong with them: where a cold start spends its time. Once every tree has been
+    /// optimal, each check that finds one no longer is gets a line (a "break").
     #[arg(long)]
     timeline: bool,
     /// With --timeline: also list, for each entry of a tree left entering a cluster
