@@ -125,13 +125,10 @@ impl<N: SimNode> Sim<N> {
         if self.breaks.kept.len() >= BREAKS_KEPT {
             return;
         }
-        let sites = self.net.has_sites();
+        // `site_optimal` is wide-area optimality and, with sites, site optimality too.
         let bad: Vec<usize> = (0..self.nodes.len())
             .filter(|&r| self.alive[r])
-            .filter(|&r| {
-                (self.tree_cache[r].as_ref())
-                    .is_some_and(|t| !(t.wide_area_optimal && (!sites || t.site_optimal)))
-            })
+            .filter(|&r| self.tree_cache[r].as_ref().is_some_and(|t| !t.site_optimal))
             .take(4)
             .collect();
         let trees = bad.into_iter().map(|r| self.diagnose(r)).collect();
