@@ -114,7 +114,12 @@ impl Outbox {
         }
         self.updates.clear();
         last_words(&mut self.answers);
-        for roots in self.answers.chunk_by(|a, b| a.0 == b.0) {
+        // Peers in the order first owed: a sender that ranks them (an entry notice goes to
+        // the mates nearest the root first) gets that order on the wire, where each send
+        // costs time and the last of a hundred mates hears two milliseconds late.
+        let mut owed: Vec<&[_]> = self.answers.chunk_by(|a, b| a.0 == b.0).collect();
+        owed.sort_by_key(|roots| roots.iter().map(|r| r.2).min());
+        for roots in owed {
             let entries = roots.iter().map(|r| r.3).collect();
             send(roots[0].0, Message::Advert { entries });
         }
@@ -191,5 +196,20 @@ mod tests {
             }
         )));
         assert_eq!(out.len(), 4);
+    }
+
+    #[test]
+    fn answers_leave_in_the_order_first_owed_not_by_peer_id() {
+        let mut o = Outbox::default();
+        let mut peers: Vec<NodeId> = (1..=6).map(id).collect();
+        peers.sort();
+        peers.reverse(); // owed from the highest id down
+        for (i, p) in peers.iter().enumerate() {
+            o.answer(*p, entry(id(20), i as u32));
+        }
+        o.answer(peers[0], entry(id(21), 9)); // a second root joins its peer's message
+        let mut out = Vec::new();
+        o.drain(|to, _| out.push(to));
+        assert_eq!(out, peers);
     }
 }

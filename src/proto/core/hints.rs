@@ -199,6 +199,25 @@ impl Core {
         }
     }
 
+    /// Measures again a peer that tells us its state although we neither trade with it
+    /// (watch it or are watched by it) nor count it a cluster neighbour: it counts us one (an entry notice, see
+    /// [`Core::notify_entries`]), so our samples of it are likely from a cold start's rush.
+    /// Without a fresh sample its state is forgotten at the next housekeeping, and the
+    /// cluster stays entered twice: at 1000 nodes with flat clusters, two entries 140 µs
+    /// apart straight under one root, one judging the other by 4 ms samples, held for
+    /// seconds. Not one sampled lately: at most one probe per peer per few periods.
+    pub(super) fn measure_unwatched_sender(&mut self, from: NodeId) {
+        if self.probing.met_everyone()
+            && self.nbrs.cands.role(&from).is_none()
+            && !self.nbrs.cands.is_inbound(&from)
+            && self.nbrs.lat_us(&from).is_some_and(|l| l > self.near_us())
+            && self.members.is_alive(&from)
+            && !(self.probing).sampled_within(&from, self.now, self.stale_after())
+        {
+            self.measure(from);
+        }
+    }
+
     /// Whether we enter our cluster in tree `ri` (`None`: not) and, if so, whether that
     /// is news to our cluster neighbours (`all`: whenever we enter); notes it as told.
     fn entry_news(&mut self, ri: RootIdx, all: bool) -> Option<bool> {
@@ -218,11 +237,19 @@ impl Core {
         Some(all || changed)
     }
 
-    /// Sends our state in tree `ri` to each of `mates` but the root and our children.
+    /// Sends our state in tree `ri` to each of `mates` but the root and our children,
+    /// nearest the root first (by what they told us, unheard last): the cluster's old
+    /// entry, the one whose move ends the cluster being entered twice, hears first rather
+    /// than wherever its id falls among a hundred sends.
     fn send_entry(&mut self, ri: RootIdx, mates: &[NodeId]) {
+        let mut mates = mates.to_vec();
+        mates.sort_by_cached_key(|m| {
+            let h = self.heard.get(m, ri).filter(|h| h.connected);
+            (h.map_or(u32::MAX, |h| h.dist_us), *m)
+        });
         let t = self.trees.live(ri);
         let e = entry_of(t);
-        for m in mates {
+        for m in &mates {
             if *m != t.root && !t.children.contains(m) && self.members.is_alive(m) {
                 self.stats.entry_notices += 1;
                 self.out.answer(*m, e);

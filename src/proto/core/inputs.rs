@@ -185,7 +185,10 @@ impl Core {
                 self.on_pong(from, sent_us);
                 self.on_ping(from, ping_sent_us, None, watch, false);
             }
-            Message::Advert { entries } => self.handle_entries(from, &entries, false),
+            Message::Advert { entries } => {
+                self.measure_unwatched_sender(from);
+                self.handle_entries(from, &entries, false)
+            }
             Message::TreeUpdate(e) => self.handle_entry(from, e, true),
             Message::TreeUpdates(entries) => self.handle_entries(from, &entries, true),
             Message::Attach { root } => self.handle_link(from, root, true),

@@ -120,13 +120,16 @@ impl Core {
         // ours does not move a neighbour out of our cluster.
         let suspect = || {
             let t = self.trees.live(ri);
+            // Nearer in the rules' own order, ties by id: two entries straight under the
+            // root at one dist each hold the other away, and the one that ranks second
+            // must measure the first again or the cluster stays entered twice.
             t.connected
-                && view.dist_us < t.dist_us
+                && (view.dist_us, view.id) < (t.dist_us, self.id)
                 && view.lat_us > self.near_us()
                 && (self.clusters().group_of(1, &self.id))
                     .is_some_and(|g| g.members.binary_search(&view.id).is_ok())
         };
-        let fresh = self.config.serial_period * super::probing::STALE_SAMPLES_PERIODS;
+        let fresh = self.stale_after();
         if (samples < MIN_SAMPLES_TO_MOVE || suspect())
             && !self.probing.sampled_within(&view.id, self.now, fresh)
         {

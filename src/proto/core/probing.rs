@@ -307,6 +307,12 @@ impl Core {
         }
     }
 
+    /// How old our latest sample of a peer may be before we count its samples stale
+    /// (perhaps all from a cold start's rush): [`STALE_SAMPLES_PERIODS`] serial periods.
+    pub(super) fn stale_after(&self) -> Duration {
+        self.config.serial_period * STALE_SAMPLES_PERIODS
+    }
+
     /// Watches `peer` for a while (as a hinted peer) so it gets probed; it stays watched
     /// if it becomes a parent. Only measured: probes to a hinted peer do not subscribe us
     /// to its adverts, and no full adverts are traded (what it costs at a thousand roots
@@ -317,7 +323,7 @@ impl Core {
         // hinted places stay free for the peers that still need their samples. Samples
         // from long ago are measured again: a few taken in a cold start's rush can all be
         // far off, and a peer not watched since is judged by them for good.
-        let fresh = self.config.serial_period * STALE_SAMPLES_PERIODS;
+        let fresh = self.stale_after();
         if (self.nbrs.get(&peer)).is_some_and(|e| e.samples() >= MIN_SAMPLES_TO_MOVE)
             && self.probing.sampled_within(&peer, self.now, fresh)
         {

@@ -102,3 +102,86 @@ fn a_member_of_our_discovered_cluster_that_looks_far_is_measured_again_once() {
         "not again within a minute"
     );
 }
+
+#[test]
+fn a_peer_that_tells_us_its_state_unasked_is_measured_again_when_our_samples_are_old() {
+    // `twin` counts us a cluster neighbour and tells us its state; we have it at 1.5 ms
+    // one way (a rush's samples), trade with it in no role, and would forget what it said.
+    // No rule of the tree asks for it (its route is longer; our root is 1 ms away).
+    let (r, twin) = (id(1), id(2));
+    let mut core = wan_core_with(&[(r, 2_000), (twin, 3_000)]);
+    core.probing.sampled_at.insert(twin, at(10));
+    core.probing.finish_sweep();
+    core.nbrs.cands.remove(&twin);
+    receive(&mut core, 20, r, advert(r, 4, 0));
+    assert_eq!(core.parent(r), Some(r));
+    drain(&mut core);
+    let pings = |sent: &[Transmit]| {
+        (probes_to(sent, twin).iter())
+            .filter(|m| matches!(m, Message::Ping { .. }))
+            .count()
+    };
+    receive(&mut core, 30, twin, advert(r, 4, 25_000));
+    assert_eq!(pings(&drain(&mut core)), 0, "sampled lately: left alone");
+    let stale = 10 + core.stale_after().as_millis() as u64;
+    core.handle(at(stale), Input::Timeout); // the rounds due by then, apart
+    drain(&mut core);
+    core.nbrs.cands.remove(&twin); // (they may have picked it again)
+    receive(&mut core, stale, twin, advert(r, 4, 25_000));
+    let sent = drain(&mut core);
+    assert_eq!(pings(&sent), 1, "old samples: measured again");
+    assert!(core.nbrs.is_hinted(&twin), "and watched until it is");
+    // A peer that watches us is kept and judged as a candidate: not measured for this.
+    core.nbrs.cands.remove(&twin);
+    core.nbrs.cands.note_inbound(twin, at(stale));
+    core.measure_unwatched_sender(twin);
+    assert_eq!(pings(&drain(&mut core)), 0, "it watches us");
+    assert_eq!(core.parent(r), Some(r));
+    // Nor is one we watch.
+    core.nbrs.cands.remove(&twin);
+    core.nbrs.cands.add_explorer(twin);
+    core.measure_unwatched_sender(twin);
+    assert_eq!(pings(&drain(&mut core)), 0, "we watch it");
+}
+
+#[test]
+fn a_discovered_mate_tied_with_us_that_ranks_first_is_measured_again() {
+    use crate::proto::message::{ClusterEdge, ClusterMessage, ClusterSummary};
+    use std::sync::Arc;
+    // `twin` and we both hang straight under the root at one dist; it ranks first by id,
+    // so we should move under it, but we judge it by old samples (3 ms one way, too far
+    // for the rules). Discovery puts it with us: our samples are suspect.
+    let me = id(0);
+    let twin = (3..).map(id).find(|t| *t < me).expect("an id below ours");
+    let (r, mate) = (id(1), id(2));
+    let mut core = wan_core_with(&[(r, 8_000), (mate, 200), (twin, 6_000)]);
+    core.probing.finish_sweep();
+    let e = |peer, rtt_us| ClusterEdge { peer, rtt_us };
+    let summary = |node, edges: Vec<ClusterEdge>| {
+        Arc::new(ClusterSummary {
+            node,
+            version: 1,
+            edges: edges.into(),
+            bandwidth: Arc::from([]),
+        })
+    };
+    let summaries = vec![
+        summary(mate, vec![e(me, 200), e(twin, 200), e(r, 8_000)]),
+        summary(twin, vec![e(me, 200), e(mate, 200), e(r, 8_000)]),
+    ];
+    let msg = Message::Cluster(ClusterMessage::Summaries { summaries });
+    receive(&mut core, 10, mate, msg);
+    core.handle(at(2_500), Input::Timeout); // a round: the view
+    assert!(core.discovered_cluster().contains(&twin));
+    receive(&mut core, 2_500, r, advert(r, 4, 0));
+    assert_eq!(core.parent(r), Some(r));
+    core.nbrs.cands.remove(&twin);
+    core.nbrs.cands.note_inbound(twin, at(2_500)); // it watches us; we keep what it says
+    core.probing.sampled_at.insert(twin, at(10));
+    drain(&mut core);
+    let hinted = core.stats().hinted;
+    receive(&mut core, 4_000, twin, advert(r, 4, 4_000));
+    assert_eq!(core.parent(r), Some(r), "not taken by the old samples");
+    assert_eq!(core.stats().hinted, hinted + 1, "measured again");
+    assert!(core.nbrs.is_hinted(&twin));
+}
