@@ -199,17 +199,17 @@ impl Core {
         }
     }
 
-    /// Measures again a peer that tells us its state although we neither trade with it
-    /// (watch it or are watched by it) nor count it a cluster neighbour: it counts us one (an entry notice, see
+    /// Measures again a peer that tells us its state although we do not watch it nor count
+    /// it a cluster neighbour: it counts us one (an entry notice, see
     /// [`Core::notify_entries`]), so our samples of it are likely from a cold start's rush.
-    /// Without a fresh sample its state is forgotten at the next housekeeping, and the
-    /// cluster stays entered twice: at 1000 nodes with flat clusters, two entries 140 µs
-    /// apart straight under one root, one judging the other by 4 ms samples, held for
-    /// seconds. Not one sampled lately: at most one probe per peer per few periods.
+    /// Without a fresh sample its state is forgotten at the next housekeeping (an inbound
+    /// prober's is kept only while it probes, and its probes back off), and the cluster
+    /// stays entered twice: at 1000 nodes with flat clusters, two entries 140 µs apart
+    /// straight under one root, one judging the other by 4 ms samples, held for seconds.
+    /// Not one sampled lately: at most one probe per peer per few periods.
     pub(super) fn measure_unwatched_sender(&mut self, from: NodeId) {
         if self.probing.met_everyone()
             && self.nbrs.cands.role(&from).is_none()
-            && !self.nbrs.cands.is_inbound(&from)
             && self.nbrs.lat_us(&from).is_some_and(|l| l > self.near_us())
             && self.members.is_alive(&from)
             && !(self.probing).sampled_within(&from, self.now, self.stale_after())
