@@ -195,6 +195,13 @@ fn a_resync_from_our_parent_repeats_our_attach() {
     );
 }
 
+/// How many pings to `peer` are among `sent`.
+fn pings_to(sent: &[Transmit], peer: NodeId) -> usize {
+    (probes_to(sent, peer).iter())
+        .filter(|m| matches!(m, Message::Ping { .. }))
+        .count()
+}
+
 /// The probe-shaped messages `core` sent to `peer` among `sent`.
 fn probes_to(sent: &[Transmit], peer: NodeId) -> Vec<Message> {
     sent.iter()
@@ -397,11 +404,7 @@ fn a_peer_judged_by_one_old_sample_is_measured_again_and_then_taken() {
     receive(&mut core, 20, p, advert(r, 3, 10_000));
     assert_eq!(core.parent(r), Some(p));
     drain(&mut core);
-    let pings = |sent: &[Transmit]| {
-        (probes_to(sent, x).iter())
-            .filter(|m| matches!(m, Message::Ping { .. }))
-            .count()
-    };
+    let pings = |sent: &[Transmit]| pings_to(sent, x);
     // x tells us its state: by that sample, no better parent and not worth asking.
     receive(&mut core, 30, x, advert(r, 3, 29_000));
     assert_eq!(pings(&drain(&mut core)), 0, "its sample is recent");

@@ -13,6 +13,27 @@ fn told(sent: &[Transmit], peer: NodeId) -> Vec<NodeId> {
         .collect()
 }
 
+/// The cluster summaries `mate` and `twin` send: each measured the other and `me` at
+/// 0.1 ms and root `r` at `root_rtt_us`, so discovery puts the three together.
+fn mates_with_us(me: NodeId, mate: NodeId, twin: NodeId, r: NodeId, root_rtt_us: u32) -> Message {
+    use crate::proto::message::{ClusterEdge, ClusterMessage, ClusterSummary};
+    use std::sync::Arc;
+    let e = |peer, rtt_us| ClusterEdge { peer, rtt_us };
+    let summary = |node, edges: Vec<ClusterEdge>| {
+        Arc::new(ClusterSummary {
+            node,
+            version: 1,
+            edges: edges.into(),
+            bandwidth: Arc::from([]),
+        })
+    };
+    let summaries = vec![
+        summary(mate, vec![e(me, 200), e(twin, 200), e(r, root_rtt_us)]),
+        summary(twin, vec![e(me, 200), e(mate, 200), e(r, root_rtt_us)]),
+    ];
+    Message::Cluster(ClusterMessage::Summaries { summaries })
+}
+
 #[test]
 fn a_member_that_takes_a_shortcut_out_tells_its_cluster_neighbours_at_once() {
     // Under `mate` (0.1 ms) at 40.1 ms from the root; `far` (10 ms away, 5 ms from the
@@ -65,27 +86,12 @@ fn a_peer_that_becomes_a_cluster_neighbour_is_told_our_entries_once() {
 
 #[test]
 fn a_member_of_our_discovered_cluster_that_looks_far_is_measured_again_once() {
-    use crate::proto::message::{ClusterEdge, ClusterMessage, ClusterSummary};
-    use std::sync::Arc;
     // Our samples of `twin` all came from a rush (1.5 ms one way); `mate` and `twin`
     // measured each other and us at 0.1 ms, so discovery puts the three of us together.
     let (me, r, mate, twin) = (id(0), id(1), id(2), id(3));
     let mut core = wan_core_with(&[(r, 40_000), (mate, 200), (twin, 3_000)]);
     core.probing.finish_sweep();
-    let e = |peer, rtt_us| ClusterEdge { peer, rtt_us };
-    let summary = |node, edges: Vec<ClusterEdge>| {
-        Arc::new(ClusterSummary {
-            node,
-            version: 1,
-            edges: edges.into(),
-            bandwidth: Arc::from([]),
-        })
-    };
-    let summaries = vec![
-        summary(mate, vec![e(me, 200), e(twin, 200), e(r, 40_000)]),
-        summary(twin, vec![e(me, 200), e(mate, 200), e(r, 40_000)]),
-    ];
-    let msg = Message::Cluster(ClusterMessage::Summaries { summaries });
+    let msg = mates_with_us(me, mate, twin, r, 40_000);
     receive(&mut core, 10, mate, msg);
     core.handle(at(2_500), Input::Timeout); // a round: the view
     assert!(core.discovered_cluster().contains(&twin));
@@ -116,11 +122,7 @@ fn a_peer_that_tells_us_its_state_unasked_is_measured_again_when_our_samples_are
     receive(&mut core, 20, r, advert(r, 4, 0));
     assert_eq!(core.parent(r), Some(r));
     drain(&mut core);
-    let pings = |sent: &[Transmit]| {
-        (probes_to(sent, twin).iter())
-            .filter(|m| matches!(m, Message::Ping { .. }))
-            .count()
-    };
+    let pings = |sent: &[Transmit]| pings_to(sent, twin);
     receive(&mut core, 30, twin, advert(r, 4, 25_000));
     assert_eq!(pings(&drain(&mut core)), 0, "sampled lately: left alone");
     let stale = 10 + core.stale_after().as_millis() as u64;
@@ -141,8 +143,6 @@ fn a_peer_that_tells_us_its_state_unasked_is_measured_again_when_our_samples_are
 
 #[test]
 fn a_discovered_mate_tied_with_us_that_ranks_first_is_measured_again() {
-    use crate::proto::message::{ClusterEdge, ClusterMessage, ClusterSummary};
-    use std::sync::Arc;
     // `twin` and we both hang straight under the root at one dist; it ranks first by id,
     // so we should move under it, but we judge it by old samples (3 ms one way, too far
     // for the rules). Discovery puts it with us: our samples are suspect.
@@ -151,20 +151,7 @@ fn a_discovered_mate_tied_with_us_that_ranks_first_is_measured_again() {
     let (r, mate) = (id(1), id(2));
     let mut core = wan_core_with(&[(r, 8_000), (mate, 200), (twin, 6_000)]);
     core.probing.finish_sweep();
-    let e = |peer, rtt_us| ClusterEdge { peer, rtt_us };
-    let summary = |node, edges: Vec<ClusterEdge>| {
-        Arc::new(ClusterSummary {
-            node,
-            version: 1,
-            edges: edges.into(),
-            bandwidth: Arc::from([]),
-        })
-    };
-    let summaries = vec![
-        summary(mate, vec![e(me, 200), e(twin, 200), e(r, 8_000)]),
-        summary(twin, vec![e(me, 200), e(mate, 200), e(r, 8_000)]),
-    ];
-    let msg = Message::Cluster(ClusterMessage::Summaries { summaries });
+    let msg = mates_with_us(me, mate, twin, r, 8_000);
     receive(&mut core, 10, mate, msg);
     core.handle(at(2_500), Input::Timeout); // a round: the view
     assert!(core.discovered_cluster().contains(&twin));
