@@ -222,11 +222,23 @@ pub(crate) fn markdown(results: &[serde_json::Value], seed: u64) -> String {
                     secs(&r["converged_s"]),
                     secs(&r["repair_s"]),
                 );
-                if let Some(b) = r["steady_control"]["bytes_per_node_per_s"].as_f64() {
+                let steady = &r["steady_control"];
+                if let Some(b) = steady["bytes_per_node_per_s"].as_f64() {
+                    let kinds: Vec<String> = (steady["by_kind_bytes"].as_object().into_iter())
+                        .flatten()
+                        .map(|(k, v)| format!("{k} {:.0}", v.as_f64().unwrap_or(0.0)))
+                        .collect();
                     let _ = writeln!(
                         md,
-                        "Steady control traffic right after convergence: {b:.0} bytes per node per second of the topology's time, everything the nodes' QUIC connections sent (headers, acks, membership) but the bandwidth probes, over {} s.\n",
-                        r["steady_control"]["window_s"]
+                        "Steady control traffic right after convergence, per node per second of the topology's time over {} s: {b:.0} bytes of frames, the simulator's measure (bandwidth probes left out; by kind: {}); on the wire {:.0} bytes in {:.1} datagrams (QUIC headers and acknowledgements and bandwidth probes included, IP and UDP headers not).\n",
+                        steady["window_s"],
+                        kinds.join(", "),
+                        steady["wire_bytes_per_node_per_s"]
+                            .as_f64()
+                            .unwrap_or(f64::NAN),
+                        steady["wire_datagrams_per_node_per_s"]
+                            .as_f64()
+                            .unwrap_or(f64::NAN),
                     );
                 }
             }

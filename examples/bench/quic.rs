@@ -204,11 +204,8 @@ pub(crate) fn quic(cli: &Cli) -> anyhow::Result<serde_json::Value> {
             r.crashed,
             secs(&out["repair_s"]),
         );
-        if let Some((b, w)) = r.steady_bytes_per_node_s {
-            println!(
-                "  steady control traffic over {:.0} s after convergence: {b:.0} B per node per second of the topology's time (QUIC bytes sent, bandwidth probes left out)",
-                w.as_secs_f64()
-            );
+        if let Some(t) = &r.steady {
+            println!("  {}", t.line().trim_start_matches("quic: "));
         }
         if r.dilation > 1 {
             let tt = &out["topology_time"];

@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod report;
+mod steady;
 
 pub use self::report::{lateness_summary, share_faster, slowest};
+pub use self::steady::SteadyTraffic;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -106,11 +108,9 @@ pub struct QuicRun {
     pub converged: Option<Duration>,
     /// Trees wide-area optimal when the broadcasts began, of all trees.
     pub optimal: (usize, usize),
-    /// Steady control traffic right after convergence: bytes each node's QUIC connections
-    /// sent (packet headers, acks and the membership protocol included, bandwidth probes
-    /// left out) per second of the topology's time, per node; and the window, in the
-    /// topology's time.
-    pub steady_bytes_per_node_s: Option<(f64, Duration)>,
+    /// Steady control traffic right after convergence, per node per second of the
+    /// topology's time: frames by kind and datagrams on the network.
+    pub steady: Option<SteadyTraffic>,
     /// The broadcast roots (node indices).
     pub roots: Vec<usize>,
     /// Our live trees.
@@ -154,9 +154,8 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
     // The nodes, the static trees and the bound all run on the dilated network.
     let topo = topo.dilated(d);
     let options = LocalOptions::new(Config::wan()).dilated(d).slowed(k);
-    let overlay =
-        LocalOverlay::start_with(crate::net::emulated::LatencyMap::new(topo.clone()), options)
-            .await?;
+    let map = crate::net::emulated::LatencyMap::new(topo.clone());
+    let overlay = LocalOverlay::start_with(map.clone(), options).await?;
     let mut out = QuicRun {
         nodes: overlay.nodes.len(),
         dilation: d,
@@ -184,10 +183,10 @@ pub async fn run(opts: QuicRunOptions, progress: impl Fn(&str)) -> anyhow::Resul
     }
 
     if converged.is_some() && !opts.overhead_window.is_zero() {
-        out.steady_bytes_per_node_s = Some((
-            steady_bytes(&overlay, opts.overhead_window * d).await * f64::from(d),
-            opts.overhead_window,
-        ));
+        let window = opts.overhead_window * d;
+        let steady = steady::measure(&overlay, &map, window, d).await;
+        progress(&steady.line());
+        out.steady = Some(steady);
     }
     out.roots = roots(&overlay.clusters, opts.roots_per_cluster);
     broadcasts(&overlay, &topo, &mut out, &progress).await?;
@@ -451,27 +450,6 @@ async fn ours_once(
     }
     let api_lag = got.get(&root).map(|t| t.saturating_duration_since(called));
     Ok(api_lag.map(|d| d.as_secs_f64() * 1e6))
-}
-
-/// Bytes sent per node per wall-clock second over `window`: what the nodes' connections
-/// sent, less their bandwidth probes (the simulator's control figures leave those out too).
-async fn steady_bytes(overlay: &LocalOverlay, window: Duration) -> f64 {
-    async fn sent(overlay: &LocalOverlay) -> (u64, usize) {
-        let mut total = (0, 0);
-        for node in &overlay.nodes {
-            if let Ok(s) = node.status().await {
-                total.0 += s.bytes_out.saturating_sub(s.probe_bytes_sent);
-                total.1 += 1;
-            }
-        }
-        total
-    }
-    let (before, _) = sent(overlay).await;
-    let t = Instant::now();
-    tokio::time::sleep(window).await;
-    let (after, nodes) = sent(overlay).await;
-    let per_s = after.saturating_sub(before) as f64 / t.elapsed().as_secs_f64();
-    per_s / nodes.max(1) as f64
 }
 
 fn ms(d: Duration) -> f64 {

@@ -46,6 +46,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::net::UdpSocket;
@@ -67,6 +68,16 @@ pub struct LatencyMap {
     /// The thread that sends every socket's delayed datagrams, started with the first
     /// socket.
     wire: OnceLock<wire::Wire>,
+    /// What every socket on the map has sent: UDP payload bytes (QUIC's packets whole:
+    /// headers, acknowledgements and all frames) and datagrams.
+    sent: WireSent,
+}
+
+/// Bytes and datagrams the sockets of one map have handed to the network.
+#[derive(Default)]
+struct WireSent {
+    bytes: AtomicU64,
+    datagrams: AtomicU64,
 }
 
 /// Where a datagram goes: the one-way latency and the shared link it crosses, if any.
@@ -97,6 +108,7 @@ impl LatencyMap {
             links: Vec::new(),
             cut: RwLock::default(),
             wire: OnceLock::new(),
+            sent: WireSent::default(),
         })
     }
 
@@ -121,6 +133,7 @@ impl LatencyMap {
             links,
             cut: RwLock::default(),
             wire: OnceLock::new(),
+            sent: WireSent::default(),
         })
     }
 
@@ -155,6 +168,22 @@ impl LatencyMap {
             .get()
             .map(wire::Wire::take_lateness)
             .unwrap_or_default()
+    }
+
+    /// UDP payload bytes and datagrams every socket on this map has sent so far (to cut
+    /// off or unknown peers too): what the nodes put on the network, QUIC's headers and
+    /// acknowledgements included, IP and UDP headers not (28 bytes a datagram over IPv4).
+    pub fn sent(&self) -> (u64, u64) {
+        (
+            self.sent.bytes.load(Ordering::Relaxed),
+            self.sent.datagrams.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Counts a datagram of `len` bytes sent by a socket of this map.
+    fn count_sent(&self, len: usize) {
+        self.sent.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        self.sent.datagrams.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The wire, started on first use.

@@ -208,10 +208,13 @@ impl QuicRun {
             "trees": self.optimal.1,
             "crashed": self.crashed,
             "repair_s": self.repaired.map(|d| d.as_secs_f64()),
-            "steady_control": self.steady_bytes_per_node_s.map(|(b, w)| json!({
-                "note": "bytes each node's QUIC connections sent per second of the topology's time (headers, acks and membership included, bandwidth probes left out), over a window right after convergence",
-                "bytes_per_node_per_s": b,
-                "window_s": w.as_secs_f64(),
+            "steady_control": self.steady.as_ref().map(|t| json!({
+                "note": "per node per second of the topology's time over a window right after convergence: frame_bytes is what the nodes handed their connections, bandwidth probes left out (the simulator's measure), by kind in by_kind_bytes (bandwidth probes under bandwidth); wire_bytes and wire_datagrams are what their sockets sent, QUIC's headers and acknowledgements and bandwidth probes included, IP and UDP headers not",
+                "bytes_per_node_per_s": t.frame_bytes,
+                "by_kind_bytes": t.by_kind,
+                "wire_bytes_per_node_per_s": t.wire_bytes,
+                "wire_datagrams_per_node_per_s": t.wire_datagrams,
+                "window_s": t.window.as_secs_f64(),
             })),
             "topology_time": {
                 "note": "convergence and repair divided by the time dilation: how long they take in the topology's own time (the wall-clock figures above are dilation times as long)",

@@ -208,6 +208,8 @@ async fn datagrams_arrive_after_the_one_way_latency_in_order() {
         ..transmit(dest, b"abcdefghij")
     })
     .unwrap();
+    // Counted as sent: 100 one-byte datagrams and three segments of 10 bytes.
+    assert_eq!(map.sent(), (110, 103));
     for i in 0..100u8 {
         let (data, from) = recv_one(&b).await;
         assert_eq!((data.as_slice(), from), (&[i][..], a.registered_addr()));
@@ -250,6 +252,11 @@ async fn full_queue_drops_and_counts() {
         a.try_send(&transmit(b.registered_addr(), &[i])).unwrap();
     }
     assert_eq!((a.queued(), a.dropped()), (10, 90));
+    assert_eq!(
+        map.sent(),
+        (100, 100),
+        "a datagram dropped on the way was still sent"
+    );
     // The ten that fit are the first ten, delivered in order; nothing else follows.
     for i in 0..10u8 {
         assert_eq!(recv_one(&b).await.0, [i]);

@@ -33,6 +33,16 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
     fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
         let dest = transmit.destination;
         let from = self.registered;
+        // We report one segment per transmit, so quinn does not set `segment_size`; split
+        // anyway in case a caller does, so each datagram keeps its own boundary (and is
+        // counted as sent, whether or not it arrives).
+        let segment = transmit
+            .segment_size
+            .unwrap_or(transmit.contents.len())
+            .max(1);
+        for chunk in transmit.contents.chunks(segment) {
+            self.map.count_sent(chunk.len());
+        }
         if self.map.is_cut(from, dest) {
             return Ok(());
         }
@@ -43,12 +53,6 @@ impl AsyncUdpSocket for EmulatedUdpSocket {
                 (Duration::ZERO, None, false)
             }
         };
-        // We report one segment per transmit, so quinn does not set `segment_size`; split
-        // anyway in case a caller does, so each datagram keeps its own boundary.
-        let segment = transmit
-            .segment_size
-            .unwrap_or(transmit.contents.len())
-            .max(1);
         let now = Instant::now();
         let mut new_head: Option<Instant> = None;
         let mut dropped = 0usize;
